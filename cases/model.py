@@ -1,0 +1,137 @@
+"""The data of a conformance case: shape, variant, case, and its stable id.
+
+Nothing here imports torch: reports and the gate read case ids without it.
+An id encodes everything that defines a case and never changes meaning:
+
+    <variant token>/<shape token>/<dtype>/<mode>
+    sliding_window-w1024/b4-h8x8-s8192x8192-d128/bf16/fwd
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+DTYPES = ("bf16", "fp16", "fp32")
+MODES = ("fwd", "fwd+bwd")
+
+_SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Attention shape: batch, query heads, key/value heads, query and key lengths, head dim.
+
+    ``Bkv`` is the key/value batch; 1 with ``B > 1`` means key/value broadcast over the batch.
+    """
+
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Skv: int
+    D: int
+    Bkv: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.Bkv is None:
+            object.__setattr__(self, "Bkv", self.B)
+        for name in ("B", "Hq", "Hkv", "Sq", "Skv", "D", "Bkv"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"shape {name}={getattr(self, name)} must be >= 1")
+        if self.Hq % self.Hkv:
+            raise ValueError(f"Hq={self.Hq} must be a multiple of Hkv={self.Hkv} (GQA)")
+        if self.Bkv not in (1, self.B):
+            raise ValueError(f"Bkv={self.Bkv} must be 1 or B={self.B}")
+
+    @property
+    def token(self) -> str:
+        batch = f"b{self.B}" if self.Bkv == self.B else f"b{self.B}x{self.Bkv}"
+        return f"{batch}-h{self.Hq}x{self.Hkv}-s{self.Sq}x{self.Skv}-d{self.D}"
+
+    @classmethod
+    def parse(cls, token: str) -> "Shape":
+        m = _SHAPE_RE.match(token)
+        if not m:
+            raise ValueError(
+                f"bad shape token {token!r}; expected like 'b4-h8x8-s8192x8192-d128'"
+            )
+        b, bkv, hq, hkv, sq, skv, d = m.groups()
+        return cls(int(b), int(hq), int(hkv), int(sq), int(skv), int(d),
+                   int(bkv) if bkv else int(b))
+
+
+ParamValue = int | float
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named attention variant with its parameters (the mods are built from these).
+
+    ``params`` is a tuple of (key, value) pairs in a fixed order; the key is the short
+    prefix used in the id, e.g. ``("w", 1024)`` gives ``sliding_window-w1024``.
+    """
+
+    name: str
+    params: tuple[tuple[str, ParamValue], ...] = ()
+
+    @property
+    def token(self) -> str:
+        parts = [self.name] + [f"{key}{_fmt(value)}" for key, value in self.params]
+        return "-".join(parts)
+
+    def param(self, key: str) -> ParamValue:
+        for k, v in self.params:
+            if k == key:
+                return v
+        raise KeyError(f"variant {self.token!r} has no parameter {key!r}")
+
+
+def _fmt(value: ParamValue) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case: a variant on a shape, in a dtype and a mode."""
+
+    variant: Variant
+    shape: Shape
+    dtype: str = "bf16"
+    mode: str = "fwd"
+    tags: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.token}/{self.shape.token}/{self.dtype}/{self.mode}"
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "variant": self.variant.name,
+            "params": {k: v for k, v in self.variant.params},
+            "shape": {
+                "B": self.shape.B, "Bkv": self.shape.Bkv, "Hq": self.shape.Hq,
+                "Hkv": self.shape.Hkv, "Sq": self.shape.Sq, "Skv": self.shape.Skv,
+                "D": self.shape.D,
+            },
+            "dtype": self.dtype,
+            "mode": self.mode,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Case":
+        s = data["shape"]
+        shape = Shape(s["B"], s["Hq"], s["Hkv"], s["Sq"], s["Skv"], s["D"], s.get("Bkv"))
+        variant = Variant(data["variant"], tuple((k, v) for k, v in data["params"].items()))
+        case = cls(variant, shape, data["dtype"], data["mode"])
+        if "id" in data and data["id"] != case.id:
+            raise ValueError(f"case spec id {data['id']!r} does not match its fields ({case.id!r})")
+        return case

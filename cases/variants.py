@@ -1,0 +1,245 @@
+"""The variant catalog: one constructor (data) and one builder (mods) per variant.
+
+A constructor returns a ``Variant`` (name + parameters) and is what the matrix uses.
+A builder turns that data into FlexAttention mods for one shape on one device:
+``mask_mod(b, h, q_idx, kv_idx) -> bool`` and ``score_mod(score, b, h, q_idx, kv_idx)``,
+where ``score`` is the already scaled ``q.k / sqrt(D)``. The mods are plain tensor code,
+so they run under FlexAttention (vmap / compile) and, broadcast, in the float64 golden.
+
+Adding a variant is one edit in this file: a constructor, a builder with ``@builder``.
+Never change what an existing name and its parameters compute: ids must keep their meaning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from cases.model import Shape, Variant
+
+MaskMod = Callable[..., torch.Tensor]
+ScoreMod = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Mods:
+    """The callables of one variant on one shape.
+
+    ``per_batch_head`` says whether the mask depends on b or h (it decides whether the block
+    mask is built per batch and head, which costs B*H times the memory).
+    """
+
+    mask_mod: MaskMod | None
+    score_mod: ScoreMod | None
+    per_batch_head: bool = False
+
+
+Builder = Callable[[Variant, Shape, torch.device], Mods]
+_BUILDERS: dict[str, Builder] = {}
+
+
+def builder(name: str) -> Callable[[Builder], Builder]:
+    """Register the builder of the variant called ``name``."""
+
+    def register(fn: Builder) -> Builder:
+        if name in _BUILDERS and _BUILDERS[name] is not fn:
+            raise ValueError(f"variant {name!r} is defined twice")
+        _BUILDERS[name] = fn
+        return fn
+
+    return register
+
+
+def registered_variants() -> list[str]:
+    return sorted(_BUILDERS)
+
+
+def build_mods(variant: Variant, shape: Shape, device: torch.device | str = "cpu") -> Mods:
+    """The mods of ``variant`` for ``shape``, with captured tensors on ``device``."""
+    try:
+        build = _BUILDERS[variant.name]
+    except KeyError:
+        raise ValueError(
+            f"unknown variant {variant.name!r}; known: {', '.join(registered_variants())}"
+            " (custom variants: pass --cases-module)"
+        ) from None
+    return build(variant, shape, torch.device(device))
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+# --- 1. full ---------------------------------------------------------------------------
+def full() -> Variant:
+    """Plain softmax attention: every query sees every key, no score change."""
+    return Variant("full")
+
+
+@builder("full")
+def _build_full(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    return Mods(None, None)
+
+
+# --- 2. causal -------------------------------------------------------------------------
+def causal() -> Variant:
+    """Causal: query i sees keys j <= i."""
+    return Variant("causal")
+
+
+@builder("causal")
+def _build_causal(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    return Mods(_causal, None)
+
+
+# --- 3. sliding_window -----------------------------------------------------------------
+def sliding_window(window: int) -> Variant:
+    """Causal look-back window: query i sees keys j with i - window < j <= i (``window`` keys,
+    itself included)."""
+    return Variant("sliding_window", (("w", window),))
+
+
+@builder("sliding_window")
+def _build_sliding_window(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    window = int(variant.param("w"))
+
+    def sliding_window_mask(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
+
+    return Mods(sliding_window_mask, None)
+
+
+# --- 4. prefix_lm ----------------------------------------------------------------------
+def prefix_lm(prefix: int) -> Variant:
+    """Prefix LM: keys j < prefix are seen by every query (bidirectional prefix); after it,
+    causal (j <= i)."""
+    return Variant("prefix_lm", (("p", prefix),))
+
+
+@builder("prefix_lm")
+def _build_prefix_lm(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    prefix = int(variant.param("p"))
+
+    def prefix_lm_mask(b, h, q_idx, kv_idx):
+        return (kv_idx < prefix) | (kv_idx <= q_idx)
+
+    return Mods(prefix_lm_mask, None)
+
+
+# --- 5. document -----------------------------------------------------------------------
+#: Relative document lengths, in units of S/64; they sum to 64, so the documents tile the
+#: sequence exactly, and none starts on a 128-token block boundary past the first.
+DOCUMENT_LENGTH_PATTERN = (5, 11, 3, 17, 8, 13, 7)
+
+
+def document() -> Variant:
+    """Packed documents, causal within each document, none across.
+
+    Document lengths are ``DOCUMENT_LENGTH_PATTERN`` x S/64 (for S=1024: 80, 176, 48, 272,
+    128, 208, 112); the document id of every token is held in a captured tensor.
+    """
+    return Variant("document")
+
+
+def document_lengths(seq_len: int) -> list[int]:
+    """Lengths of the packed documents of a sequence of ``seq_len`` tokens (sum = seq_len)."""
+    unit = seq_len // sum(DOCUMENT_LENGTH_PATTERN)
+    lengths = [n * unit for n in DOCUMENT_LENGTH_PATTERN] if unit else [seq_len]
+    lengths[-1] += seq_len - sum(lengths)
+    return lengths
+
+
+@builder("document")
+def _build_document(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    if shape.Sq != shape.Skv:
+        raise ValueError(f"document masking needs Sq == Skv, got {shape.Sq} and {shape.Skv}")
+    lengths = document_lengths(shape.Skv)
+    doc_ids = torch.repeat_interleave(
+        torch.arange(len(lengths), device=device),
+        torch.tensor(lengths, device=device),
+    )
+
+    def document_causal_mask(b, h, q_idx, kv_idx):
+        return (doc_ids[q_idx] == doc_ids[kv_idx]) & (kv_idx <= q_idx)
+
+    return Mods(document_causal_mask, None)
+
+
+# --- 6. alibi --------------------------------------------------------------------------
+def alibi() -> Variant:
+    """Causal plus ALiBi: score + slope_h * (j - i), slope_h = 2^(-8 (h+1) / H)."""
+    return Variant("alibi")
+
+
+def alibi_slopes(num_heads: int) -> list[float]:
+    return [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
+
+
+@builder("alibi")
+def _build_alibi(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    slopes = torch.tensor(alibi_slopes(shape.Hq), dtype=torch.float32, device=device)
+
+    def alibi_bias(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return Mods(_causal, alibi_bias)
+
+
+# --- 7. softcap ------------------------------------------------------------------------
+def softcap(cap: float) -> Variant:
+    """Causal plus tanh soft-capping of the scores: cap * tanh(score / cap)."""
+    return Variant("softcap", (("cap", cap),))
+
+
+@builder("softcap")
+def _build_softcap(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    cap = float(variant.param("cap"))
+
+    def tanh_softcap(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    return Mods(_causal, tanh_softcap)
+
+
+# --- 8. rel_bias -----------------------------------------------------------------------
+#: Seed of the deterministic "learned" bias table (fixed: it is part of the variant's meaning).
+REL_BIAS_TABLE_SEED = 20240917
+
+
+def rel_bias(num_buckets: int) -> Variant:
+    """Causal plus a learned relative-position bias per head, T5 style.
+
+    score + table[h, bucket(|i - j|)]. Distances below num_buckets/2 get a bucket each; longer
+    ones share log-spaced buckets (two per octave) up to the last. ``table`` is a deterministic
+    N(0, 1) [H, num_buckets] tensor; the bucket of each distance is a captured lookup tensor.
+    """
+    return Variant("rel_bias", (("nb", num_buckets),))
+
+
+def relative_buckets(max_distance: int, num_buckets: int) -> list[int]:
+    """Bucket of every distance 0..max_distance-1 (exact below nb/2, log2-spaced above)."""
+    exact = num_buckets // 2
+    buckets = []
+    for d in range(max_distance):
+        if d < exact:
+            buckets.append(d)
+            continue
+        octave = d.bit_length() - exact.bit_length()  # how many doublings past `exact`
+        half = 1 if d >= (3 << (d.bit_length() - 2)) else 0  # upper half of the octave
+        buckets.append(min(exact + 2 * octave + half, num_buckets - 1))
+    return buckets
+
+
+@builder("rel_bias")
+def _build_rel_bias(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    num_buckets = int(variant.param("nb"))
+    gen = torch.Generator().manual_seed(REL_BIAS_TABLE_SEED)
+    table = torch.randn(shape.Hq, num_buckets, generator=gen).to(device)
+    max_distance = max(shape.Sq, shape.Skv)
+    bucket_of = torch.tensor(relative_buckets(max_distance, num_buckets), device=device)
+
+    def relative_bias(score, b, h, q_idx, kv_idx):
+        return score + table[h, bucket_of[(q_idx - kv_idx).abs()]]
+
+    return Mods(_causal, relative_bias)

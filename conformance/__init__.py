@@ -1,0 +1,1 @@
+"""Runner, backends and the pytest matrix of the conformance suite."""

@@ -1,0 +1,1 @@
+"""Built-in backends and the registry (conformance/backends/registry.py)."""

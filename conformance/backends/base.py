@@ -1,0 +1,81 @@
+"""The backend interface: what the suite needs to know about a place flex_attention runs.
+
+A backend is a small object (docs/backends.md). The parent process (pytest) asks it whether
+it is available, what environment to record, which cases it supports and what environment
+variables each worker's child needs. The child process asks it for the device and for the
+callable to run; the first call of that callable is timed as the compile phase.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cases.model import Case
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""  # why not (and how to fix it) when unavailable
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Which slice of the machine one pytest worker's child may use."""
+
+    index: int  # 0-based worker index (gw3 -> 3)
+    count: int  # number of workers
+
+
+#: fn(q, k, v, score_mod, block_mask) -> output tensor
+AttentionFn = Callable[..., Any]
+
+
+class Backend:
+    """Base class of all backends; subclasses override what differs."""
+
+    name: str = ""
+    description: str = ""
+    device_type: str = "cpu"
+    compiled: bool = False  # True when the first call compiles (the compile phase means something)
+
+    def availability(self) -> Availability:
+        return Availability(True)
+
+    def environment(self) -> dict[str, Any]:
+        """Versions and device description to print beside the results (parent process)."""
+        import platform
+
+        import torch
+
+        return {
+            "backend": self.name,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "platform": platform.platform(),
+        }
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        """None when the backend runs ``case``; otherwise why not (becomes UNSUPPORTED)."""
+        return None
+
+    def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
+        """Environment variables for the child process of worker ``slot`` (device slice,
+        thread count, compiler cache directory; ``cache_dir`` None means the default)."""
+        return {}
+
+    def device(self) -> str:
+        """The torch device string the child runs on (after child_env took effect)."""
+        return self.device_type
+
+    def prepare(self, case: Case) -> AttentionFn:
+        """In the child: the callable that computes the case (compiled lazily on first call)."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (timing); nothing to do on the CPU."""
+
+    def cache_hit(self) -> bool | None:
+        """In the child, after the first call: whether the compile hit a cache (None: unknown)."""
+        return None

@@ -1,0 +1,40 @@
+"""`flexconf`: the command-line entry point. Each subcommand lives in its own module,
+imported only when used (so `flexconf gate` never imports torch)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand name -> module with ``add_arguments(parser)`` and ``run(args) -> int``
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("conformance.cmd_list", "print the case ids of a matrix, one per line"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flexconf", description="FlexAttention conformance suite")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(cmd_parser)
+        modules[name] = module
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(modules[args.command].run(args) or 0)
+    except BrokenPipeError:  # `flexconf list | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
+    except (ValueError, KeyError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"flexconf {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Reports and the release gate: read results files, never torch."""
