@@ -1,0 +1,1 @@
+"""The oracle: float64 golden (golden.py) and the verdict (verdict.py). No backends, no pytest."""

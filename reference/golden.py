@@ -1,0 +1,139 @@
+"""The float64 golden output, and the dtype baseline, of a case, without flex_attention.
+
+FlexAttention's semantics, written out: scores = q k^T * scale (scale = 1/sqrt(D));
+score_mod applied to the scaled scores; masked positions set to -inf; softmax over keys;
+out = P v. A query row whose keys are all masked gives out = 0 and lse = -inf. With GQA,
+query head h reads key/value head h // (Hq / Hkv); with Bkv = 1, every batch reads kv batch 0.
+
+Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
+mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0).
+The same kernel run as fused attention kernels run it is the baseline, what a careful
+implementation in the case dtype achieves: inputs in the dtype, float32 scores, softmax and
+accumulation, the probabilities rounded to the dtype for the P.V product (as FlashAttention,
+flex_attention's Triton template and its eager path all do), and the output rounded to the dtype.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from cases.inputs import Inputs, torch_dtype
+from cases.model import Case
+from cases.variants import Mods, build_mods
+
+#: Version of the reference computation; part of every reference cache key.
+REFERENCE_VERSION = 1
+
+#: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements.
+_CHUNK_SCORE_ELEMENTS = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Golden output [B, Hq, Sq, D] and log-sum-exp [B, Hq, Sq] (natural log), float64."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+def golden_attention(case: Case, inputs: Inputs, mods: Mods | None = None) -> Reference:
+    """The float64 golden of ``case`` on ``inputs`` (computed on the inputs' device)."""
+    mods = mods or build_mods(case.variant, case.shape, inputs.q.device)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    return Reference(out, lse)
+
+
+def baseline_attention(case: Case, inputs: Inputs, mods: Mods | None = None) -> torch.Tensor:
+    """What a careful implementation in the case dtype gets: float32 math, dtype output."""
+    mods = mods or build_mods(case.variant, case.shape, inputs.q.device)
+    dtype = torch_dtype(case.dtype)
+    out, _ = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
+    return out.to(dtype)
+
+
+def chunked_attention(
+    case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
+    probs_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``case`` computed in ``compute_dtype``; returns (out, lse) in it.
+
+    With ``probs_dtype``, the unnormalized probabilities exp(s - rowmax) are rounded to it
+    before the product with V (the normalizer is summed before rounding).
+    """
+    s = case.shape
+    device = inputs.q.device
+    group = s.Hq // s.Hkv
+    scale = 1.0 / math.sqrt(s.D)
+    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
+    out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
+    lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=device)
+    heads = torch.arange(s.Hq, device=device).view(s.Hq, 1, 1)
+    all_keys = torch.arange(s.Skv, device=device)
+    for b in range(s.B):
+        kv_batch = b if s.Bkv == s.B else 0
+        k = inputs.k[kv_batch].to(compute_dtype)  # [Hkv, Skv, D]
+        v = inputs.v[kv_batch].to(compute_dtype)
+        batch = torch.tensor(b, device=device)
+        for q0 in range(0, s.Sq, rows):
+            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device).view(-1, 1)
+            q = inputs.q[b, :, q0:q0 + len(q_idx)].to(compute_dtype)  # [Hq, n, D]
+            mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
+            keys = _kept_keys(mask, s.Skv)
+            chunk_out, chunk_lse = _attend(
+                q, k, v, keys, mask, mods, batch, heads, q_idx, scale, group, probs_dtype)
+            out[b, :, q0:q0 + len(q_idx)] = chunk_out
+            lse[b, :, q0:q0 + len(q_idx)] = chunk_lse
+    return out, lse
+
+
+def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
+    """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked."""
+    if mods.mask_mod is None:
+        return None
+    return torch.as_tensor(mods.mask_mod(b, h, q_idx, kv_idx), dtype=torch.bool)
+
+
+def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor:
+    """The key columns that any row of the chunk may see: a slice when contiguous."""
+    if mask is None:
+        return slice(0, num_keys)
+    visible = mask.reshape(-1, mask.shape[-1]).any(0)
+    if visible.shape[0] != num_keys:  # the mask did not depend on kv_idx
+        visible = visible.expand(num_keys)
+    cols = visible.nonzero().flatten()
+    if len(cols) == 0:
+        return slice(0, 0)
+    first, last = int(cols[0]), int(cols[-1])
+    if last - first + 1 == len(cols):
+        return slice(first, last + 1)
+    return cols
+
+
+def _attend(q, k, v, keys, mask, mods: Mods, b, h, q_idx, scale: float, group: int,
+            probs_dtype: torch.dtype | None):
+    """Softmax attention of one query chunk over the kept key columns."""
+    hq, n, d = q.shape
+    k_sel, v_sel = k[:, keys], v[:, keys]  # [Hkv, m, D]
+    m = k_sel.shape[1]
+    if m == 0:  # every row of the chunk is fully masked
+        zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
+        return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
+    kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
+    scores = (q.view(-1, group, n, d) @ k_sel.transpose(-1, -2).unsqueeze(1)).view(hq, n, m)
+    scores.mul_(scale)
+    if mods.score_mod is not None:
+        scores = mods.score_mod(scores, b, h, q_idx, kv_idx).to(q.dtype).expand(hq, n, m)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[..., keys], -math.inf)
+    row_max = scores.amax(-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    probs = torch.exp(scores.sub_(row_max))
+    denom = probs.sum(-1, keepdim=True)
+    if probs_dtype is not None:
+        probs = probs.to(probs_dtype).to(q.dtype)
+    out = (probs.view(-1, group, n, m) @ v_sel.unsqueeze(1)).view(hq, n, -1)
+    out = torch.where(denom > 0, out / denom, torch.zeros_like(out))
+    lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
+    return out, lse

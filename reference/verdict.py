@@ -1,0 +1,181 @@
+"""The verdict: does an observed output agree with the float64 golden?
+
+Errors are judged relative to the baseline (reference/golden.py: what a careful
+implementation in the case dtype achieves on the same inputs), at three scales:
+
+1. global, PyTorch's rule: mean|O - G| <= (1 + fudge) * mean|R - G| + atol;
+2. per head (b, h): the same rule over the head's elements, so one wrong head cannot hide in
+   the mean over all heads;
+3. per query row (b, h, q): RMS over the head dim of (O - G) <= row_factor * RMS of (R - G)
+   + u * RMS(G row), u the dtype's unit roundoff, so one wrong row, a dropped key block or an
+   off-by-one at a mask boundary cannot hide in a mean.
+
+Any NaN or Inf where the golden is finite fails on its own. docs/oracle.md gives the reasons
+for each threshold and the margins measured on correct and on broken outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cases.model import Case
+from reference.golden import Reference
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Thresholds of the three rules for one dtype."""
+
+    fudge: float  # global and per-head: error <= (1 + fudge) * baseline error + atol
+    atol: float
+    row_factor: float  # per row: rms <= row_factor * baseline rms + unit_roundoff * rms(G)
+    unit_roundoff: float
+
+
+#: PyTorch's fudge factors (1.1 for 16-bit types, 10 for float32); row factors: docs/oracle.md.
+TOLERANCES: dict[str, Tolerance] = {
+    "bf16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -8),
+    "fp16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -11),
+    "fp32": Tolerance(fudge=10.0, atol=1e-9, row_factor=20.0, unit_roundoff=2.0 ** -24),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    summary: str  # one line: what failed and where ("" when passed)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(case: Case, golden: Reference, baseline: torch.Tensor, observed: Any) -> Verdict:
+    """Compare the observed output of ``case`` with the golden, relative to the baseline."""
+    expected_shape = tuple(golden.out.shape)
+    if not isinstance(observed, torch.Tensor):
+        return Verdict(False, f"output is a {type(observed).__name__}, not a tensor",
+                       {"failed_rules": ["type"]})
+    if tuple(observed.shape) != expected_shape:
+        return Verdict(False, f"output shape {tuple(observed.shape)}, expected {expected_shape}",
+                       {"failed_rules": ["shape"]})
+    tol = TOLERANCES[case.dtype]
+    stats = _ErrorStats.collect(golden.out, baseline, observed.detach().cpu())
+    return _decide(stats, tol)
+
+
+@dataclass
+class _ErrorStats:
+    """Per-row and per-head error sums of observed (obs) and baseline (base) against golden."""
+
+    row_rms_obs: torch.Tensor  # [B, H, S]
+    row_rms_base: torch.Tensor
+    row_rms_golden: torch.Tensor
+    head_sum_obs: torch.Tensor  # [B, H]
+    head_sum_base: torch.Tensor
+    elements_per_head: int
+    max_abs_err: float
+    max_place: tuple[int, int, int, int]
+    nonfinite: int
+    nan_count: int
+    inf_count: int
+    first_nonfinite: tuple[int, int, int, int] | None
+
+    @classmethod
+    def collect(cls, golden: torch.Tensor, baseline: torch.Tensor,
+                observed: torch.Tensor) -> "_ErrorStats":
+        B, H, S, D = golden.shape
+        rows_obs, rows_base, rows_gold, heads_obs, heads_base = [], [], [], [], []
+        max_err, max_place = -1.0, (0, 0, 0, 0)
+        nan_count = inf_count = 0
+        first_bad = None
+        for b in range(B):  # one batch at a time bounds the float64 temporaries
+            g = golden[b]
+            obs = observed[b].to(torch.float64)
+            bad = ~torch.isfinite(obs) & torch.isfinite(g)
+            if bad.any():
+                nan_count += int(torch.isnan(obs).sum())
+                inf_count += int(torch.isinf(obs).sum())
+                if first_bad is None:
+                    first_bad = (b, *map(int, bad.nonzero()[0].tolist()))
+            err_obs = torch.where(torch.isfinite(obs), (obs - g).abs(), torch.inf)
+            err_base = (baseline[b].to(torch.float64) - g).abs()
+            rows_obs.append(err_obs.pow(2).mean(-1).sqrt())
+            rows_base.append(err_base.pow(2).mean(-1).sqrt())
+            rows_gold.append(g.pow(2).mean(-1).sqrt())
+            heads_obs.append(err_obs.sum((-1, -2)))
+            heads_base.append(err_base.sum((-1, -2)))
+            finite_err = torch.where(torch.isfinite(err_obs), err_obs, -1.0)
+            flat = int(finite_err.argmax())
+            if finite_err.flatten()[flat] > max_err:
+                max_err = float(finite_err.flatten()[flat])
+                max_place = (b, *torch.unravel_index(torch.tensor(flat), (H, S, D)))
+        return cls(
+            torch.stack(rows_obs), torch.stack(rows_base), torch.stack(rows_gold),
+            torch.stack(heads_obs), torch.stack(heads_base), S * D,
+            max(max_err, 0.0), tuple(int(x) for x in max_place),
+            nan_count + inf_count, nan_count, inf_count, first_bad,
+        )
+
+
+def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
+    factor = 1.0 + tol.fudge
+    n_heads = st.head_sum_obs.numel()
+    mean_obs = float(st.head_sum_obs.sum()) / (n_heads * st.elements_per_head)
+    mean_base = float(st.head_sum_base.sum()) / (n_heads * st.elements_per_head)
+    global_margin = mean_obs / (factor * mean_base + tol.atol)
+
+    head_obs = st.head_sum_obs / st.elements_per_head
+    head_base = st.head_sum_base / st.elements_per_head
+    head_margins = head_obs / (factor * head_base + tol.atol)
+    worst_head = _argmax(head_margins)
+
+    row_limit = tol.row_factor * st.row_rms_base + tol.unit_roundoff * st.row_rms_golden
+    row_limit = row_limit.clamp_min(tol.atol)
+    row_margins = st.row_rms_obs / row_limit
+    worst_row = _argmax(row_margins)
+    failing_rows = int((row_margins > 1).sum())
+
+    metrics: dict[str, Any] = {
+        "max_abs_err": st.max_abs_err,
+        "mean_abs_err": mean_obs,
+        "baseline_mean_abs_err": mean_base,
+        "error_ratio": mean_obs / mean_base if mean_base > 0 else None,
+        "global_margin": global_margin,
+        "worst_head_ratio": float(head_obs[worst_head] / head_base[worst_head])
+        if head_base[worst_head] > 0 else None,
+        "worst_head_margin": float(head_margins[worst_head]),
+        "worst_head": {"b": worst_head[0], "h": worst_head[1]},
+        "worst_row_margin": float(row_margins[worst_row]),
+        "worst_place": {"b": worst_row[0], "h": worst_row[1], "q": worst_row[2]},
+        "failing_rows": failing_rows,
+        "max_err_place": dict(zip("bhqd", st.max_place)),
+        "nan_count": st.nan_count,
+        "inf_count": st.inf_count,
+    }
+    failed, summary = [], []
+    if st.nonfinite:
+        failed.append("nonfinite")
+        b, h, q, d = st.first_nonfinite
+        summary.append(f"{st.nan_count} NaN and {st.inf_count} Inf where the golden is finite"
+                       f" (first at b={b} h={h} q={q} d={d})")
+    if global_margin > 1:
+        failed.append("global")
+        summary.append(f"mean error {mean_obs:.3g} is {mean_obs / max(mean_base, 1e-300):.2f}x "
+                       f"the baseline's {mean_base:.3g} (limit {factor:.2f}x)")
+    if head_margins[worst_head] > 1:
+        failed.append("head")
+        b, h = worst_head
+        summary.append(f"head b={b} h={h}: mean error {float(head_obs[b, h]):.3g} is "
+                       f"{float(head_margins[b, h]) * factor:.2f}x its baseline's (limit {factor:.2f}x)")
+    if failing_rows:
+        failed.append("row")
+        b, h, q = worst_row
+        summary.append(f"{failing_rows} query row(s) off, worst b={b} h={h} q={q}: rms error "
+                       f"{float(st.row_rms_obs[b, h, q]):.3g} vs limit {float(row_limit[b, h, q]):.3g}")
+    metrics["failed_rules"] = failed
+    return Verdict(not failed, "; ".join(summary), metrics)
+
+
+def _argmax(values: torch.Tensor) -> tuple[int, ...]:
+    finite = torch.nan_to_num(values, nan=torch.inf)
+    return tuple(int(i) for i in torch.unravel_index(finite.argmax(), values.shape))
