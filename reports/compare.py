@@ -1,0 +1,125 @@
+"""Two runs compared case by case (the report's comparison and the gate both use this), and
+several runs side by side.
+
+A *regression* is a case that passed in the baseline and does not pass now; a *fix* the
+reverse. Compile times are compared only for cases that compiled in both runs without a
+cache hit; a case is *slower* when its compile time grew by at least ``slower_factor`` and by
+more than ``slack_seconds`` (the slack keeps sub-second noise from being flagged).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from reports.results import Label, Record, RunResults
+
+DEFAULT_SLOWER_FACTOR = 1.25
+DEFAULT_SLACK_SECONDS = 0.5
+
+#: Labels whose compile_seconds, if any, do not measure a finished compile.
+_NO_FINISHED_COMPILE = (Label.COMPILE_TIMEOUT, Label.COMPILE_ERROR, Label.UNSUPPORTED,
+                        Label.HARNESS_ERROR, Label.CRASH)
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    case_id: str
+    before: Label
+    after: Label
+
+    @property
+    def before_text(self) -> str:
+        return self.before.value
+
+    @property
+    def after_text(self) -> str:
+        return self.after.value
+
+
+@dataclass(frozen=True)
+class CompileChange:
+    case_id: str
+    before: float
+    after: float
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before if self.before > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What changed from ``baseline`` to ``candidate``; every list is in candidate order."""
+
+    regressions: tuple[LabelChange, ...]
+    fixes: tuple[LabelChange, ...]
+    changed: tuple[LabelChange, ...]  # not passing in either run, but a different label
+    new: tuple[Record, ...]  # in the candidate only
+    missing: tuple[Record, ...]  # in the baseline only
+    slower: tuple[CompileChange, ...]
+    faster: tuple[CompileChange, ...]
+    both_cold: bool  # both runs compiled with a cold cache: compile times are comparable
+    slower_factor: float
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.regressions or self.fixes or self.changed or self.new
+                    or self.missing or self.slower)
+
+
+def finished_compile_seconds(record: Record) -> float | None:
+    """The compile time of a record if it measures a finished, uncached compile."""
+    if record.label in _NO_FINISHED_COMPILE or record.cache_hit:
+        return None
+    return record.compile_seconds
+
+
+def compare_runs(baseline: RunResults, candidate: RunResults,
+                 slower_factor: float = DEFAULT_SLOWER_FACTOR,
+                 slack_seconds: float = DEFAULT_SLACK_SECONDS) -> Comparison:
+    old = baseline.by_id()
+    new_ids = candidate.by_id()
+    regressions, fixes, changed, new, slower, faster = [], [], [], [], [], []
+    for rec in candidate.records:
+        before = old.get(rec.case_id)
+        if before is None:
+            new.append(rec)
+            continue
+        change = LabelChange(rec.case_id, before.label, rec.label)
+        if before.label is Label.PASS and rec.label is not Label.PASS:
+            regressions.append(change)
+        elif before.label is not Label.PASS and rec.label is Label.PASS:
+            fixes.append(change)
+        elif before.label is not rec.label:
+            changed.append(change)
+        t_old, t_new = finished_compile_seconds(before), finished_compile_seconds(rec)
+        if t_old is not None and t_new is not None:
+            if t_new >= slower_factor * t_old and t_new - t_old > slack_seconds:
+                slower.append(CompileChange(rec.case_id, t_old, t_new))
+            elif t_old >= slower_factor * t_new and t_old - t_new > slack_seconds:
+                faster.append(CompileChange(rec.case_id, t_old, t_new))
+    missing = [r for r in baseline.records if r.case_id not in new_ids]
+    both_cold = all(r.options.get("compile_cache") == "cold" for r in (baseline, candidate))
+    return Comparison(tuple(regressions), tuple(fixes), tuple(changed), tuple(new),
+                      tuple(missing), tuple(slower), tuple(faster), both_cold, slower_factor)
+
+
+@dataclass(frozen=True)
+class SideBySideRow:
+    case_id: str
+    cells: tuple[Record | None, ...]  # one per run; None where the run lacks the case
+
+    @property
+    def agree(self) -> bool:
+        labels = {c.label if c else None for c in self.cells}
+        return len(labels) == 1
+
+
+def side_by_side(runs: Sequence[RunResults]) -> list[SideBySideRow]:
+    """Every case of any run (first run's order, then the cases only later runs have)."""
+    order: dict[str, None] = {}
+    for run in runs:
+        for rec in run.records:
+            order.setdefault(rec.case_id, None)
+    lookups = [run.by_id() for run in runs]
+    return [SideBySideRow(cid, tuple(lk.get(cid) for lk in lookups)) for cid in order]

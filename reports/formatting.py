@@ -1,0 +1,112 @@
+"""How numbers, metrics and environment values are written, in one place (HTML, markdown
+and the gate's terminal table all call these)."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from reports.results import RunResults
+
+#: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
+METRIC_ORDER = (
+    ("error_ratio", "error ratio"),
+    ("max_abs_err", "max abs err"),
+    ("mean_abs_err", "mean abs err"),
+    ("baseline_mean_abs_err", "baseline mean abs err"),
+    ("worst_row_ratio", "worst row ratio"),
+    ("worst_head_ratio", "worst head ratio"),
+    ("worst_place", "worst place"),
+    ("nan_count", "NaN"),
+    ("inf_count", "Inf"),
+    ("failed_rules", "failed rules"),
+)
+
+#: Environment and option keys shown first, in this order; the rest follow sorted.
+ENVIRONMENT_ORDER = (
+    "backend", "device", "torch", "torch_neuronx", "neuronx_cc", "neuron_sdk", "cuda",
+    "triton", "compiler", "python", "host", "platform", "profile", "compile_timeout",
+    "run_timeout", "compile_cache", "seed", "suite_version", "git_revision",
+)
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """``4.21`` style seconds; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds >= 100:
+        return f"{seconds:.0f}"
+    if seconds >= 10:
+        return f"{seconds:.1f}"
+    return f"{seconds:.2f}"
+
+
+def fmt_value(value: Any) -> str:
+    """Any JSON value as short text: numbers with 3 significant digits, lists joined."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_value(v) for v in value) or "-"
+    if isinstance(value, dict):
+        if set(value) <= {"b", "h", "q"} and value:
+            return " ".join(f"{k}{value[k]}" for k in ("b", "h", "q") if k in value)
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def metrics_items(metrics: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, text) pairs of a record's metrics, known keys first."""
+    if not metrics:
+        return []
+    known = dict(METRIC_ORDER)
+    items = [(name, fmt_value(metrics[key])) for key, name in METRIC_ORDER if key in metrics]
+    items += [(key, fmt_value(metrics[key])) for key in sorted(metrics) if key not in known]
+    return items
+
+
+def metric_text(metrics: dict[str, Any] | None, key: str) -> str:
+    if not metrics or key not in metrics:
+        return ""
+    return fmt_value(metrics[key])
+
+
+def first_line(text: str, limit: int) -> str:
+    """The first non-empty line of ``text``, cut to ``limit`` characters."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def truncate(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters, and whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit], True
+
+
+def environment_facts(results: RunResults) -> dict[str, str]:
+    """Everything that describes where and how a run ran, as key -> text, in display order."""
+    facts: dict[str, Any] = {}
+    facts.update(results.environment)
+    facts.update(results.options)
+    facts["suite_version"] = results.suite_version
+    if results.started_at:
+        facts["started_at"] = results.started_at
+    if results.finished_at:
+        facts["finished_at"] = results.finished_at
+    facts["complete"] = results.complete
+    ordered = [k for k in ENVIRONMENT_ORDER if k in facts]
+    ordered += sorted(k for k in facts if k not in ENVIRONMENT_ORDER)
+    return {k: fmt_value(facts[k]) for k in ordered}
+
+
+def run_title(results: RunResults) -> str:
+    """``FlexAttention conformance: neuron · full``."""
+    backend = results.options.get("backend", "?")
+    profile = results.options.get("profile", "?")
+    return f"FlexAttention conformance: {backend} · {profile}"

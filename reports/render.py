@@ -1,0 +1,164 @@
+"""Render a run (or several) to ``<dir>/index.html`` and ``<dir>/summary.md``.
+
+The HTML comes from ``templates/index.html.j2`` through Jinja2 with autoescaping on, so every
+text from a results file (compiler messages, case ids, environment values) shows as text.
+The page is one self-contained file: inline CSS, inline SVG, a little inline script for
+sorting and filtering; nothing is fetched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from reports.chart import compile_chart
+from reports.compare import Comparison, compare_runs, side_by_side
+from reports.formatting import (environment_facts, fmt_seconds, metric_text, metrics_items,
+                                run_title, truncate)
+from reports.matrix import build_matrix, seq_text
+from reports.results import Label, Record, RunResults
+from reports.summary import (comparison_line, conforms, label_counts, non_passing,
+                             rerun_command, summary_markdown, verdict_line)
+
+TEMPLATES = Path(__file__).with_name("templates")
+#: A message longer than this is cut in the report (results.json keeps all of it).
+MESSAGE_LIMIT = 4000
+
+LABEL_CODES = {
+    Label.PASS: "P", Label.MISMATCH: "MM", Label.COMPILE_TIMEOUT: "CT",
+    Label.RUN_TIMEOUT: "RT", Label.COMPILE_ERROR: "CE", Label.RUNTIME_ERROR: "RE",
+    Label.CRASH: "CR", Label.OUT_OF_MEMORY: "OOM", Label.UNSUPPORTED: "U",
+    Label.HARNESS_ERROR: "HE",
+}
+LABEL_HELP = {
+    Label.PASS: "output agrees with the float64 reference within the tolerance",
+    Label.MISMATCH: "ran, but the numbers are wrong",
+    Label.COMPILE_TIMEOUT: "compilation ran past the time allowed",
+    Label.RUN_TIMEOUT: "compiled, but running ran past the time allowed",
+    Label.COMPILE_ERROR: "compilation raised an error",
+    Label.RUNTIME_ERROR: "running raised an error",
+    Label.CRASH: "the process running the case died",
+    Label.OUT_OF_MEMORY: "ran out of device or host memory",
+    Label.UNSUPPORTED: "the backend does not support this case (acceptable)",
+    Label.HARNESS_ERROR: "the suite's own fault, not the backend's",
+}
+
+
+@dataclass(frozen=True)
+class FailureView:
+    record: Record
+    metrics: list[tuple[str, str]]
+    message: str
+    message_cut: bool
+    rerun: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    name: str
+    results: RunResults
+    verdict: str
+    conforms: bool
+
+
+def _environment(jinja_loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja_loader or jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True, undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True)
+    env.globals.update(fmt_seconds=fmt_seconds, metric_text=metric_text,
+                       seq_text=seq_text, codes={k.value: v for k, v in LABEL_CODES.items()})
+    return env
+
+
+_JINJA: jinja2.Environment | None = None
+
+
+def _template() -> jinja2.Template:
+    global _JINJA
+    if _JINJA is None:
+        _JINJA = _environment()
+    return _JINJA.get_template("index.html.j2")
+
+
+def _environment_rows(runs: Sequence[RunView]) -> list[tuple[str, list[str], bool]]:
+    facts = [environment_facts(run.results) for run in runs]
+    keys: dict[str, None] = {}
+    for f in facts:
+        keys.update(dict.fromkeys(f))
+    rows = []
+    for key in keys:
+        values = [f.get(key, "") for f in facts]
+        rows.append((key, values, len(set(values)) > 1))
+    return rows
+
+
+def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
+                comparison: Comparison | None = None) -> str:
+    """The HTML text of the report of ``runs[-1]`` (with ``runs`` side by side if several)."""
+    main = runs[-1].results
+    failing = non_passing(main)
+    failures = []
+    for rec in failing:
+        message, cut = truncate(rec.message, MESSAGE_LIMIT)
+        failures.append(FailureView(rec, metrics_items(rec.metrics), message, cut,
+                                    rerun_command(main, rec.case_id)))
+    rows = side_by_side([r.results for r in runs]) if len(runs) > 1 else []
+    return _template().render(
+        title=run_title(main), runs=runs, main=runs[-1], baseline=baseline,
+        comparison=comparison,
+        comparison_line=comparison_line(comparison) if comparison else "",
+        environment_rows=_environment_rows(([baseline] if baseline else []) + list(runs)),
+        environment_names=[r.name for r in ([baseline] if baseline else []) + list(runs)],
+        matrix=build_matrix(main.records),
+        chart=compile_chart(main.records, main.options.get("compile_timeout")),
+        failures=failures, failing_ids={r.case_id for r in failing},
+        records=main.records,
+        counts={k.value: v for k, v in label_counts(main.records).items()},
+        labels=[(label.value, LABEL_CODES[label], LABEL_HELP[label]) for label in Label],
+        side_rows=rows, disagreements=[row for row in rows if not row.agree],
+    )
+
+
+def _run_view(results: RunResults, name: str) -> RunView:
+    return RunView(name, results, verdict_line(results), conforms(results))
+
+
+def write_report(results: RunResults, out_dir: str | Path,
+                 baseline: RunResults | None = None) -> None:
+    """Write ``index.html`` and ``summary.md`` of one run into ``out_dir`` (created)."""
+    write_runs_report([results], out_dir, baseline=baseline)
+
+
+def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
+                      names: Sequence[str] | None = None,
+                      baseline: RunResults | None = None,
+                      baseline_name: str = "baseline") -> None:
+    """Write the report of ``runs[-1]`` with all ``runs`` side by side.
+
+    The comparison is against ``baseline`` when given, else against ``runs[-2]`` when there
+    are several runs (for example consecutive SDK releases, oldest first).
+    """
+    if not runs:
+        raise ValueError("no runs to report; pass at least one results.json")
+    names = list(names) if names else (
+        ["run"] if len(runs) == 1 else [f"run {i + 1}" for i in range(len(runs))])
+    if len(names) != len(runs):
+        raise ValueError(f"{len(names)} names for {len(runs)} runs; give one name per run")
+    views = [_run_view(r, n) for r, n in zip(runs, names)]
+    base_view = _run_view(baseline, baseline_name) if baseline is not None else None
+    against = baseline if baseline is not None else (runs[-2] if len(runs) > 1 else None)
+    comparison = compare_runs(against, runs[-1]) if against is not None else None
+    html = render_html(views, base_view, comparison)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out / "index.html", html)
+    _write_atomic(out / "summary.md", summary_markdown(runs[-1], comparison))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,97 @@
+"""What a run says in a few words: counts per label, the verdict line, the failing cases,
+the command that reruns one case, and ``summary.md`` (short enough for a PR comment)."""
+from __future__ import annotations
+
+from collections import Counter
+
+from reports.compare import Comparison
+from reports.formatting import first_line, fmt_seconds, run_title
+from reports.markdown import md_code, md_table, md_text
+from reports.results import Label, Record, RunResults
+
+#: At most this many failures are listed in summary.md; the rest are in index.html.
+SUMMARY_MAX_FAILURES = 30
+
+
+def label_counts(records: tuple[Record, ...] | list[Record]) -> dict[Label, int]:
+    """Labels that occur, with their counts, in the order of the Label enum."""
+    counts = Counter(r.label for r in records)
+    return {label: counts[label] for label in Label if counts[label]}
+
+
+def verdict_line(results: RunResults) -> str:
+    """``89/96 PASS · 7 COMPILE_TIMEOUT`` (and a warning when the run was interrupted)."""
+    counts = label_counts(results.records)
+    parts = [f"{counts.get(Label.PASS, 0)}/{len(results.records)} PASS"]
+    parts += [f"{n} {label.value}" for label, n in counts.items() if label is not Label.PASS]
+    if not results.complete:
+        parts.append("run INCOMPLETE")
+    return " · ".join(parts)
+
+
+def conforms(results: RunResults) -> bool:
+    """dEQP rule: a run conforms when it is complete and every label is acceptable."""
+    return results.complete and all(r.label.acceptable for r in results.records)
+
+
+def non_passing(results: RunResults) -> list[Record]:
+    """Every record whose label is not PASS, in case order."""
+    return [r for r in results.records if r.label is not Label.PASS]
+
+
+def rerun_command(results: RunResults, case_id: str) -> str:
+    """The command that reruns just this case with the run's backend and profile."""
+    backend = results.options.get("backend", "?")
+    profile = results.options.get("profile", "?")
+    quoted = f"'{case_id}'" if "'" not in case_id else '"' + case_id.replace('"', '\\"') + '"'
+    return f"pytest conformance/ --backend {backend} --profile {profile} -k {quoted}"
+
+
+def comparison_line(comparison: Comparison) -> str:
+    """``2 regressions · 1 fix · 3 new · 0 missing · 1 slower to compile``."""
+    def count(n: int, word: str, plural: str) -> str:
+        return f"{n} {word if n == 1 else plural}"
+
+    return " · ".join([
+        count(len(comparison.regressions), "regression", "regressions"),
+        count(len(comparison.fixes), "fix", "fixes"),
+        count(len(comparison.changed), "other label change", "other label changes"),
+        count(len(comparison.new), "new case", "new cases"),
+        count(len(comparison.missing), "missing case", "missing cases"),
+        count(len(comparison.slower), "slower to compile", "slower to compile"),
+    ])
+
+
+def summary_markdown(results: RunResults, comparison: Comparison | None = None) -> str:
+    """The text of summary.md: verdict, counts per label, comparison, the failures."""
+    mark = "✅ conforms" if conforms(results) else "❌ does not conform"
+    lines = [f"## {md_text(run_title(results))}", "",
+             f"**{md_text(verdict_line(results))}** ({mark})", ""]
+    counts = label_counts(results.records)
+    lines += md_table(["label", "cases"], [[label.value, str(n)] for label, n in counts.items()])
+    lines.append("")
+    if comparison is not None:
+        lines += [f"Against the baseline: {md_text(comparison_line(comparison))}.", ""]
+        for title, changes in (("Regressions", comparison.regressions),
+                               ("Fixes", comparison.fixes)):
+            if changes:
+                lines += [f"### {title} ({len(changes)})", ""]
+                lines += md_table(["case", "baseline", "now"], [
+                    [md_code(c.case_id), c.before_text, c.after_text]
+                    for c in changes[:SUMMARY_MAX_FAILURES]])
+                lines.append("")
+    failing = non_passing(results)
+    if failing:
+        lines += [f"### Not passing ({len(failing)})", ""]
+        lines += md_table(["case", "label", "compile", "message"], [
+            [md_code(r.case_id), r.label.value, fmt_seconds(r.compile_seconds),
+             md_text(first_line(r.message, 160))]
+            for r in failing[:SUMMARY_MAX_FAILURES]])
+        if len(failing) > SUMMARY_MAX_FAILURES:
+            lines += ["", f"... and {len(failing) - SUMMARY_MAX_FAILURES} more: see index.html."]
+        lines.append("")
+    env = results.environment
+    facts = [f"{key} {env[key]}" for key in ("device", "torch", "host") if env.get(key)]
+    if facts:
+        lines += [md_text(" · ".join(str(f) for f in facts)), ""]
+    return "\n".join(lines)
