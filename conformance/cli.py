@@ -9,6 +9,9 @@ import sys
 #: subcommand name -> module with ``add_arguments(parser)`` and ``run(args) -> int``
 COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("conformance.cmd_list", "print the case ids of a matrix, one per line"),
+    "report": ("reports.cmd_report", "render the HTML report and summary.md from results files"),
+    "gate": ("reports.cmd_gate", "may a candidate run ship? exit 0 yes, 1 no, 2 bad input"),
+    "expectations": ("reports.cmd_expectations", "maintain the known-failures file"),
 }
 
 

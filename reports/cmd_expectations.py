@@ -1,0 +1,43 @@
+"""`flexconf expectations update RESULTS.json --expectations FILE`: add the run's new failures
+under the "to triage" heading and drop the entries whose cases all pass now."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    update = actions.add_parser("update", help="bring FILE up to date with a run",
+                                description=__doc__)
+    update.add_argument("results", metavar="RESULTS.json")
+    update.add_argument("--expectations", required=True, metavar="FILE",
+                        help="the expectations file (created when absent)")
+    update.add_argument("--dry-run", action="store_true",
+                        help="print the new file instead of writing it")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.expectations_update import update_expectations
+    from reports.results import load_results
+
+    results = load_results(args.results)
+    path = Path(args.expectations)
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    update = update_expectations(text, results, str(path))
+    if args.dry_run:
+        print(update.text, end="")
+    else:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(update.text, encoding="utf-8")
+        tmp.replace(path)
+    log = sys.stderr if args.dry_run else sys.stdout  # keep a dry run's stdout a valid file
+    for entry in update.dropped:
+        print(f"dropped  {path}:{entry.line}  {entry.case} ({entry.label.value}): passes now",
+              file=log)
+    for rec in update.added:
+        print(f"added    {rec.case_id} ({rec.label.value}): to triage", file=log)
+    if not (update.added or update.dropped):
+        print(f"{path}: up to date", file=log)
+    return 0

@@ -1,0 +1,146 @@
+"""`flexconf expectations update`: bring an expectations file up to date with a run.
+
+The file is edited as text, so comments and layout of the entries that stay are kept:
+entries of the run's backend whose cases all pass now are removed, and the run's failures
+that no entry covers are appended under the "to triage" heading, each with the first line
+of its message as a provisional reason, for a person to replace with a reason and a link.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reports.expectations import (ENTRY_TABLE, Expectation, Expectations, header_lines,
+                                  parse_expectations)
+from reports.formatting import first_line
+from reports.results import Label, Record, RunResults
+
+TRIAGE_HEADING = "# ==== To triage"
+FILE_HEADER = f"""\
+# Known failures of the FlexAttention conformance suite, per backend (docs/gate.md).
+# Each [[{ENTRY_TABLE}]] names a backend (or glob), a case id (or glob), the expected label,
+# the reason and a link to the bug. `flexconf gate --expectations FILE` accepts these
+# failures; `pytest conformance/ --expectations FILE` marks them xfail.
+version = 1
+"""
+_TRIAGE_BLOCK = (f"{TRIAGE_HEADING}: new failures added by `flexconf expectations update`; "
+                 "give each a reason and a link ====\n")
+
+
+@dataclass(frozen=True)
+class Update:
+    text: str
+    added: tuple[Record, ...]
+    dropped: tuple[Expectation, ...]
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string (escapes quotes, backslashes and control characters)."""
+    out = ['"']
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def entry_text(backend: str, case: str, label: Label, reason: str, link: str = "") -> str:
+    """The TOML text of one entry."""
+    return (f"[[{ENTRY_TABLE}]]\nbackend = {toml_string(backend)}\ncase = {toml_string(case)}\n"
+            f"label = {toml_string(label.value)}\nreason = {toml_string(reason)}\n"
+            f"link = {toml_string(link)}\n")
+
+
+def passing_now(entry: Expectation, results: RunResults) -> bool:
+    """True when the entry's cases occur in the run and every one of them passes."""
+    backend = results.options.get("backend", "")
+    if not entry.applies_to(backend):
+        return False
+    covered = [r for r in results.records if entry.matches(backend, r.case_id)]
+    return bool(covered) and all(r.label is Label.PASS for r in covered)
+
+
+def uncovered_failures(expectations: Expectations, results: RunResults) -> list[Record]:
+    """Failures of the run that no entry expects with exactly their label."""
+    backend = results.options.get("backend", "")
+    out = []
+    for rec in results.records:
+        if rec.label.acceptable:
+            continue
+        entry = expectations.lookup(backend, rec.case_id)
+        if entry is None or entry.label is not rec.label:
+            out.append(rec)
+    return out
+
+
+def update_expectations(text: str, results: RunResults, source: str = "expectations") -> Update:
+    """The new text of an expectations file after ``results`` (``text`` may be empty)."""
+    expectations = parse_expectations(text, source)
+    backend = results.options.get("backend", "")
+    # an entry for several backends (a glob) cannot be judged from one backend's run
+    dropped = [e for e in expectations.entries
+               if e.backend == backend and passing_now(e, results)]
+    added = uncovered_failures(expectations, results)
+    lines = (text if text.strip() else FILE_HEADER).splitlines(keepends=True)
+    if dropped:
+        if any(e.line == 0 for e in expectations.entries):
+            raise ValueError(f"{source}: cannot edit entries written inline; write each "
+                             f"entry as a [[{ENTRY_TABLE}]] table")
+        lines = _remove_entries(lines, {e.line for e in dropped})
+    new_text = "".join(lines)
+    if added:
+        if not new_text.endswith("\n"):
+            new_text += "\n"
+        if not any(line.startswith(TRIAGE_HEADING) for line in new_text.splitlines()):
+            new_text += "\n" + _TRIAGE_BLOCK
+        for rec in added:
+            reason = "to triage: " + (first_line(rec.message, 200) or rec.label.value)
+            new_text += "\n" + entry_text(backend, rec.case_id, rec.label, reason)
+    parse_expectations(new_text, source)  # never write a file the suite cannot read back
+    return Update(new_text, tuple(added), tuple(dropped))
+
+
+def _remove_entries(lines: list[str], drop_lines: set[int]) -> list[str]:
+    """``lines`` without the entries whose header is on one of ``drop_lines`` (1-based).
+
+    An entry spans the comment lines directly above its header, the header and everything
+    up to the next entry, the triage heading or the end, less trailing blank lines.
+    """
+    text = "".join(lines)
+    headers = header_lines(text)
+    starts = []
+    for header in headers:
+        start = header - 1  # 0-based index of the header
+        while start > 0 and lines[start - 1].lstrip().startswith("#") \
+                and not lines[start - 1].startswith(TRIAGE_HEADING):
+            start -= 1
+        starts.append(start)
+    keep = [True] * len(lines)
+    for i, header in enumerate(headers):
+        if header not in drop_lines:
+            continue
+        end = starts[i + 1] if i + 1 < len(headers) else len(lines)
+        for j in range(header, end):
+            if lines[j].startswith(TRIAGE_HEADING):
+                end = j
+                break
+        for j in range(starts[i], end):
+            keep[j] = False
+    kept = [line for line, k in zip(lines, keep) if k]
+    return _squeeze_blank_lines(kept)
+
+
+def _squeeze_blank_lines(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        if not line.strip() and out and not out[-1].strip():
+            continue
+        out.append(line)
+    return out
