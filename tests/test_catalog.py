@@ -1,0 +1,110 @@
+"""The case catalog: stable ids, the 96-case matrices, mask mods equal to independent dense
+masks, and `flexconf list`."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from cases.catalog import core_matrix, find_case
+from cases.model import Case, Shape, Variant
+from cases.variants import build_mods, document_lengths, relative_buckets
+from conformance.cli import main
+from tests.dense_reference import _t5_bucket, dense_mask
+
+
+def test_full_and_smoke_profiles_hold_96_distinct_cases_each():
+    full, smoke = core_matrix("full"), core_matrix("smoke")
+    assert len(full) == len({c.id for c in full}) == 96
+    assert len(smoke) == len({c.id for c in smoke}) == 96
+    assert {c.id for c in full} != {c.id for c in smoke}
+    assert {c.variant.name for c in full} == {
+        "full", "causal", "sliding_window", "prefix_lm", "document", "alibi", "softcap",
+        "rel_bias"}
+    assert {(c.shape.B, c.shape.Sq) for c in full} == {
+        (b, s) for b in (1, 2, 4) for s in (1024, 2048, 4096, 8192)}
+    assert all((c.shape.Hq, c.shape.Hkv, c.shape.D, c.dtype, c.mode) == (8, 8, 128, "bf16", "fwd")
+               for c in full)
+
+
+def test_smoke_divides_lengths_and_length_parameters_by_eight():
+    full = {(c.variant.name, c.shape.B, c.shape.Sq): c for c in core_matrix("full")}
+    for case in core_matrix("smoke"):
+        twin = full[(case.variant.name, case.shape.B, case.shape.Sq * 8)]
+        assert case.shape.D == twin.shape.D and case.shape.Hq == twin.shape.Hq
+        for (key, value), (_, big) in zip(case.variant.params, twin.variant.params):
+            if key in ("w", "p"):
+                assert value * 8 == big
+            else:
+                assert value == big
+
+
+def test_ids_are_readable_stable_and_round_trip():
+    ids = [c.id for c in core_matrix("full")]
+    assert "sliding_window-w1024/b4-h8x8-s8192x8192-d128/bf16/fwd" in ids
+    assert "prefix_lm-p2048/b1-h8x8-s8192x8192-d128/bf16/fwd" in ids
+    assert "causal/b2-h8x8-s4096x4096-d128/bf16/fwd" in ids
+    for case in core_matrix("smoke"):
+        again = Case.from_json(case.to_json())
+        assert again == case and again.id == case.id
+        assert find_case(case.id) == case
+    assert Shape.parse("b4x1-h8x2-s1x4096-d80") == Shape(4, 8, 2, 1, 4096, 80, 1)
+
+
+def test_bad_case_data_is_refused_with_the_value_named():
+    with pytest.raises(ValueError, match="Hq=6 must be a multiple of Hkv=4"):
+        Shape(1, 6, 4, 8, 8, 8)
+    with pytest.raises(ValueError, match="unknown dtype 'bf61'"):
+        Case(Variant("full"), Shape(1, 1, 1, 8, 8, 8), "bf61")
+    with pytest.raises(ValueError, match="bad shape token"):
+        Shape.parse("b4-h8-s8192")
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        build_mods(Variant("nope"), Shape(1, 1, 1, 8, 8, 8))
+    with pytest.raises(KeyError, match="no case with id"):
+        find_case("causal/b9-h8x8-s1x1-d1/bf16/fwd")
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_every_mask_mod_equals_an_independent_dense_mask(profile):
+    seen = set()
+    for case in core_matrix(profile):
+        if case.shape.Sq > 2048 or (case.variant.token, case.shape.Sq) in seen:
+            continue
+        seen.add((case.variant.token, case.shape.Sq))
+        mods = build_mods(case.variant, case.shape)
+        want = dense_mask(case)
+        if mods.mask_mod is None:
+            assert want.all()
+            continue
+        s = case.shape
+        got = mods.mask_mod(torch.tensor(0), torch.arange(s.Hq).view(-1, 1, 1),
+                            torch.arange(s.Sq).view(-1, 1), torch.arange(s.Skv))
+        got = np.broadcast_to(got.numpy(), want.shape)
+        assert np.array_equal(got, want), case.id
+
+
+def test_documents_tile_the_sequence_and_relative_buckets_match_t5():
+    for seq in (128, 1000, 1024, 8192):
+        lengths = document_lengths(seq)
+        assert sum(lengths) == seq and all(n > 0 for n in lengths)
+    assert document_lengths(1024) == [80, 176, 48, 272, 128, 208, 112]
+    buckets = relative_buckets(8192, 32)
+    assert buckets == [_t5_bucket(d, 32) for d in range(8192)]
+    assert buckets[:16] == list(range(16)) and max(buckets) == 31
+
+
+def test_flexconf_list_prints_exactly_the_ids(capsys):
+    assert main(["list", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [c.id for c in core_matrix("smoke")]
+
+
+def test_flexconf_list_rejects_an_unknown_profile_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "list", "--profile", "huge"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("flexconf list: error: unknown profile 'huge'; "
+                                   "use one of: full, smoke")
