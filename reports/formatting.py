@@ -14,9 +14,15 @@ METRIC_ORDER = (
     ("max_abs_err", "max abs err"),
     ("mean_abs_err", "mean abs err"),
     ("baseline_mean_abs_err", "baseline mean abs err"),
+    ("global_margin", "global margin"),
     ("worst_row_ratio", "worst row ratio"),
+    ("worst_row_margin", "worst row margin"),
+    ("worst_place", "worst row at"),
+    ("failing_rows", "failing rows"),
     ("worst_head_ratio", "worst head ratio"),
-    ("worst_place", "worst place"),
+    ("worst_head_margin", "worst head margin"),
+    ("worst_head", "worst head"),
+    ("max_err_place", "max err at"),
     ("nan_count", "NaN"),
     ("inf_count", "Inf"),
     ("failed_rules", "failed rules"),
@@ -54,8 +60,8 @@ def fmt_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(fmt_value(v) for v in value) or "-"
     if isinstance(value, dict):
-        if set(value) <= {"b", "h", "q"} and value:
-            return " ".join(f"{k}{value[k]}" for k in ("b", "h", "q") if k in value)
+        if value and all(len(k) <= 2 and isinstance(v, int) for k, v in value.items()):
+            return " ".join(f"{k}{v}" for k, v in value.items())  # a place: b0 h3 q1021
         return json.dumps(value, sort_keys=True, default=str)
     return str(value)
 

@@ -1,0 +1,149 @@
+"""The expectations file: parsing with errors that name the line, lookup, xfail, update."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.cli import main
+from reports.expectations import (ExpectationsError, expected_label, load_expectations,
+                                  parse_expectations, xfail_reason)
+from reports.expectations_update import TRIAGE_HEADING, toml_string, update_expectations
+from reports.junit import junit_properties
+from reports.results import Label, write_results
+from tests.test_report_doctored import case_id, record, run
+
+A, B, C = case_id(seq=128), case_id(seq=256), case_id("alibi", seq=128)
+
+GOOD = f"""\
+version = 1
+
+# compile timeouts at the longest length
+[[failure]]
+backend = "neuron"
+case = "causal/*"
+label = "COMPILE_TIMEOUT"
+reason = "neuronx-cc takes too long"
+link = "https://example.com/1"
+
+[[failure]]
+backend = "neuron"
+case = "{A}"
+label = "MISMATCH"
+reason = "softmax rounding"
+
+[[failure]]
+backend = "*"
+case = "{C}"
+label = "CRASH"
+reason = "everywhere"
+link = ""
+"""
+
+
+def test_exact_id_wins_over_glob_and_backends_are_globs():
+    known = parse_expectations(GOOD, "known.toml")
+    assert [e.line for e in known.entries] == [4, 11, 17]
+    assert expected_label(known, "neuron", A) == (Label.MISMATCH, "softmax rounding")
+    assert expected_label(known, "neuron", B) == (Label.COMPILE_TIMEOUT, "neuronx-cc takes too long")
+    assert expected_label(known, "cuda-inductor", B) is None
+    assert expected_label(known, "cuda-inductor", C) == (Label.CRASH, "everywhere")
+    assert expected_label(None, "neuron", A) is None
+
+
+def test_xfail_reason_only_for_exactly_the_expected_label():
+    known = parse_expectations(GOOD)
+    assert xfail_reason(known, "neuron", A, "MISMATCH") == "known MISMATCH: softmax rounding"
+    assert xfail_reason(known, "neuron", A, Label.CRASH) is None
+    assert xfail_reason(known, "neuron", A, Label.PASS) is None
+    assert xfail_reason(known, "cpu-eager", A, Label.MISMATCH) is None
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('label = "MISMATCHED"', "known.toml:2: unknown label 'MISMATCHED'; use one of MISMATCH,"),
+    ('label = "PASS"', "known.toml:2: label PASS is not a failure"),
+    ('label = "CRASH"\nlabl = "x"', "known.toml:2: unknown key 'labl'; allowed keys:"),
+    ('label = "CRASH"\nreason = ""', "known.toml:2: 'reason' is missing or empty"),
+    ('label = "CRASH"\nlink = 3', "known.toml:2: 'link' must be a string"),
+    ('label = "CRASH"\ncase = "causal/b1"', "known.toml:2: case 'causal/b1' is neither a case id"),
+])
+def test_a_bad_entry_is_an_error_naming_its_line(entry, message):
+    fields = {"backend": '"neuron"', "case": f'"{A}"', "reason": '"r"'}
+    lines = [line for line in entry.splitlines()]
+    keys = {line.split(" = ")[0] for line in lines}
+    body = [f"{k} = {v}" for k, v in fields.items() if k not in keys] + lines
+    text = "# known failures\n[[failure]]\n" + "\n".join(body) + "\n"
+    with pytest.raises(ExpectationsError) as err:
+        parse_expectations(text, "known.toml")
+    assert str(err.value).startswith(message)
+
+
+def test_file_level_errors_name_the_file_and_line(tmp_path):
+    with pytest.raises(ExpectationsError, match=r"known.toml: not valid TOML: .*line 3"):
+        parse_expectations('version = 1\n[[failure]]\nbackend = neuron\n', "known.toml")
+    with pytest.raises(ExpectationsError, match="unknown top-level key 'failures'"):
+        parse_expectations("[[failures]]\n", "known.toml")
+    with pytest.raises(ExpectationsError, match=r"known.toml:11: .* listed twice \(first at line 4\)"):
+        parse_expectations(GOOD.replace(f'case = "{A}"', 'case = "causal/*"'), "known.toml")
+    with pytest.raises(ExpectationsError, match="no such expectations file; create it with"):
+        load_expectations(tmp_path / "absent.toml")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_toml_strings_read_back_unchanged(value):
+    assert tomllib.loads(f"x = {toml_string(value)}")["x"] == value
+
+
+def test_update_adds_new_failures_to_triage_and_drops_entries_that_pass():
+    results = run([record(A, Label.MISMATCH), record(B),
+                   record(case_id(seq=512), Label.OUT_OF_MEMORY, message="oom\n<details>"),
+                   record(C, Label.CRASH)])
+    # causal/* (COMPILE_TIMEOUT) now covers B (PASS) and the OOM case (wrong label): kept;
+    text = GOOD.replace('case = "causal/*"', f'case = "{B}"')  # ... an exact B entry: dropped
+    update = update_expectations(text, results, "known.toml")
+    assert [e.case for e in update.dropped] == [B]
+    assert [r.case_id for r in update.added] == [case_id(seq=512)]
+    assert "# compile timeouts" not in update.text  # its comment went with it
+    assert f'case = "{A}"' in update.text and f'case = "{C}"' in update.text
+    triage = update.text[update.text.index(TRIAGE_HEADING):]
+    assert f'case = "{case_id(seq=512)}"' in triage
+    assert 'reason = "to triage: oom"' in triage and 'label = "OUT_OF_MEMORY"' in triage
+    known = parse_expectations(update.text)
+    assert expected_label(known, "neuron", case_id(seq=512))[0] is Label.OUT_OF_MEMORY
+    again = update_expectations(update.text, results)
+    assert again.text == update.text and not again.added and not again.dropped
+
+
+def test_update_keeps_entries_of_other_backends_and_of_cases_not_run():
+    results = run([record(C)], backend="cuda-inductor")  # C passes on CUDA
+    update = update_expectations(GOOD, results)
+    assert update.text == GOOD  # C's entry is for every backend ("*"): not judged from one
+
+
+def test_flexconf_expectations_update_creates_then_edits_the_file(tmp_path, capsys):
+    write_results(run([record(A, Label.MISMATCH), record(B)]), tmp_path / "r.json")
+    path = tmp_path / "known.toml"
+    assert main(["expectations", "update", str(tmp_path / "r.json"),
+                 "--expectations", str(path), "--dry-run"]) == 0
+    assert not path.exists() and f'case = "{A}"' in capsys.readouterr().out
+    assert main(["expectations", "update", str(tmp_path / "r.json"),
+                 "--expectations", str(path)]) == 0
+    assert f"added    {A} (MISMATCH): to triage" in capsys.readouterr().out
+    assert expected_label(load_expectations(path), "neuron", A)[0] is Label.MISMATCH
+    write_results(run([record(A), record(B)]), tmp_path / "r2.json")
+    assert main(["expectations", "update", str(tmp_path / "r2.json"),
+                 "--expectations", str(path)]) == 0
+    assert "passes now" in capsys.readouterr().out
+    assert load_expectations(path).entries == ()
+
+
+def test_junit_properties_carry_label_and_compile_seconds():
+    props = dict(junit_properties(record(A, Label.MISMATCH, compile_seconds=4.25,
+                                         metrics={"error_ratio": 3.5})))
+    assert props == {"case_id": A, "label": "MISMATCH", "compile_seconds": "4.250",
+                     "run_seconds": "0.010", "cache_hit": "false", "error_ratio": "3.5"}
+    assert dict(junit_properties(record(A, compile_seconds=None,
+                                        cache_hit=None)))["compile_seconds"] == ""

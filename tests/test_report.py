@@ -1,0 +1,180 @@
+"""The HTML report and summary.md, on doctored results with every label."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from reports.render import write_report, write_runs_report
+from reports.results import Label, write_results
+from reports.summary import rerun_command, verdict_line
+from tests.test_report_doctored import (HOSTILE, LABEL_CASES, ODD_ID, Page, case_id,
+                                        doctored_run, record, run)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    write_report(doctored_run(), out)
+    html = (out / "index.html").read_text()
+    return html, Page(html), (out / "summary.md").read_text()
+
+
+def test_verdict_line_counts_every_label_in_enum_order():
+    line = verdict_line(doctored_run())
+    others = " · ".join(f"1 {label.value}" for label in Label if label is not Label.PASS)
+    assert line == f"2/11 PASS · {others}"
+    assert verdict_line(run([record(case_id())], complete=False)) == "1/1 PASS · run INCOMPLETE"
+
+
+def test_report_shows_verdict_environment_and_sections(report):
+    html, page, _ = report
+    assert {"verdict", "environment", "matrix", "compile-times", "failures", "all-cases",
+            "failure-table", "case-table"} <= page.ids()
+    assert verdict_line(doctored_run()) in page.texts
+    for value in ("trn3 <fake>", "2.21 & co", "host-1", "smoke", "cold", "600"):
+        assert value in page.texts, value
+    assert "comparison" not in page.ids()  # no baseline given
+
+
+def test_grid_has_one_coloured_linked_cell_per_case(report):
+    _, page, _ = report
+    cells = [a for t, a in page.tags if t == "a" and a.get("title", "").count(": ")]
+    titles = {a["title"].rsplit(": ", 1)[0]: a for a in cells}
+    records = doctored_run().records
+    assert set(titles) >= {r.case_id for r in records}
+    for rec in records:
+        failing = rec.label is not Label.PASS
+        assert titles[rec.case_id]["href"] == ("#fail:" if failing else "#") + rec.case_id
+    cell_classes = [a["class"] for t, a in page.tags if t == "td" and
+                    a.get("class", "").startswith("l-")]
+    for label in Label:
+        assert f"l-{label.value}" in cell_classes
+
+
+def test_failure_table_lists_each_non_passing_case_with_metrics_and_rerun(report):
+    _, page, _ = report
+    failing = {a["id"][len("fail:"):] for a in page.find("tr") if a.get("id", "").startswith("fail:")}
+    assert failing == {cid for label, cid in LABEL_CASES.items() if label is not Label.PASS}
+    text = "".join(page.texts)
+    mismatch = LABEL_CASES[Label.MISMATCH]
+    for fragment in ("error ratio: 3.25", "max abs err: 0.5", "worst row at: b0 h3 q17",
+                     "NaN: 2", "failed rules: global, row", "custom_extra: x<y",
+                     f"pytest conformance/ --backend neuron --profile smoke -k '{mismatch}'"):
+        assert fragment in text, fragment
+    every_id = {a["id"] for a in page.find("tr") if "id" in a and not a["id"].startswith("fail:")}
+    assert every_id == {r.case_id for r in doctored_run().records}
+
+
+def test_hostile_text_is_shown_as_text_never_as_markup(report):
+    html, page, _ = report
+    assert "<script>alert(1)" not in html and "<img" not in html and "<b>bold" not in html
+    assert HOSTILE in page.texts  # the message, decoded, as one text node of the <pre>
+    assert [t for t, _ in page.tags].count("script") == 1  # only the report's own script
+    assert not page.find("img") and not page.find("b")
+    assert any(a.get("title", "").startswith(ODD_ID + ": PASS") for a in page.find("a"))
+    assert ODD_ID in page.ids()  # the row anchor keeps the id intact
+
+
+def test_summary_markdown_is_short_and_escaped(report):
+    _, _, summary = report
+    assert "<script>" not in summary and "&lt;script&gt;" in summary
+    assert "2/11 PASS" in summary and "does not conform" in summary
+    for label in Label:
+        assert f"| {label.value} | " in summary
+    assert summary.count(f"`{LABEL_CASES[Label.CRASH]}`") == 1
+    assert len(summary.splitlines()) < 60
+
+
+def test_compile_time_chart_switches_to_log_scale_and_draws_timeouts(tmp_path):
+    narrow = run([record(case_id(seq=s), compile_seconds=t)
+                  for s, t in ((128, 2.0), (256, 4.0), (512, 6.0))])
+    wide = run([record(case_id(seq=128), compile_seconds=0.05),
+                record(case_id(seq=256), compile_seconds=50.0),
+                record(case_id(seq=512), Label.COMPILE_TIMEOUT, compile_seconds=None)])
+    for name, results in (("narrow", narrow), ("wide", wide)):
+        write_report(results, tmp_path / name)
+    narrow_page = Page((tmp_path / "narrow" / "index.html").read_text())
+    wide_page = Page((tmp_path / "wide" / "index.html").read_text())
+    assert narrow_page.find("svg")[0]["aria-label"].endswith("linear scale")
+    assert wide_page.find("svg")[0]["aria-label"].endswith("log scale")
+    assert len(narrow_page.find("rect")) == 3 and not narrow_page.find("line", class_="timeout")
+    timeout_bar = wide_page.find("rect", class_="b-COMPILE_TIMEOUT")[0]
+    timeout_line = wide_page.find("line", class_="timeout")[0]
+    assert float(timeout_bar["y"]) == pytest.approx(float(timeout_line["y1"]), abs=1)
+    assert "compile timeout 600 s" in wide_page.texts
+
+
+def test_baseline_comparison_lists_regressions_fixes_new_missing_and_slower(tmp_path):
+    a, b, c, d, e = (case_id(seq=s) for s in (128, 256, 512, 1024, 2048))
+    old = run([record(a), record(b, Label.MISMATCH), record(c, compile_seconds=4.0),
+               record(d)])
+    new = run([record(a, Label.COMPILE_TIMEOUT, compile_seconds=None), record(b),
+               record(c, compile_seconds=5.2), record(e)])
+    write_report(new, tmp_path, baseline=old)
+    page = Page((tmp_path / "index.html").read_text())
+    def rows(table_id):
+        html = (tmp_path / "index.html").read_text()
+        start = html.index(f'<table id="{table_id}"')
+        return Page(html[start:html.index("</table>", start)])
+    assert "Against baseline: 1 regression · 1 fix · 0 other label changes · 1 new case · " \
+           "1 missing case · 1 slower to compile" in page.texts
+    assert rows("regressions").find("a")[0]["href"] == f"#{a}"
+    assert b in rows("fixes").texts and e in rows("new-cases").texts
+    assert d in rows("missing-cases").texts and c in rows("compile-slower").texts
+    html = (tmp_path / "index.html").read_text()
+    assert html.index('id="regressions"') < html.index('id="fixes"') < html.index('id="matrix"')
+    summary = (tmp_path / "summary.md").read_text()
+    assert "### Regressions (1)" in summary and f"`{a}`" in summary
+
+
+def test_several_runs_side_by_side_show_disagreements_and_compile_time_per_run(tmp_path):
+    a, b = case_id(seq=128), case_id(seq=256)
+    runs = [run([record(a, compile_seconds=1.0), record(b)]),
+            run([record(a, compile_seconds=2.0), record(b, Label.CRASH)]),
+            run([record(a, compile_seconds=3.0)])]
+    write_runs_report(runs, tmp_path, names=["2.31.json", "2.32.json", "2.33.json"])
+    html = (tmp_path / "index.html").read_text()
+    start = html.index('<table id="disagreements"')
+    disagreements = Page(html[start:html.index("</table>", start)])
+    assert b in disagreements.texts and a not in disagreements.texts
+    assert {"PASS", "CRASH", "absent"} <= set(disagreements.texts)
+    start = html.index('<table id="side-all"')
+    side = Page(html[start:html.index("</table>", start)])
+    assert {"1.00", "2.00", "3.00"} <= set(side.texts)
+    page = Page(html)
+    assert "Against 2.32.json: 0 regressions · 0 fixes · 0 other label changes · 0 new cases · " \
+           "1 missing case · 1 slower to compile" in page.texts  # last run vs the one before
+
+
+def test_rerun_command_names_backend_profile_and_exact_case():
+    results = run([record(case_id())], backend="cpu-inductor", profile="smoke")
+    assert rerun_command(results, "causal/b1-h8x8-s128x128-d128/bf16/fwd") == (
+        "pytest conformance/ --backend cpu-inductor --profile smoke "
+        "-k 'causal/b1-h8x8-s128x128-d128/bf16/fwd'")
+
+
+def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, capsys):
+    write_results(doctored_run(), tmp_path / "old.json")
+    write_results(doctored_run(seed=1), tmp_path / "new.json")
+    out = tmp_path / "out"
+    assert main(["report", str(tmp_path / "old.json"), str(tmp_path / "new.json"),
+                 "-o", str(out)]) == 0
+    assert "old.json" in Page((out / "index.html").read_text()).texts
+    (tmp_path / "bad.json").write_text(json.dumps({"schema": "something else"}))
+    assert main(["report", str(tmp_path / "bad.json"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.json" in err[0] and "not a valid results file" in err[0]
+
+
+def test_reports_never_import_torch():
+    code = ("import sys, reports.render, reports.gate, reports.expectations_update, "
+            "reports.cmd_report, reports.cmd_gate, reports.cmd_expectations, reports.junit, "
+            "reports.synthetic; assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
