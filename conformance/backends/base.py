@@ -27,6 +27,13 @@ class WorkerSlot:
     count: int  # number of workers
 
 
+def threads_per_worker(slot: WorkerSlot) -> int:
+    """A fair share of the machine's cores for one worker (at least 1)."""
+    import os
+
+    return max(1, (os.cpu_count() or 1) // max(1, slot.count))
+
+
 #: fn(q, k, v, score_mod, block_mask) -> output tensor
 AttentionFn = Callable[..., Any]
 
@@ -68,6 +75,16 @@ class Backend:
     def device(self) -> str:
         """The torch device string the child runs on (after child_env took effect)."""
         return self.device_type
+
+    def warm_up(self) -> None:
+        """In the child, once at start: pay one-time start-up costs (compiler initialisation)
+        so that no case's compile seconds include them. Errors here are logged, not fatal."""
+
+    def begin_case(self, cache_dir: str | None, cold: bool) -> None:
+        """In the child, before each case: forget everything compiled for earlier cases (each
+        case compiles afresh for its static shape), clear compile counters, and point the
+        compiler cache at ``cache_dir`` (None: leave it). ``cold`` asks for empty in-memory
+        caches too (the run uses ``--compile-cache cold``)."""
 
     def prepare(self, case: Case) -> AttentionFn:
         """In the child: the callable that computes the case (compiled lazily on first call)."""

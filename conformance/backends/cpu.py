@@ -1,0 +1,152 @@
+"""The built-in CPU backends: flex_attention run eagerly, and compiled by Inductor.
+
+``cpu-inductor`` compiles ``flex_attention`` with ``fullgraph=True`` (a graph break raises
+instead of silently running part of the call eagerly) and ``dynamic=False`` (every case
+compiles for its own static shape). ``begin_case`` resets Dynamo before each case, so a
+reused child never turns a later compile into a cheap dynamic-shape recompile, and in cold
+mode also clears Inductor's in-memory code caches (a new cache directory alone is not
+enough: a kernel compiled earlier in the process would be loaded from memory).
+Inductor's CPU lowering of flex_attention raises rather than falling back to eager.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cases.model import Case
+from conformance.backends.base import AttentionFn, Backend, WorkerSlot, threads_per_worker
+
+#: A tiny case compiled once when a child starts: it pays the process's one-time compiler
+#: start-up (~15 s on a 2-core machine) so that no case's compile seconds include it.
+WARM_UP_SHAPE = (1, 1, 32, 16)  # B, H, S, D
+
+
+class CpuEager(Backend):
+    name = "cpu-eager"
+    description = "flex_attention called eagerly on the CPU (unfused reference path of torch)"
+    device_type = "cpu"
+    compiled = False
+
+    def environment(self) -> dict[str, Any]:
+        env = super().environment()
+        env.update(device="cpu", device_name=_cpu_name(), cpu_count=os.cpu_count())
+        return env
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.mode != "fwd":
+            return "FlexAttention does not support backward on CPU (torch raises for it)"
+        return None
+
+    def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": ""}  # never touch a GPU by accident
+
+    def warm_up(self) -> None:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        b, h, s, d = WARM_UP_SHAPE
+        q = torch.randn(b, h, s, d)
+        flex_attention(q, q, q)
+
+    def prepare(self, case: Case) -> AttentionFn:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        def eager(q, k, v, score_mod, block_mask):
+            return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+        return eager
+
+
+class CpuInductor(CpuEager):
+    name = "cpu-inductor"
+    description = "torch.compile(flex_attention, fullgraph=True, dynamic=False) on the CPU (Inductor)"
+    compiled = True
+
+    def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
+        env = super().child_env(slot, cache_dir)
+        # Inductor's parallel compile pool would otherwise start one process per core in
+        # every worker's child and oversubscribe the machine.
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads_per_worker(slot))
+        if cache_dir:
+            env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        return env
+
+    def environment(self) -> dict[str, Any]:
+        env = super().environment()
+        env["compiler"] = "inductor"
+        env["cxx"] = _cxx_version()
+        return env
+
+    def warm_up(self) -> None:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        b, h, s, d = WARM_UP_SHAPE
+        q = torch.randn(b, h, s, d)
+        torch.compile(flex_attention, fullgraph=True, dynamic=False)(q, q, q)
+
+    def begin_case(self, cache_dir: str | None, cold: bool) -> None:
+        import torch
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        if cold:
+            clear = getattr(torch._inductor.utils, "clear_caches", None)  # torch >= 2.6
+            if clear is not None:
+                clear()
+        if cache_dir:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        counters.clear()
+
+    def prepare(self, case: Case) -> AttentionFn:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        compiled = torch.compile(flex_attention, fullgraph=True, dynamic=False)
+
+        def inductor(q, k, v, score_mod, block_mask):
+            return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+        return inductor
+
+    def cache_hit(self) -> bool | None:
+        return inductor_cache_hit()
+
+
+def inductor_cache_hit() -> bool | None:
+    """Whether the last compile was served by Inductor's FX graph cache (None: no lookup)."""
+    from torch._dynamo.utils import counters
+
+    stats = counters["inductor"]
+    if stats.get("fxgraph_cache_hit", 0):
+        return True
+    if stats.get("fxgraph_cache_miss", 0) or stats.get("fxgraph_cache_bypass", 0):
+        return False
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _cxx_version() -> str:
+    import shutil
+    import subprocess
+
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or ""
+    if not cxx:
+        return "none found"
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.splitlines()[0] if out.stdout else cxx
+    except (OSError, subprocess.SubprocessError):
+        return cxx

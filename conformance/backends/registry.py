@@ -1,0 +1,102 @@
+"""Finding a backend by name: built-ins, installed plugins, ``module:object`` and ``auto``.
+
+A backend is named on the command line as one of:
+- a registered name: a built-in (``BUILTIN``) or an installed plugin, i.e. an entry point in
+  the group ``flexattention_conformance.backends`` whose value is ``package.module:object``;
+- ``package.module:object``: a backend importable from the current environment;
+- ``auto``: the first available backend of ``AUTO_PREFERENCE``.
+``object`` may be a Backend subclass (instantiated without arguments), an instance, or a
+function returning one. Modules are imported only when their backend is asked for.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from conformance.backends.base import Backend
+
+ENTRY_POINT_GROUP = "flexattention_conformance.backends"
+
+#: Built-in backends: name -> "module:object" (imported lazily).
+BUILTIN: dict[str, str] = {
+    "cpu-eager": "conformance.backends.cpu:CpuEager",
+    "cpu-inductor": "conformance.backends.cpu:CpuInductor",
+}
+
+#: What ``auto`` picks: the first of these that is registered and available here.
+AUTO_PREFERENCE = ("cuda-inductor", "neuron", "cpu-inductor")
+
+
+class BackendError(ValueError):
+    """A backend that cannot be used; the message says which and what to do."""
+
+
+def registered() -> dict[str, str]:
+    """Every backend known by name: built-ins, then installed plugins (name -> target)."""
+    names = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(ep.name, ep.value)
+    return names
+
+
+def load_backend(spec: str) -> Backend:
+    """The backend named ``spec`` (a registered name or ``package.module:object``), available
+    or not; ``auto`` is resolved by ``resolve_backend``."""
+    names = registered()
+    target = names.get(spec)
+    if target is None and ":" not in spec:
+        raise BackendError(
+            f"unknown backend {spec!r}; available: auto, {', '.join(names)}"
+            " (or package.module:object)")
+    return _instantiate(target or spec, spec)
+
+
+def resolve_backend(spec: str) -> Backend:
+    """The backend to run: ``spec`` itself if available, or for ``auto`` the best available.
+
+    Raises BackendError naming the backend and the reason when it cannot run here.
+    """
+    if spec == "auto":
+        names = registered()
+        reasons = []
+        for name in AUTO_PREFERENCE:
+            if name not in names:
+                continue
+            backend = load_backend(name)
+            availability = backend.availability()
+            if availability.available:
+                return backend
+            reasons.append(f"{name}: {availability.reason}")
+        raise BackendError("no backend is available for --backend auto; " + "; ".join(reasons))
+    backend = load_backend(spec)
+    availability = backend.availability()
+    if not availability.available:
+        raise BackendError(f"backend {spec!r} is not available here: {availability.reason}")
+    return backend
+
+
+def _instantiate(target: str, spec: str) -> Backend:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise BackendError(f"bad backend {spec!r}; write package.module:object")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendError(f"backend {spec!r}: cannot import {module_name!r} ({exc});"
+                           " install it or fix PYTHONPATH") from None
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise BackendError(f"backend {spec!r}: module {module_name!r} has no {attr!r}") from None
+    if isinstance(obj, type) and issubclass(obj, Backend):
+        obj = obj()
+    elif not isinstance(obj, Backend) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Backend):
+        raise BackendError(f"backend {spec!r} is a {type(obj).__name__}, not a"
+                           " conformance.backends.base.Backend (subclass it)")
+    if not obj.name:
+        raise BackendError(f"backend {spec!r} has an empty name; set the class attribute `name`")
+    return obj

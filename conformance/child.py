@@ -1,0 +1,198 @@
+"""The child process: runs cases of one backend, one at a time, reporting each phase.
+
+Started by ``conformance.supervisor`` as
+``python -m conformance.child --backend SPEC --events-fd N`` in a session of its own (so the
+watchdog can kill it with every compiler subprocess it started). Requests arrive as JSON lines
+on stdin; events leave as JSON lines on fd N. stdout and stderr go to a log file, so nothing a
+compiler prints can corrupt the protocol. Events:
+
+    {"event": "phase", "phase": "warm-up" | "setup" | "compile" | "run"}
+    {"event": "ready", "warm_up_seconds": s, "warm_up_error": str | null}
+    {"event": "done", "setup_seconds": s, "compile_seconds": s, "run_seconds": s,
+     "cache_hit": bool | null, "output_path": path}
+    {"event": "error", "phase": p, "kind": "error" | "oom" | "unsupported" | "harness",
+     "message": "Type: first line", "detail": "traceback"}
+
+The output tensor goes through a file (it can be tens of MB), never through the pipe.
+The verdict is not computed here: the parent compares the output with the reference.
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+#: The exact start of upstream flex_attention's error for a device it does not support;
+#: it is raised before any kernel runs and means UNSUPPORTED, never a failure.
+UNSUPPORTED_DEVICE_TEXT = "FlexAttention is only supported on"
+_OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+Emit = Callable[..., None]
+
+
+def classify_exception(exc: BaseException) -> str:
+    """The kind of a failure: oom, unsupported or error."""
+    text = str(exc)
+    if isinstance(exc, MemoryError) or any(t in text.lower() for t in _OOM_TEXTS):
+        return "oom"
+    if UNSUPPORTED_DEVICE_TEXT in text:
+        return "unsupported"
+    return "error"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` for the unsupported mapping (exact text) and for one-line summaries."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class CaseFailed(Exception):
+    def __init__(self, phase: str, kind: str, exc: BaseException):
+        super().__init__(phase)
+        self.phase, self.kind, self.exc = phase, kind, exc
+
+
+def _guard(phase: str, fn: Callable[[], Any], harness: bool = False) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a labelled event
+        raise CaseFailed(phase, "harness" if harness else classify_exception(exc), exc) from exc
+
+
+def run_case(backend, request: dict, emit: Emit) -> None:
+    """Run one case; emits phase events and exactly one ``done`` or ``error`` event (the
+    error carries the seconds of the phases that finished)."""
+    timings: dict[str, Any] = {}
+    try:
+        _run_phases(backend, request, emit, timings)
+        emit(event="done", **timings)
+    except CaseFailed as failed:
+        detail = "".join(traceback.format_exception(failed.exc)[-12:])
+        emit(event="error", phase=failed.phase, kind=failed.kind,
+             message=describe_exception(failed.exc), detail=detail, **timings)
+
+
+def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from cases.inputs import make_inputs
+    from cases.model import Case
+    from cases.variants import build_mods
+
+    emit(event="phase", phase="setup")
+    start = time.perf_counter()
+    case = _guard("setup", lambda: Case.from_json(request["case"]), harness=True)
+    _guard("setup", lambda: backend.begin_case(request.get("cache_dir"), request.get("cold", True)))
+    device = _guard("setup", backend.device)
+    inputs = _guard("setup", lambda: make_inputs(case, request.get("seed", 0)), harness=True)
+    mods = _guard("setup", lambda: build_mods(case.variant, case.shape, device), harness=True)
+    inputs = _guard("setup", lambda: inputs.to(device))
+    shape = case.shape
+
+    def block_mask():
+        if mods.mask_mod is None:
+            return None
+        b, h = (shape.B, shape.Hq) if mods.per_batch_head else (None, None)
+        return create_block_mask(mods.mask_mod, b, h, shape.Sq, shape.Skv, device=device)
+
+    mask = _guard("setup", block_mask)
+    fn = _guard("setup", lambda: backend.prepare(case))
+    timings["setup_seconds"] = time.perf_counter() - start
+
+    def call():
+        out = fn(inputs.q, inputs.k, inputs.v, mods.score_mod, mask)
+        backend.synchronize()
+        return out
+
+    emit(event="phase", phase="compile")
+    start = time.perf_counter()
+    out = _guard("compile", call)
+    timings["compile_seconds"] = time.perf_counter() - start
+    timings["cache_hit"] = backend.cache_hit()
+
+    emit(event="phase", phase="run")
+    times = []
+    for _ in range(max(1, int(request.get("runs", 3)))):
+        start = time.perf_counter()
+        out = _guard("run", call)
+        times.append(time.perf_counter() - start)
+    output_path = request["output_path"]
+    _guard("run", lambda: torch.save(_as_tensor(out).detach().to("cpu"), output_path), harness=True)
+    timings["run_seconds"] = statistics.median(times)
+    timings["output_path"] = output_path
+
+
+def _as_tensor(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _die_with_parent() -> None:
+    """When the pytest worker dies, take this child and its compiler processes along."""
+    parent = os.getppid()
+    try:  # Linux: the kernel sends SIGKILL when the parent exits
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os.killpg(0, signal.SIGKILL)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.child")
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--events-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    events = os.fdopen(args.events_fd, "w", buffering=1)
+    lock = threading.Lock()
+
+    def emit(**event: Any) -> None:
+        with lock:
+            events.write(json.dumps(event) + "\n")
+            events.flush()
+
+    faulthandler.enable()  # a segfault leaves a Python traceback in the log
+    _die_with_parent()
+    import torch
+
+    threads = int(os.environ.get("FLEXCONF_NUM_THREADS", "0"))
+    if threads > 0:
+        torch.set_num_threads(threads)
+    from conformance.backends.registry import load_backend
+
+    backend = load_backend(args.backend)
+    emit(event="phase", phase="warm-up")
+    start, warm_error = time.perf_counter(), None
+    try:
+        backend.warm_up()
+    except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
+        warm_error = describe_exception(exc)
+        traceback.print_exc()
+    emit(event="ready", pid=os.getpid(), warm_up_seconds=time.perf_counter() - start,
+         warm_up_error=warm_error)
+    for line in sys.stdin:
+        if line.strip():
+            run_case(backend, json.loads(line), emit)
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Estimated peak memory of a case, for the memory gate (and cost, for balancing shards).
+
+Rough on purpose, and erring high: a case counts what its child allocates (inputs, output,
+block mask, the score matrix an unfused eager path materialises, compiler working memory)
+plus what the parent holds for the verdict (float64 golden, baseline, observed output, and the
+reference's bounded chunk workspace). ``create_block_mask`` evaluates the mask over the whole
+[B?, H?, Sq, Skv] grid in several temporaries, measured here at ~9 bytes per element.
+"""
+from __future__ import annotations
+
+from cases.model import Case
+
+GiB = 1 << 30
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Bytes per element of the grid create_block_mask evaluates (measured, rounded up).
+_MASK_BYTES_PER_ELEMENT = 10
+#: Working memory of a compiler in the child (Inductor measured ~0.6 GiB; rounded up).
+_COMPILER_BYTES = 1 * GiB
+#: The reference's chunk workspace (score chunks of 8 Mi float64 elements, a few copies).
+_REFERENCE_WORKSPACE = 512 << 20
+
+
+def tensor_bytes(case: Case) -> tuple[int, int, int]:
+    """Elements of q (and the output), of k plus v, and of one full score matrix."""
+    s = case.shape
+    q = s.B * s.Hq * s.Sq * s.D
+    kv = 2 * s.Bkv * s.Hkv * s.Skv * s.D
+    scores = s.B * s.Hq * s.Sq * s.Skv
+    return q, kv, scores
+
+
+def child_peak_bytes(case: Case, compiled: bool, per_batch_head: bool = False) -> int:
+    q, kv, scores = tensor_bytes(case)
+    s = case.shape
+    item = _DTYPE_BYTES[case.dtype]
+    mask_grid = (s.B * s.Hq if per_batch_head else 1) * s.Sq * s.Skv
+    total = (2 * q + kv) * item + mask_grid * _MASK_BYTES_PER_ELEMENT
+    if compiled:
+        total += _COMPILER_BYTES
+    else:  # eager flex_attention materialises scores, mask and probabilities in float32
+        total += 3 * scores * 4
+    if case.mode != "fwd":
+        total *= 2
+    return total
+
+
+def parent_peak_bytes(case: Case) -> int:
+    q, kv, _ = tensor_bytes(case)
+    # float64 copies of q, k, v and the golden output, the float32 baseline, observed output
+    return (2 * q + kv) * 8 + q * (4 + _DTYPE_BYTES[case.dtype]) + _REFERENCE_WORKSPACE
+
+
+def case_peak_bytes(case: Case, compiled: bool, per_batch_head: bool = False) -> int:
+    """Estimated bytes a case needs at its peak, child and parent together."""
+    return child_peak_bytes(case, compiled, per_batch_head) + parent_peak_bytes(case)
+
+
+def relative_cost(case: Case) -> float:
+    """A unitless cost of running a case (score elements plus a fixed compile share), for
+    balancing work across shards and workers."""
+    _, _, scores = tensor_bytes(case)
+    return scores * case.shape.D / 1e9 + 1.0

@@ -1,0 +1,255 @@
+"""The watchdog: one child process per worker, phase budgets, kill and replace.
+
+The parent (a pytest worker) starts the child in its own session, sends it one case at a time
+and follows its phase events. Each phase has a budget: the compile phase (and the backend's
+warm-up) ``compile_timeout``, setup and run ``run_timeout``. When a budget runs out, the
+whole process group is killed (compiler subprocesses included) and the case gets the label of
+the phase that ran out; a child that died is reported as a crash with its signal. Either way
+the next case gets a fresh child. Budgets are enforced here, never by a signal in the child.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from conformance.observation import Observation
+
+_EOF = object()
+_TIMEOUT = object()
+#: Budget of the start phase (Python and torch imports), in seconds.
+START_TIMEOUT = 300.0
+LOG_TAIL_LINES = 15
+_TIMING_KEYS = ("setup_seconds", "compile_seconds", "run_seconds", "cache_hit")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    compile_timeout: float
+    run_timeout: float
+
+    def of(self, phase: str) -> tuple[float, str]:
+        """The seconds allowed for ``phase`` and the option that sets them."""
+        if phase in ("compile", "warm-up"):
+            return self.compile_timeout, "--compile-timeout"
+        if phase == "start":
+            return START_TIMEOUT, "the start-up limit"
+        return self.run_timeout, "--run-timeout"
+
+
+class ChildSupervisor:
+    """Runs requests in a (reused) child of ``backend_spec``; see module docstring."""
+
+    def __init__(self, backend_spec: str, env: dict[str, str], workdir: Path, budgets: Budgets):
+        self.backend_spec, self.env, self.budgets = backend_spec, env, budgets
+        self.workdir = Path(workdir)
+        self.proc: subprocess.Popen | None = None
+        self._reader: _EventReader | None = None
+        self._log_path: Path | None = None
+        self._started = 0
+        self._oom_kills = 0
+
+    # -- public ---------------------------------------------------------------------------
+    def run(self, request: dict) -> Observation:
+        """Run one case request; always returns an Observation (kills the child on failure)."""
+        try:
+            if self.proc is None:
+                failure = self._start()
+                if failure is not None:
+                    return failure
+            log_offset = self._log_size()
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            return self._follow("setup", log_offset)
+        except BrokenPipeError:
+            return self._died("setup", self._log_size())
+        except BaseException:  # Ctrl-C, pytest stopping: never leave a child behind
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Kill the child and its process group (idempotent)."""
+        if self.proc is None:
+            return
+        _kill_group(self.proc)
+        for stream in (self.proc.stdin,):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self._reader:
+            self._reader.close()
+        self.proc, self._reader = None, None
+
+    # -- internals ------------------------------------------------------------------------
+    def _start(self) -> Observation | None:
+        self._started += 1
+        self._log_path = self.workdir / f"child-{self._started}.log"
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)
+        env.update(self.env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._oom_kills = _cgroup_oom_kills()
+        with open(self._log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conformance.child", "--backend", self.backend_spec,
+                 "--events-fd", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(write_fd,), start_new_session=True, text=True)
+        os.close(write_fd)
+        self._reader = _EventReader(read_fd)
+        phase = "start"
+        deadline = time.monotonic() + self.budgets.of(phase)[0]
+        while True:
+            event = self._reader.next(deadline)
+            if event is _TIMEOUT:
+                return self._timed_out(phase, 0)
+            if event is _EOF:
+                return self._died(phase, 0)
+            if event.get("event") == "phase":
+                phase = event["phase"]
+                deadline = time.monotonic() + self.budgets.of(phase)[0]
+            elif event.get("event") == "ready":
+                return None
+
+    def _follow(self, phase: str, log_offset: int) -> Observation:
+        phase_start = time.monotonic()
+        deadline = phase_start + self.budgets.of(phase)[0]
+        timings: dict = {}
+        while True:
+            event = self._reader.next(deadline)
+            if event is _TIMEOUT or event is _EOF:
+                # the seconds the unfinished phase ran before the kill or the death
+                timings[f"{phase}_seconds"] = time.monotonic() - phase_start
+                end = self._timed_out if event is _TIMEOUT else self._died
+                return replace(end(phase, log_offset), **timings)
+            kind = event.get("event")
+            timings.update({k: event[k] for k in _TIMING_KEYS if k in event})
+            if kind == "phase":
+                phase = event["phase"]
+                phase_start = time.monotonic()
+                deadline = phase_start + self.budgets.of(phase)[0]
+            elif kind == "done":
+                return Observation("ok", "run", output_path=event.get("output_path"), **timings)
+            elif kind == "error":
+                if event["kind"] == "oom":  # the allocator may be left in a bad state
+                    self.close()
+                message = event["message"]
+                if event["kind"] != "unsupported":
+                    message = f"{event['phase']}: {message}\n{event.get('detail', '')}".rstrip()
+                return Observation(event["kind"], event["phase"], message, **timings)
+
+    def _timed_out(self, phase: str, log_offset: int) -> Observation:
+        seconds, option = self.budgets.of(phase)
+        tail = self._log_tail(log_offset)
+        self.close()
+        what = "the backend's warm-up compile" if phase == "warm-up" else f"the {phase} phase"
+        message = (f"{what} did not finish within {seconds:g} s ({option}); "
+                   "the child and its process group were killed")
+        return Observation("timeout", phase, _with_tail(message, tail))
+
+    def _died(self, phase: str, log_offset: int) -> Observation:
+        proc = self.proc
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # closed its pipe but lives on: treat as hung
+            return self._timed_out(phase, log_offset)
+        tail = self._log_tail(log_offset)
+        oom_killed = _cgroup_oom_kills() > self._oom_kills
+        self.close()
+        if code < 0:
+            name = _signal_name(-code)
+            if oom_killed and -code == signal.SIGKILL:
+                return Observation("oom", phase, _with_tail(
+                    f"the child was killed by the kernel's OOM killer during {phase}", tail))
+            return Observation("crash", phase, _with_tail(
+                f"the child process was killed by {name} during {phase}", tail))
+        if phase == "start":
+            return Observation("harness", phase, _with_tail(
+                f"the child process could not start (exit status {code}); see its log", tail))
+        return Observation("crash", phase, _with_tail(
+            f"the child process exited with status {code} during {phase}", tail))
+
+    def _log_size(self) -> int:
+        try:
+            return self._log_path.stat().st_size
+        except (OSError, AttributeError):
+            return 0
+
+    def _log_tail(self, offset: int) -> str:
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except (OSError, TypeError):
+            return ""
+        return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+class _EventReader:
+    """JSON lines from a pipe, with a deadline (select) and no thread."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def next(self, deadline: float):
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _TIMEOUT
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                return _TIMEOUT
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return _EOF
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session and group
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _with_tail(message: str, tail: str) -> str:
+    return f"{message}\n--- child log (last lines) ---\n{tail}" if tail.strip() else message
+
+
+def _cgroup_oom_kills() -> int:
+    """The OOM-kill count of this cgroup (v2), or 0 where it cannot be read."""
+    try:
+        with open("/sys/fs/cgroup/memory.events") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0

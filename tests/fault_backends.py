@@ -1,0 +1,148 @@
+"""Test-only backends that misbehave on purpose, one per label (docs/labels.md).
+
+Each is ``cpu-eager`` except on cases of the variant ``causal``, where it fails in one
+phase in one way: the call of the compile phase (the first call) or of the run phase (the
+later calls). Cases of other variants compute correctly and must PASS, which proves that the
+case after a fault still runs. Select one with ``--backend tests.fault_backends:NAME``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import time
+
+from cases.model import Case
+from conformance.backends.cpu import CpuEager
+
+FAULTY_VARIANT = "causal"
+#: When set, a hanging backend writes the pid of a subprocess it started (a stand-in for a
+#: compiler process) to this file, so a test can check that the watchdog killed it too.
+GRANDCHILD_PID_FILE = "FLEXCONF_TEST_GRANDCHILD_PID_FILE"
+
+
+class _Faulty(CpuEager):
+    phase = "compile"
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+        if case.variant.name != FAULTY_VARIANT:
+            return real
+        calls = [0]
+
+        def faulty(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            if (calls[0] == 1) == (self.phase == "compile"):
+                return self.misbehave(real, q, k, v, score_mod, block_mask)
+            return real(q, k, v, score_mod, block_mask)
+
+        return faulty
+
+    def misbehave(self, real, *args):
+        raise NotImplementedError
+
+
+class CompileHang(_Faulty):
+    name = "test-compile-hang"
+
+    def misbehave(self, real, *args):
+        pid_file = os.environ.get(GRANDCHILD_PID_FILE)
+        if pid_file:
+            helper = subprocess.Popen(["sleep", "3600"])
+            with open(pid_file, "w") as f:
+                f.write(str(helper.pid))
+        time.sleep(3600)
+
+
+class RunHang(CompileHang):
+    name = "test-run-hang"
+    phase = "run"
+
+
+class CompileError(_Faulty):
+    name = "test-compile-error"
+
+    def misbehave(self, real, *args):
+        raise RuntimeError("injected compiler failure: lowering not implemented")
+
+
+class RuntimeFault(_Faulty):
+    name = "test-runtime-error"
+    phase = "run"
+
+    def misbehave(self, real, *args):
+        raise RuntimeError("injected device fault: illegal memory access")
+
+
+class Segfault(_Faulty):
+    name = "test-segfault"
+
+    def misbehave(self, real, *args):
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+class Killed(_Faulty):
+    name = "test-sigkill"
+    phase = "run"
+
+    def misbehave(self, real, *args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class OutOfMemory(_Faulty):
+    """Limits the child's address space, then allocates beyond the limit: a real allocator
+    failure ("can't allocate memory"), not a raised MemoryError."""
+
+    name = "test-out-of-memory"
+
+    def misbehave(self, real, *args):
+        import torch
+
+        with open("/proc/self/statm") as f:
+            virtual = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (virtual + (256 << 20), hard))
+        try:
+            torch.ones(1 << 30, dtype=torch.float32)  # 4 GiB
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+class WrongNumbers(_Faulty):
+    """Computes correctly, except that one query row of one head is doubled."""
+
+    name = "test-wrong-numbers"
+    phase = "run"
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+        if case.variant.name != FAULTY_VARIANT:
+            return real
+
+        def wrong(q, k, v, score_mod, block_mask):
+            out = real(q, k, v, score_mod, block_mask).clone()
+            out[0, 0, -1] *= 2
+            return out
+
+        return wrong
+
+
+class Unsupported(CpuEager):
+    name = "test-unsupported"
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        if case.variant.name == FAULTY_VARIANT:
+            return "this test backend declares causal masks unsupported"
+        return None
+
+
+class UnsupportedDevice(_Faulty):
+    """Raises upstream flex_attention's own error for a device type it does not list."""
+
+    name = "test-unsupported-device"
+
+    def misbehave(self, real, *args):
+        raise ValueError("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
+                         "Found input tensors on neuron device.")
