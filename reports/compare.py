@@ -49,7 +49,8 @@ class CompileChange:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What changed from ``baseline`` to ``candidate``; every list is in candidate order."""
+    """What changed from ``baseline`` to ``candidate``; lists are in candidate order, except
+    compile-time changes: the largest change first."""
 
     regressions: tuple[LabelChange, ...]
     fixes: tuple[LabelChange, ...]
@@ -99,6 +100,8 @@ def compare_runs(baseline: RunResults, candidate: RunResults,
             elif t_old >= slower_factor * t_new and t_old - t_new > slack_seconds:
                 faster.append(CompileChange(rec.case_id, t_old, t_new))
     missing = [r for r in baseline.records if r.case_id not in new_ids]
+    slower.sort(key=lambda c: -c.ratio)  # the worst first
+    faster.sort(key=lambda c: c.ratio)  # the most improved first
     both_cold = all(r.options.get("compile_cache") == "cold" for r in (baseline, candidate))
     return Comparison(tuple(regressions), tuple(fixes), tuple(changed), tuple(new),
                       tuple(missing), tuple(slower), tuple(faster), both_cold, slower_factor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cases.model import Shape
-from reports.results import Record
+from reports.results import Label, Record
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,13 @@ class Grid:
     title: str
     columns: list[tuple[int, tuple[int, int]]]  # (batch, (Sq, Skv)), sorted
     rows: list[tuple[str, list[Record | None]]] = field(default_factory=list)
+
+    @property
+    def pass_line(self) -> str:
+        """``18/20 PASS`` over the grid's cases."""
+        records = [rec for _, cells in self.rows for rec in cells if rec is not None]
+        passed = sum(rec.label is Label.PASS for rec in records)
+        return f"{passed}/{len(records)} PASS"
 
     @property
     def batch_spans(self) -> list[tuple[int, int]]:

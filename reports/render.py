@@ -25,6 +25,8 @@ from reports.summary import (comparison_line, conforms, label_counts, non_passin
 TEMPLATES = Path(__file__).with_name("templates")
 #: A message longer than this is cut in the report (results.json keeps all of it).
 MESSAGE_LIMIT = 4000
+#: Cases that compile faster are listed up to this many (most improved first).
+MAX_FASTER_ROWS = 100
 
 LABEL_CODES = {
     Label.PASS: "P", Label.MISMATCH: "MM", Label.COMPILE_TIMEOUT: "CT",
@@ -119,6 +121,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         counts={k.value: v for k, v in label_counts(main.records).items()},
         labels=[(label.value, LABEL_CODES[label], LABEL_HELP[label]) for label in Label],
         side_rows=rows, disagreements=[row for row in rows if not row.agree],
+        max_faster_rows=MAX_FASTER_ROWS,
     )
 
 
