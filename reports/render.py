@@ -7,6 +7,7 @@ sorting and filtering; nothing is fetched.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -65,24 +66,15 @@ class RunView:
     conforms: bool
 
 
-def _environment(jinja_loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+@functools.lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
     env = jinja2.Environment(
-        loader=jinja_loader or jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True)
     env.globals.update(fmt_seconds=fmt_seconds, metric_text=metric_text,
                        seq_text=seq_text, codes={k.value: v for k, v in LABEL_CODES.items()})
-    return env
-
-
-_JINJA: jinja2.Environment | None = None
-
-
-def _template() -> jinja2.Template:
-    global _JINJA
-    if _JINJA is None:
-        _JINJA = _environment()
-    return _JINJA.get_template("index.html.j2")
+    return env.get_template("index.html.j2")
 
 
 def _environment_rows(runs: Sequence[RunView]) -> list[tuple[str, list[str], bool]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -147,3 +148,11 @@ def test_junit_properties_carry_label_and_compile_seconds():
                      "run_seconds": "0.010", "cache_hit": "false", "error_ratio": "3.5"}
     assert dict(junit_properties(record(A, compile_seconds=None,
                                         cache_hit=None)))["compile_seconds"] == ""
+
+
+def test_the_example_in_docs_gate_md_is_a_valid_file():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "gate.md").read_text()
+    example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    known = parse_expectations(example, "docs/gate.md")
+    hit = expected_label(known, "neuron", "causal/b4-h8x8-s8192x8192-d128/bf16/fwd")
+    assert hit is not None and hit[0] is Label.COMPILE_TIMEOUT
