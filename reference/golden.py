@@ -102,7 +102,10 @@ def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor
     visible = mask.reshape(-1, mask.shape[-1]).any(0)
     if visible.shape[0] != num_keys:  # the mask did not depend on kv_idx
         visible = visible.expand(num_keys)
-    cols = visible.nonzero().flatten()
+    return _as_slice(visible.nonzero().flatten())
+
+
+def _as_slice(cols: torch.Tensor) -> slice | torch.Tensor:
     if len(cols) == 0:
         return slice(0, 0)
     first, last = int(cols[0]), int(cols[-1])
@@ -111,29 +114,45 @@ def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor
     return cols
 
 
+def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
+    """Set masked scores to -inf in place, touching only the columns some row masks."""
+    seen_by_all = mask.reshape(-1, mask.shape[-1]).all(0)
+    cols = (~seen_by_all).nonzero().flatten()
+    if len(cols) == 0:
+        return
+    span = slice(int(cols[0]), int(cols[-1]) + 1)
+    scores[..., span].masked_fill_(~mask[..., span], -math.inf)
+
+
 def _attend(q, k, v, keys, mask, mods: Mods, b, h, q_idx, scale: float, group: int,
             probs_dtype: torch.dtype | None):
-    """Softmax attention of one query chunk over the kept key columns."""
+    """Softmax attention of one query chunk over the kept key columns.
+
+    Heads that share a key/value head are stacked along the rows, so both products are plain
+    batched matmuls over the key/value heads with no copies.
+    """
     hq, n, d = q.shape
+    hkv = hq // group
     k_sel, v_sel = k[:, keys], v[:, keys]  # [Hkv, m, D]
     m = k_sel.shape[1]
     if m == 0:  # every row of the chunk is fully masked
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
-    kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
-    scores = (q.view(-1, group, n, d) @ k_sel.transpose(-1, -2).unsqueeze(1)).view(hq, n, m)
+    scores = torch.bmm(q.reshape(hkv, group * n, d), k_sel.transpose(1, 2)).view(hq, n, m)
     scores.mul_(scale)
     if mods.score_mod is not None:
-        scores = mods.score_mod(scores, b, h, q_idx, kv_idx).to(q.dtype).expand(hq, n, m)
+        kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
+        modded = mods.score_mod(scores, b, h, q_idx, kv_idx)
+        scores = modded.to(q.dtype).expand(hq, n, m).contiguous()
     if mask is not None:
-        scores = scores.masked_fill(~mask[..., keys], -math.inf)
+        _apply_mask(scores, mask[..., keys])
     row_max = scores.amax(-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    probs = torch.exp(scores.sub_(row_max))
-    denom = probs.sum(-1, keepdim=True)
+    row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
+    probs = scores.sub_(row_max).exp_()
+    denom = probs.sum(-1, keepdim=True)  # >= 1 (the max term is exp(0)) unless fully masked
     if probs_dtype is not None:
         probs = probs.to(probs_dtype).to(q.dtype)
-    out = (probs.view(-1, group, n, m) @ v_sel.unsqueeze(1)).view(hq, n, -1)
-    out = torch.where(denom > 0, out / denom, torch.zeros_like(out))
+    out = torch.bmm(probs.view(hkv, group * n, m), v_sel).view(hq, n, -1)
+    out.div_(denom.clamp_min(1.0))  # a fully masked row has out = 0 and stays 0
     lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse

@@ -1,0 +1,125 @@
+"""Speed and memory of the float64 golden, against PyTorch's own golden (eager flex_attention on
+float64 inputs) on the same case, and against this machine's float64 matmul rate, in one run.
+
+    python benchmarks/bench_golden.py [--skip-largest] [--markdown docs/performance.md]
+
+Each measurement runs in a fresh subprocess so that peak memory (ru_maxrss) is its own;
+"extra peak" is the peak minus the resident size right after the inputs were made.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = [
+    ("causal", "b2-h8x8-s4096x4096-d64"),
+    ("alibi", "b2-h8x8-s4096x4096-d64"),
+    ("causal", "b4-h8x8-s8192x8192-d128"),
+    ("alibi", "b4-h8x8-s8192x8192-d128"),
+]
+
+_WORKER = r"""
+import json, resource, sys, time, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, ROOT)
+import torch
+from cases import variants as v
+from cases.inputs import make_inputs
+from cases.model import Case, Shape
+from cases.variants import build_mods
+variant, shape, which = sys.argv[1], sys.argv[2], sys.argv[3]
+case = Case(getattr(v, variant)(), Shape.parse(shape), "bf16")
+inputs = make_inputs(case, 0)
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+if which == "ours":
+    from reference.golden import golden_attention
+    out = golden_attention(case, inputs).out
+else:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    mods = build_mods(case.variant, case.shape)
+    s = case.shape
+    bm = create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
+    out = flex_attention(inputs.q.double(), inputs.k.double(), inputs.v.double(),
+                         score_mod=mods.score_mod, block_mask=bm)
+seconds = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": seconds, "extra_peak_mb": (peak - rss0) / 1024,
+                  "checksum": float(out.double().sum())}))
+"""
+
+
+def measure(variant: str, shape: str, which: str, timeout: float) -> dict:
+    code = _WORKER.replace("ROOT", repr(str(ROOT)))
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, variant, shape, which],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": f"exit {proc.returncode}: {last[:120]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def matmul_rate_gflops() -> float:
+    """float64 batched matmul rate at the golden's own chunk shapes (best of 5)."""
+    import torch
+
+    a = torch.randn(8, 256, 128, dtype=torch.float64)
+    b = torch.randn(8, 128, 4096, dtype=torch.float64)
+    c = torch.randn(8, 4096, 128, dtype=torch.float64)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(4):
+            (a @ b) @ c
+        best = min(best, time.perf_counter() - t0)
+    flops = 4 * 2 * 8 * 256 * 128 * 4096
+    return flops / best / 1e9
+
+
+def unmasked_flops(variant: str, shape: str) -> float:
+    sys.path.insert(0, str(ROOT))
+    from cases.model import Shape
+
+    s = Shape.parse(shape)
+    pairs = s.Sq * s.Skv if variant == "full" else s.Sq * (s.Sq + 1) / 2  # causal and alibi
+    return 4.0 * s.B * s.Hq * s.D * pairs  # q.k and p.v, 2 flops per multiply-add
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-largest", action="store_true", help="only the B2 S4096 cases")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    rate = matmul_rate_gflops()
+    print(f"float64 matmul rate: {rate:.1f} GFLOP/s")
+    rows = []
+    for variant, shape in CASES:
+        if args.skip_largest and "s8192" in shape:
+            continue
+        ours = measure(variant, shape, "ours", args.timeout)
+        theirs = measure(variant, shape, "pytorch", args.timeout)
+        row = {"case": f"{variant} {shape}", "ours": ours, "pytorch": theirs}
+        if "seconds" in ours:
+            row["golden_gflops"] = unmasked_flops(variant, shape) / ours["seconds"] / 1e9
+            row["fraction_of_matmul_rate"] = row["golden_gflops"] / rate
+        if "seconds" in ours and "seconds" in theirs:
+            row["speedup"] = theirs["seconds"] / ours["seconds"]
+            row["memory_ratio"] = theirs["extra_peak_mb"] / max(ours["extra_peak_mb"], 1)
+            row["same_output"] = abs(theirs["checksum"] - ours["checksum"]) < 1e-6
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"matmul_gflops": rate, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
