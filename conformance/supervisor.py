@@ -1,11 +1,11 @@
 """The watchdog: one child process per worker, phase budgets, kill and replace.
 
 The parent (a pytest worker) starts the child in its own session, sends it one case at a time
-and follows its phase events. Each phase has a budget: the compile phase (and the backend's
-warm-up) ``compile_timeout``, setup and run ``run_timeout``. When a budget runs out, the
-whole process group is killed (compiler subprocesses included) and the case gets the label of
-the phase that ran out; a child that died is reported as a crash with its signal. Either way
-the next case gets a fresh child. Budgets are enforced here, never by a signal in the child.
+and follows its phase events. Each phase has a budget: compile ``--compile-timeout``; setup
+and run ``--run-timeout``; the child's start-up and warm-up their own (``Budgets.of``). When a
+budget runs out, the whole process group is killed (compiler subprocesses included) and the
+case gets the label of the phase that ran out; a child that died is reported as a crash with
+its signal. Either way the next case gets a fresh child. Budgets are enforced here, never by a signal in the child.
 """
 from __future__ import annotations
 
@@ -35,9 +35,16 @@ class Budgets:
     run_timeout: float
 
     def of(self, phase: str) -> tuple[float, str]:
-        """The seconds allowed for ``phase`` and the option that sets them."""
-        if phase in ("compile", "warm-up"):
+        """The seconds allowed for ``phase`` and the option that sets them.
+
+        The warm-up (a tiny compile when a child starts, once) gets the compile budget but at
+        least START_TIMEOUT: it pays the compiler's one-time start-up, which no case's compile
+        budget is meant to cover.
+        """
+        if phase == "compile":
             return self.compile_timeout, "--compile-timeout"
+        if phase == "warm-up":
+            return max(self.compile_timeout, START_TIMEOUT), "--compile-timeout, at least the start-up limit"
         if phase == "start":
             return START_TIMEOUT, "the start-up limit"
         return self.run_timeout, "--run-timeout"

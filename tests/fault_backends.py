@@ -146,3 +146,18 @@ class UnsupportedDevice(_Faulty):
     def misbehave(self, real, *args):
         raise ValueError("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
                          "Found input tensors on neuron device.")
+
+
+class KillsWorker(_Faulty):
+    """Kills the pytest worker (the child's parent) while compiling, then hangs: the worker's
+    records must still yield a CRASH for the case, and the orphaned child must die too."""
+
+    name = "test-kills-worker"
+
+    def misbehave(self, real, *args):
+        pid_file = os.environ.get(GRANDCHILD_PID_FILE)
+        if pid_file:
+            with open(pid_file, "w") as f:
+                f.write(str(os.getpid()))
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(3600)

@@ -1,0 +1,224 @@
+"""The pytest plugin of the conformance matrix (loaded by the top-level conftest.py).
+
+Roles: without xdist one process does everything; with ``-n N`` the controller clears the
+records at the start and merges them into results.json at the end, and each worker runs its
+cases through its own Executor (one supervised child) and appends records. The plugin is
+active only when the invocation reaches the matrix (``pytest conformance/``); ``pytest tests/``
+leaves report directories alone.
+
+Outcomes: PASS passes, UNSUPPORTED skips with the reason, every other label fails with a message
+whose first line starts with ``[LABEL]``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance import options as opts
+
+MATRIX_DIR = Path(__file__).resolve().parent
+_STATE = pytest.StashKey["ConformanceSession"]()
+
+
+def pytest_addoption(parser) -> None:
+    opts.register(parser)
+
+
+def pytest_configure(config) -> None:
+    try:
+        options = opts.parse(config.getoption, Path(config.invocation_params.dir))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    state = ConformanceSession(config, options)
+    config.stash[_STATE] = state
+    if state.active and state.is_controller:
+        state.validate_backend()
+        state.start_run()
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "conformance_case" in metafunc.fixturenames:
+        cases = metafunc.config.stash[_STATE].cases()
+        metafunc.parametrize("conformance_case", cases, ids=[c.id for c in cases])
+
+
+@pytest.fixture(scope="session")
+def conformance_runner(request):
+    """The worker's runner: executes a case, records it, and turns its label into an outcome."""
+    return request.config.stash[_STATE].runner()
+
+
+def pytest_collection_finish(session) -> None:
+    state = session.config.stash[_STATE]
+    state.expect(_case_ids(item.nodeid for item in session.items))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    node.config.stash[_STATE].expect(_case_ids(ids))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    state = session.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    state.close_runner()
+    if state.active and state.is_controller:
+        state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+def pytest_unconfigure(config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None:
+        state.close_runner()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    state = terminalreporter.config.stash.get(_STATE, None)
+    if state is not None and state.summary_lines:
+        terminalreporter.section("flexattention conformance")
+        for line in state.summary_lines:
+            terminalreporter.write_line(line)
+
+
+def _case_ids(nodeids) -> set[str]:
+    ids = set()
+    for nodeid in nodeids:
+        path, _, rest = nodeid.partition("::")
+        if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
+            ids.add(rest[len("test_case["):-1])
+    return ids
+
+
+class ConformanceSession:
+    """Per-process state of the plugin (kept in config.stash, no globals)."""
+
+    def __init__(self, config, options: opts.RunOptions):
+        self.config, self.options = config, options
+        self.is_worker = hasattr(config, "workerinput")
+        self.is_controller = not self.is_worker
+        self.active = _reaches_matrix(config)
+        self.summary_lines: list[str] = []
+        self._cases = None
+        self._runner = None
+        self._expected: set[str] = set()
+        self._started_at = ""
+
+    # -- cases ----------------------------------------------------------------------------
+    def cases(self) -> list:
+        if self._cases is None:
+            try:
+                self._cases = _select_cases(self.options)
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return self._cases
+
+    def expect(self, case_ids: set[str]) -> None:
+        self._expected |= case_ids
+
+    # -- controller -----------------------------------------------------------------------
+    def validate_backend(self) -> None:
+        from conformance.backends.registry import BackendError, resolve_backend
+
+        if self.options.reference_device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
+                                        "here; use --reference-device cpu")
+        try:
+            self.backend = resolve_backend(self.options.backend)
+        except BackendError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.cases()  # a bad --case-file or --shard fails now, once, in the controller
+
+    def start_run(self) -> None:
+        from conformance.executor import now_iso
+        from conformance.record_store import clear_records
+
+        self._started_at = now_iso()
+        clear_records(self.options.report_dir)
+
+    def finish_run(self, interrupted: bool) -> None:
+        from conformance.executor import now_iso
+        from conformance.record_store import merge_records, write_run
+        from conformance.run_info import suite_version
+
+        report_dir = self.options.report_dir
+        order = [c.id for c in self.cases()]
+        merged = merge_records(report_dir, order)
+        from conformance.runner import run_environment
+
+        environment = merged.environment or run_environment(self.backend, 1)
+        recorded = {r.case_id for r in merged.records}
+        complete = not interrupted and self._expected <= recorded
+        options = self.options.to_record()
+        options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
+        results = write_run(report_dir, merged, environment, options, suite_version(),
+                            self._started_at, now_iso(), complete)
+        counts: dict[str, int] = {}
+        for record in results.records:
+            counts[record.label.value] = counts.get(record.label.value, 0) + 1
+        tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
+                                  f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
+        self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        self.summary_lines.extend(_render_report(results, report_dir))
+
+    # -- worker ---------------------------------------------------------------------------
+    def runner(self):
+        if self._runner is None:
+            self._runner = _build_runner(self.options, getattr(self.config, "workerinput", None))
+        return self._runner
+
+    def close_runner(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+
+def _build_runner(options: opts.RunOptions, workerinput: dict | None):
+    from conformance.runner import Runner
+
+    return Runner(options, workerinput)
+
+
+def _select_cases(options: opts.RunOptions) -> list:
+    from cases.catalog import matrix
+
+    cases = (opts.load_case_file(options.case_file) if options.case_file
+             else matrix(options.profile))
+    if options.shard is None:
+        return cases
+    try:
+        from conformance.sharding import select_shard
+    except ImportError:
+        raise ValueError("--shard needs conformance/sharding.py, which this checkout lacks; "
+                         "run without --shard") from None
+    index, count = options.shard
+    return list(select_shard(cases, index, count))
+
+
+def _reaches_matrix(config) -> bool:
+    """Whether the invocation's paths include the matrix directory (or lie inside it)."""
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0])
+        if not path.is_absolute():
+            path = Path(config.invocation_params.dir) / path
+        path = path.resolve()
+        if path == MATRIX_DIR or MATRIX_DIR in path.parents or path in MATRIX_DIR.parents:
+            return True
+    return False
+
+
+def _render_report(results, report_dir: Path) -> list[str]:
+    try:
+        from reports.render import write_report
+    except ImportError:
+        return []
+    try:
+        write_report(results, report_dir, baseline=None)
+    except Exception as exc:  # noqa: BLE001 - results.json is written; say why the report is not
+        return [f"report not written: {type(exc).__name__}: {exc}"]
+    return [f"report: {report_dir / 'index.html'}"]

@@ -1,0 +1,121 @@
+"""Records on disk while a run goes on, and their merge into results.json at its end.
+
+Each pytest worker appends JSON lines to ``<report-dir>/records/<worker>.jsonl``, flushed and
+fsynced one by one (dEQP's rule: a crash never loses earlier results):
+
+    {"event": "environment", "environment": {...}}         once per worker
+    {"event": "started", "case_id": ..., "case": {...}, "worker": ..., "started_at": ...}
+    {"event": "finished", "record": {...Record.to_json()...}}
+
+``merge_records`` reads every worker's file: a case with a finished record takes it (the last
+one); a case started but never finished (its worker was killed, or the run interrupted) becomes
+CRASH. ``write_run`` writes the merged run with ``reports.results.write_results``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from cases.model import Case
+from reports.results import Label, Record, RunResults, write_results
+
+RECORDS_DIR = "records"
+
+
+def records_dir(report_dir: str | Path) -> Path:
+    return Path(report_dir) / RECORDS_DIR
+
+
+def clear_records(report_dir: str | Path) -> None:
+    """Start a run: remove the previous run's worker files (the controller does this once)."""
+    shutil.rmtree(records_dir(report_dir), ignore_errors=True)
+    records_dir(report_dir).mkdir(parents=True, exist_ok=True)
+
+
+class RecordWriter:
+    """Appends one worker's events; every line is on disk before the call returns."""
+
+    def __init__(self, report_dir: str | Path, worker: str):
+        self.path = records_dir(report_dir) / f"{worker}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def environment(self, environment: dict[str, Any]) -> None:
+        self._write({"event": "environment", "environment": environment})
+
+    def started(self, case: Case, worker: str, started_at: str) -> None:
+        self._write({"event": "started", "case_id": case.id, "case": case.to_json(),
+                     "worker": worker, "started_at": started_at})
+
+    def finished(self, record: Record) -> None:
+        self._write({"event": "finished", "record": record.to_json()})
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, event: dict) -> None:
+        self._file.write(json.dumps(event) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+
+@dataclass(frozen=True)
+class Merged:
+    records: list[Record]  # in case order, then unknown ids sorted
+    environment: dict[str, Any] | None  # the first worker's
+    unfinished: list[str]  # case ids started but never finished (now CRASH records)
+
+
+def read_events(report_dir: str | Path) -> Iterable[dict]:
+    """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
+    for path in sorted(records_dir(report_dir).glob("*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+
+
+def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
+    started: dict[str, dict] = {}
+    finished: dict[str, Record] = {}
+    environment = None
+    for event in read_events(report_dir):
+        kind = event.get("event")
+        if kind == "environment" and environment is None:
+            environment = event["environment"]
+        elif kind == "started":
+            started[event["case_id"]] = event
+        elif kind == "finished":
+            record = Record.from_json(event["record"])
+            previous = finished.get(record.case_id)
+            if previous is None or record.finished_at >= previous.finished_at:
+                finished[record.case_id] = record
+    unfinished = [cid for cid in started if cid not in finished]
+    for cid in unfinished:
+        event = started[cid]
+        finished[cid] = Record(
+            case_id=cid, label=Label.CRASH, case=event.get("case", {}),
+            message=(f"worker {event.get('worker', '?')} stopped while running this case "
+                     "(killed, crashed or interrupted); no result was recorded"),
+            worker=event.get("worker", ""), started_at=event.get("started_at", ""))
+    position = {cid: i for i, cid in enumerate(case_order)}
+    ordered = sorted(finished.values(),
+                     key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
+    return Merged(ordered, environment, unfinished)
+
+
+def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any],
+              options: dict[str, Any], suite_version: str, started_at: str, finished_at: str,
+              complete: bool) -> RunResults:
+    """Write ``<report-dir>/results.json`` and return what was written."""
+    results = RunResults(environment=environment, options=options,
+                         records=tuple(merged.records), suite_version=suite_version,
+                         started_at=started_at, finished_at=finished_at, complete=complete)
+    write_results(results, Path(report_dir) / "results.json")
+    return results

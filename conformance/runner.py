@@ -1,0 +1,101 @@
+"""A pytest worker's runner: record the start, execute, record the end, report the outcome.
+
+One Runner per worker process (one per session without xdist). It owns the worker's
+Executor (and so its supervised child) and its RecordWriter.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cases.model import Case
+from conformance.backends.base import WorkerSlot, threads_per_worker
+from conformance.options import DEFAULT_CACHE_ROOT, RunOptions
+from reports.results import Label, Record
+
+
+def worker_slot(workerinput: dict | None) -> tuple[WorkerSlot, str]:
+    """This process's slot and worker name: from pytest-xdist's ``workerinput`` in a worker
+    (gw3 of 8 -> WorkerSlot(3, 8)), else the only slot, named ``main``."""
+    if not workerinput:
+        return WorkerSlot(0, 1), "main"
+    name = str(workerinput.get("workerid", "gw0"))
+    count = max(1, int(workerinput.get("workercount", 1)))
+    digits = "".join(ch for ch in name if ch.isdigit())
+    index = int(digits) % count if digits else 0  # a restarted worker gets a new number
+    return WorkerSlot(index, count), name
+
+
+def run_environment(backend, workers: int) -> dict:
+    """What results.json says about where the run happened."""
+    from conformance.memory_gate import machine_memory_bytes
+    from conformance.run_info import git_revision, suite_version
+
+    environment = backend.environment()
+    environment.update(suite_version=suite_version(), git_revision=git_revision(),
+                       workers=workers, cpu_count=os.cpu_count(),
+                       memory_bytes=machine_memory_bytes())
+    return environment
+
+
+class Runner:
+    def __init__(self, options: RunOptions, workerinput: dict | None = None):
+        import torch
+
+        from conformance.backends.registry import resolve_backend
+        from conformance.executor import Executor, Settings
+        from conformance.memory_gate import MemoryGate
+        from conformance.record_store import RecordWriter, records_dir
+        from conformance.reference_cache import ReferenceCache
+
+        self.slot, self.worker = worker_slot(workerinput)
+        backend = resolve_backend(options.backend)
+        spec = backend.name if options.backend == "auto" else options.backend
+        torch.set_num_threads(threads_per_worker(self.slot))  # the golden's share
+        settings = Settings(
+            compile_timeout=options.compile_timeout, run_timeout=options.run_timeout,
+            compile_cache=options.compile_cache,
+            warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
+            seed=options.seed, reference_device=options.reference_device)
+        self.writer = RecordWriter(options.report_dir, self.worker)
+        self.writer.environment(run_environment(backend, self.slot.count))
+        self.executor = Executor(
+            backend, spec, self.slot, settings,
+            ReferenceCache(options.reference_cache, options.reference_cache_size),
+            MemoryGate(records_dir(options.report_dir), options.memory_budget), self.worker)
+
+    def check(self, case: Case) -> Record:
+        """Run ``case`` and turn its label into the pytest outcome (see ``outcome``)."""
+        from conformance.executor import now_iso
+
+        started_at = now_iso()
+        self.writer.started(case, self.worker, started_at)
+        try:
+            record = self.executor.execute(case, started_at)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must still leave a record
+            record = Record(case_id=case.id, label=Label.HARNESS_ERROR, case=case.to_json(),
+                            message=f"the harness failed: {type(exc).__name__}: {exc}",
+                            worker=self.worker, started_at=started_at, finished_at=now_iso())
+        self.writer.finished(record)
+        outcome(record)
+        return record
+
+    def close(self) -> None:
+        self.executor.close()
+        self.writer.close()
+
+
+def outcome(record: Record) -> None:
+    """PASS returns; UNSUPPORTED skips; any other label fails, first line ``[LABEL] ...``."""
+    if record.label is Label.PASS:
+        return
+    first, _, rest = (record.message or record.label.value.lower()).partition("\n")
+    text = f"[{record.label.value}] {first}"
+    if record.label is Label.UNSUPPORTED:
+        pytest.skip(text)
+    timings = ", ".join(f"{name} {value:.3g} s" for name, value in (
+        ("setup", record.setup_seconds), ("compile", record.compile_seconds),
+        ("run", record.run_seconds)) if value is not None)
+    details = "\n".join(part for part in (timings, rest) if part)
+    pytest.fail(f"{text}\n{details}".rstrip(), pytrace=False)

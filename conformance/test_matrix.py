@@ -1,0 +1,9 @@
+"""The conformance matrix: one test per case, its id the case id (``-k`` selects by id).
+
+The cases come from the options (``--profile``, ``--case-file``, ``--shard``); the plugin
+(conformance/plugin.py) parametrizes ``conformance_case`` and provides the runner.
+"""
+
+
+def test_case(conformance_case, conformance_runner):
+    conformance_runner.check(conformance_case)

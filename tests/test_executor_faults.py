@@ -1,0 +1,88 @@
+"""Every label from a misbehaving test backend, and the case after each fault still passes.
+
+Each backend of tests/fault_backends.py is cpu-eager except on the ``causal`` case, where it
+fails in one phase in one way. The run is [causal, full] in one Executor: the fault, then a
+correct case in the same executor (a fresh child when the fault killed the old one).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from cases.model import Case, Shape, Variant
+from conformance.backends.base import WorkerSlot
+from conformance.backends.registry import load_backend
+from conformance.executor import Executor, Settings
+from conformance.reference_cache import ReferenceCache
+from reports.results import Label
+from tests import fault_backends
+
+TINY = Shape(1, 2, 2, 64, 64, 16)
+FAULTY = Case(Variant("causal"), TINY)
+HEALTHY = Case(Variant("full"), TINY)
+
+
+def run_cases(spec: str, cases, compile_timeout=60.0, run_timeout=60.0):
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
+                        Settings(compile_timeout=compile_timeout, run_timeout=run_timeout),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        return [executor.execute(case) for case in cases]
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize("backend, label, first_line", [
+    ("CompileError", Label.COMPILE_ERROR, "compile: RuntimeError: injected compiler failure"),
+    ("RuntimeFault", Label.RUNTIME_ERROR, "run: RuntimeError: injected device fault"),
+    ("Segfault", Label.CRASH, "the child process was killed by SIGSEGV during compile"),
+    ("Killed", Label.CRASH, "the child process was killed by SIGKILL during run"),
+    ("OutOfMemory", Label.OUT_OF_MEMORY, "compile: RuntimeError: [enforce fail"),
+    ("WrongNumbers", Label.MISMATCH, ""),
+    ("Unsupported", Label.UNSUPPORTED, "this test backend declares causal masks unsupported"),
+    ("UnsupportedDevice", Label.UNSUPPORTED,
+     "ValueError: FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
+     "Found input tensors on neuron device."),
+])
+def test_fault_gets_its_label_and_the_next_case_passes(backend, label, first_line):
+    fault, after = run_cases(f"tests.fault_backends:{backend}", [FAULTY, HEALTHY])
+    assert fault.label is label, fault.message
+    assert fault.message.startswith(first_line)
+    assert fault.case_id == FAULTY.id and fault.case == FAULTY.to_json()
+    if label is Label.MISMATCH:  # the verdict's numbers and its one-line summary
+        assert fault.metrics and fault.message and "\n" not in fault.message
+    assert after.label is Label.PASS, after.message
+    assert after.compile_seconds is not None and after.run_seconds is not None
+    assert after.metrics  # a PASS keeps the verdict's numbers too
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("backend, label, phase", [
+    ("CompileHang", Label.COMPILE_TIMEOUT, "compile"),
+    ("RunHang", Label.RUN_TIMEOUT, "run"),
+])
+def test_hang_is_killed_with_its_process_group(backend, label, phase, tmp_path, monkeypatch):
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.setenv(fault_backends.GRANDCHILD_PID_FILE, str(pid_file))
+    start = time.monotonic()
+    fault, after = run_cases(f"tests.fault_backends:{backend}", [FAULTY, HEALTHY],
+                             compile_timeout=6.0, run_timeout=6.0)
+    assert time.monotonic() - start < 120  # the hang (an hour) was cut short
+    assert fault.label is label, fault.message
+    assert fault.message.startswith(f"the {phase} phase did not finish within 6 s")
+    assert getattr(fault, f"{phase}_seconds") >= 6.0
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(grandchild), "the hung child's own subprocess survived the kill"
+    assert after.label is Label.PASS, after.message

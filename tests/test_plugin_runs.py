@@ -1,0 +1,129 @@
+"""`pytest conformance/` end to end, in subprocesses: xdist merge, -k, killed worker, Ctrl-C.
+
+Tiny cases on test backends (cpu-eager based) keep each run to a few seconds of work.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cases.model import Case, Shape, Variant
+from reports.results import Label, load_results
+from tests import fault_backends
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = Shape(1, 2, 2, 64, 64, 16)
+CASES = [Case(Variant("full"), TINY), Case(Variant("causal"), TINY),
+         Case(Variant("alibi"), TINY), Case(Variant("sliding_window", (("w", 16),)), TINY)]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(extra)
+    return env
+
+
+def pytest_args(tmp_path: Path, backend: str, cases, *extra: str) -> list[str]:
+    case_file = tmp_path / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in cases]))
+    return [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider", "-rs",
+            "--backend", backend, "--case-file", str(case_file),
+            "--report-dir", str(tmp_path / "report"), "--reference-cache", "none", *extra]
+
+
+def run(args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env or clean_env())
+
+
+def test_two_workers_give_one_merged_results_file(tmp_path):
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:WrongNumbers", CASES, "-n", "2"))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = load_results(tmp_path / "report" / "results.json")  # validated against the schema
+    assert [r.case_id for r in results.records] == [c.id for c in CASES]  # each once, in order
+    assert results.complete
+    labels = {r.case_id: r.label for r in results.records}
+    assert labels.pop(CASES[1].id) is Label.MISMATCH
+    assert set(labels.values()) == {Label.PASS}
+    for record in results.records:
+        assert record.worker.startswith("gw")
+        assert record.compile_seconds is not None and record.run_seconds is not None
+    assert results.environment["workers"] == 2
+    assert results.options["backend"] == "test-wrong-numbers"
+    worker_files = sorted(p.name for p in (tmp_path / "report" / "records").glob("*.jsonl"))
+    assert worker_files and all(name.startswith("gw") for name in worker_files)
+    failure_lines = [line for line in proc.stdout.splitlines() if line.startswith("[MISMATCH]")]
+    assert len(failure_lines) == 1
+
+
+def test_k_selects_cases_by_id_and_unsupported_skips(tmp_path):
+    wanted = [CASES[1].id, CASES[2].id]
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:Unsupported", CASES,
+                           "-k", f"{wanted[0]} or {wanted[1]}"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed, 1 skipped, 2 deselected" in proc.stdout
+    assert "[UNSUPPORTED] this test backend declares causal masks unsupported" in proc.stdout
+    results = load_results(tmp_path / "report" / "results.json")
+    assert [r.case_id for r in results.records] == wanted
+    assert [r.label for r in results.records] == [Label.UNSUPPORTED, Label.PASS]
+    assert results.complete
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _process_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _process_gone(pid)
+
+
+def test_records_survive_a_killed_worker(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    cases = CASES[:3]
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:KillsWorker", cases, "-n", "2"),
+               env=clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file)}))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = load_results(tmp_path / "report" / "results.json")
+    by_id = results.by_id()
+    assert sorted(by_id) == sorted(c.id for c in cases)
+    crash = by_id[cases[1].id]
+    assert crash.label is Label.CRASH
+    assert "stopped while running this case" in crash.message
+    assert by_id[cases[0].id].label is Label.PASS and by_id[cases[2].id].label is Label.PASS
+    assert _wait_gone(int(pid_file.read_text())), "the dead worker's child lives on"
+
+
+def test_ctrl_c_leaves_results_of_finished_cases(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    cases = [CASES[0], CASES[1]]  # full passes, then causal hangs while compiling
+    proc = subprocess.Popen(
+        pytest_args(tmp_path, "tests.fault_backends:CompileHang", cases), cwd=REPO,
+        env=clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file)}),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:  # inside the hang
+            time.sleep(0.2)
+        assert pid_file.exists(), "the hanging case never started"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, output[-3000:]  # pytest's "interrupted"
+    results = load_results(tmp_path / "report" / "results.json")
+    assert not results.complete
+    labels = [(r.case_id, r.label) for r in results.records]
+    assert labels == [(cases[0].id, Label.PASS), (cases[1].id, Label.CRASH)]
+    assert _wait_gone(int(pid_file.read_text())), "the hung compile outlived Ctrl-C"
