@@ -21,6 +21,9 @@ ENTRY_POINT_GROUP = "flexattention_conformance.backends"
 BUILTIN: dict[str, str] = {
     "cpu-eager": "conformance.backends.cpu:CpuEager",
     "cpu-inductor": "conformance.backends.cpu:CpuInductor",
+    "cuda-eager": "conformance.backends.cuda:CudaEager",
+    "cuda-inductor": "conformance.backends.cuda:CudaInductor",
+    "neuron": "conformance.backends.neuron:Neuron",
 }
 
 #: What ``auto`` picks: the first of these that is registered and available here.

@@ -1,0 +1,147 @@
+"""What differs in the flex_attention API between the torch versions the suite supports.
+
+The suite supports torch >= 2.6 (the first release with compiled flex_attention on the CPU)
+up to the newest. What changed, and how each difference is handled here:
+
+- The log-sum-exp: ``return_lse=True`` until 2.8; from 2.9 ``return_aux=AuxRequest(lse=True)``
+  returns ``(out, AuxOutput)`` and ``return_lse`` is deprecated (a FutureWarning, announced for
+  removal). ``attention`` asks for it the way the running torch prefers.
+- ``create_block_mask``'s ``device`` defaulted to ``"cuda"`` in 2.6 and to ``None`` later,
+  and its keyword set grew (``separate_full_blocks``, ...). ``block_mask`` always passes the
+  device and refuses, in one line, a keyword the running torch lacks.
+- The device check: upstream rejects devices outside a fixed list (CUDA or CPU in 2.6; CUDA,
+  CPU, HPU (and later XPU, MPS) since) with a ValueError before any kernel runs. Under
+  ``torch.compile`` Dynamo re-raises it wrapped (2.13: ``Unsupported: Observed exception``),
+  so ``validate_device`` runs upstream's own check eagerly first, and
+  ``unsupported_device_message`` recovers upstream's exact sentence from a wrapped error.
+
+Functions take the torch functions as optional arguments so tests can check both API
+generations with stand-ins of the older signatures.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+MIN_TORCH = (2, 6)
+#: The start of upstream's device rejection, identical in every supported version.
+UNSUPPORTED_DEVICE_PREFIX = "FlexAttention is only supported on"
+_UNSUPPORTED_DEVICE_RE = re.compile(
+    re.escape(UNSUPPORTED_DEVICE_PREFIX) + r"[^'\"\n]*?devices\.(?: Found input tensors on \S+ device\.)?")
+
+
+def torch_version(text: str | None = None) -> tuple[int, int]:
+    """(major, minor) of ``text`` (default: the running torch), e.g. '2.13.0+cpu' -> (2, 13)."""
+    if text is None:
+        import torch
+
+        text = torch.__version__
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    if not m:
+        raise ValueError(f"cannot read a torch version from {text!r}; expected like '2.13.0'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def require_supported_torch(text: str | None = None) -> None:
+    """Raise RuntimeError (one line) when the running torch is older than the suite supports."""
+    version = torch_version(text)
+    if version < MIN_TORCH:
+        raise RuntimeError(
+            f"torch {text or _running_torch()} is too old for this suite (flex_attention needs "
+            f">= {MIN_TORCH[0]}.{MIN_TORCH[1]}); install torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}")
+
+
+@dataclass(frozen=True)
+class FlexApi:
+    """How one torch version's flex_attention hands back the log-sum-exp."""
+
+    lse_via_aux: bool  # return_aux=AuxRequest(lse=True) exists (torch >= 2.9)
+    lse_via_flag: bool  # return_lse=True exists (deprecated from 2.9)
+
+
+def flex_api(flex_attention: Callable | None = None) -> FlexApi:
+    """The API of ``flex_attention`` (default: the running torch's, computed once)."""
+    if flex_attention is None:
+        return _running_api()
+    params = inspect.signature(flex_attention).parameters
+    return FlexApi(lse_via_aux="return_aux" in params, lse_via_flag="return_lse" in params)
+
+
+@lru_cache(maxsize=1)
+def _running_api() -> FlexApi:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_api(flex_attention)
+
+
+def attention(fn: Callable, q, k, v, score_mod=None, block_mask=None, *, enable_gqa: bool = False,
+              return_lse: bool = False, api: FlexApi | None = None) -> Any:
+    """Call ``fn`` (flex_attention or a compiled flex_attention): the output, or
+    ``(output, lse)`` when ``return_lse``, whichever way the running torch returns the lse.
+    ``api`` describes ``fn``'s torch (default: the running one)."""
+    api = api or flex_api()
+    kwargs: dict[str, Any] = {"score_mod": score_mod, "block_mask": block_mask}
+    if enable_gqa:
+        kwargs["enable_gqa"] = True
+    if not return_lse:
+        return fn(q, k, v, **kwargs)
+    if api.lse_via_aux:
+        from torch.nn.attention.flex_attention import AuxRequest
+
+        out, aux = fn(q, k, v, return_aux=AuxRequest(lse=True), **kwargs)
+        return out, aux.lse
+    if api.lse_via_flag:
+        out, lse = fn(q, k, v, return_lse=True, **kwargs)
+        return out, lse
+    raise RuntimeError(f"this torch ({_running_torch()}) offers neither return_aux nor return_lse "
+                       "on flex_attention; report it with `python -m torch.utils.collect_env`")
+
+
+def block_mask(mask_mod: Callable, B: int | None, H: int | None, q_len: int, kv_len: int,
+               device: str, *, create: Callable | None = None, **options: Any):
+    """``create_block_mask`` (or ``create``, a stand-in) with the device always given (its
+    default changed from 'cuda' to None after 2.6); every keyword in ``options`` (e.g.
+    BLOCK_SIZE) must exist in the running version, else a one-line TypeError."""
+    if create is None:
+        from torch.nn.attention.flex_attention import create_block_mask as create
+    unknown = sorted(set(options) - set(inspect.signature(create).parameters))
+    if unknown:
+        raise TypeError(f"create_block_mask of torch {_running_torch()} has no parameter "
+                        f"{unknown[0]!r}; drop it or upgrade torch")
+    return create(mask_mod, B, H, q_len, kv_len, device=device, **options)
+
+
+def validate_device(q, k, v) -> None:
+    """Run upstream's own device check eagerly (the exact ValueError it raises for a device
+    it does not support); nothing when this torch has no such check."""
+    from torch.nn.attention import flex_attention as module
+
+    check = getattr(module, "_validate_device", None)
+    if check is not None:
+        check(q, k, v)
+
+
+def unsupported_device_message(exc: BaseException) -> str | None:
+    """Upstream's exact device-rejection sentence if ``exc`` (or an exception it wraps, or its
+    text, as Dynamo words it) carries one; else None."""
+    seen = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        m = _UNSUPPORTED_DEVICE_RE.search(str(current))
+        if m:
+            return m.group(0)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _running_torch() -> str:
+    try:
+        import torch
+
+        return torch.__version__
+    except ImportError:
+        return "(not installed)"

@@ -1,0 +1,29 @@
+"""The Neuron stand-in for tests: ``torch_neuronx`` (see its docstring) and test backends.
+
+The test backends are the real ``conformance.backends.neuron.Neuron`` with one thing changed,
+the torch device the tensors go to (no Python package can create tensors on a ``neuron``
+device): ``NeuronOnCpu`` runs the whole Neuron path (environment, core pinning, cache
+directories, fallback guard, ``torch.compile(backend="neuron")`` of the stand-in) on CPU
+tensors; ``NeuronOnRejectedDevice`` puts them on ``meta``, a device type upstream flex_attention
+rejects before any kernel runs, as it rejects ``neuron``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.backends.neuron import Neuron
+
+#: Put this on sys.path (tests: monkeypatch.syspath_prepend) to import the stand-in.
+STANDIN_DIR = Path(__file__).resolve().parent
+#: Put this first on PATH for the stand-in dpkg-query (the runtime's version).
+STANDIN_BIN = STANDIN_DIR / "bin"
+
+
+class NeuronOnCpu(Neuron):
+    name = "neuron-standin-cpu"
+    device_type = "cpu"
+
+
+class NeuronOnRejectedDevice(Neuron):
+    name = "neuron-standin-meta"
+    device_type = "meta"

@@ -1,0 +1,170 @@
+"""conformance.compat on the torch at hand (2.13 here) and on stand-ins of older signatures.
+
+The running torch checks the newer generation of the API (return_aux, create_block_mask with
+device=None); functions with torch 2.6's signatures (return_lse only, device='cuda' default)
+check the older one, since only one torch is installed here.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from conformance import compat
+
+
+def _qkv(hq=2, hkv=2, s=64, d=16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(1, hq, s, d, generator=gen), torch.randn(1, hkv, s, d, generator=gen),
+            torch.randn(1, hkv, s, d, generator=gen))
+
+
+def _dense(q, k, v, causal=False):
+    """Float64 attention and its log-sum-exp, written out (kv heads repeated for GQA)."""
+    q, k, v = (t.double() for t in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = scores.shape[-1]
+        scores = scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+# A flex_attention with torch 2.6's signature: return_lse, no return_aux.
+def flex_attention_2_6(query, key, value, score_mod=None, block_mask=None, scale=None,
+                       enable_gqa=False, return_lse=False, kernel_options=None):
+    flex_attention_2_6.calls.append({"return_lse": return_lse})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                              return_lse=return_lse)
+
+
+# A future flex_attention without return_lse (announced for removal).
+def flex_attention_aux_only(query, key, value, score_mod=None, block_mask=None, scale=None,
+                            enable_gqa=False, kernel_options=None, *, return_aux=None):
+    return flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                          return_aux=return_aux)
+
+
+# create_block_mask as in torch 2.6: the device defaults to "cuda".
+def create_block_mask_2_6(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=128,
+                          _compile=False):
+    return create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device, BLOCK_SIZE=BLOCK_SIZE)
+
+
+def test_torch_version_and_minimum():
+    assert compat.torch_version("2.13.0+cpu") == (2, 13)
+    assert compat.torch_version("2.6.0a0+git1234") == (2, 6)
+    compat.require_supported_torch("2.6.0")
+    compat.require_supported_torch()  # the torch at hand
+    with pytest.raises(RuntimeError, match=r"torch 2\.5\.1 is too old .* install torch>=2\.6"):
+        compat.require_supported_torch("2.5.1")
+    with pytest.raises(ValueError, match="cannot read a torch version from 'nightly'"):
+        compat.torch_version("nightly")
+
+
+def test_running_torch_has_return_aux():
+    api = compat.flex_api()
+    assert api.lse_via_aux and api.lse_via_flag  # 2.13: both, return_lse deprecated
+    assert compat.flex_api(flex_attention_2_6) == compat.FlexApi(lse_via_aux=False, lse_via_flag=True)
+
+
+def test_lse_on_running_torch_without_deprecation_warning():
+    q, k, v = _qkv()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # return_lse would warn on 2.13
+        out, lse = compat.attention(flex_attention, q, k, v, return_lse=True)
+    want_out, want_lse = _dense(q, k, v)
+    torch.testing.assert_close(out.double(), want_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [flex_attention_2_6, flex_attention_aux_only],
+                         ids=["torch-2.6-return_lse", "aux-only"])
+def test_lse_on_either_api_generation(fn):
+    flex_attention_2_6.calls = []
+    q, k, v = _qkv(seed=1)
+    out, lse = compat.attention(fn, q, k, v, return_lse=True, api=compat.flex_api(fn))
+    want_out, want_lse = _dense(q, k, v)
+    torch.testing.assert_close(out.double(), want_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-5)
+    if fn is flex_attention_2_6:
+        assert flex_attention_2_6.calls == [{"return_lse": True}]
+
+
+def test_output_only_and_gqa():
+    q, k, v = _qkv(hq=4, hkv=2, seed=2)
+    out = compat.attention(flex_attention, q, k, v, enable_gqa=True)
+    torch.testing.assert_close(out.double(), _dense(q, k, v)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_block_mask_always_passes_the_device():
+    q, k, v = _qkv(s=256, seed=3)
+    # torch 2.6's default device is "cuda": without an explicit device this fails on a CPU box
+    mask = compat.block_mask(_causal, None, None, 256, 256, "cpu", create=create_block_mask_2_6,
+                             BLOCK_SIZE=128)
+    assert mask.kv_num_blocks.device.type == "cpu"
+    out = compat.attention(flex_attention, q, k, v, block_mask=mask)
+    torch.testing.assert_close(out.double(), _dense(q, k, v, causal=True)[0], atol=1e-5, rtol=1e-5)
+    running = compat.block_mask(_causal, None, None, 256, 256, "cpu")
+    assert torch.equal(running.to_dense(), mask.to_dense())
+
+
+def test_block_mask_refuses_a_keyword_the_version_lacks():
+    with pytest.raises(TypeError, match="has no parameter 'separate_full_blocks'; drop it"):
+        compat.block_mask(_causal, None, None, 128, 128, "cpu", create=create_block_mask_2_6,
+                          separate_full_blocks=False)
+
+
+def _upstream_rejection(device: str) -> str:
+    q = torch.randn(1, 1, 16, 16, device=device)
+    with pytest.raises(ValueError) as info:
+        flex_attention(q, q, q)
+    return str(info.value)
+
+
+def test_validate_device_raises_upstreams_exact_error():
+    expected = _upstream_rejection("meta")
+    assert expected.startswith(compat.UNSUPPORTED_DEVICE_PREFIX)
+    q = torch.randn(1, 1, 16, 16, device="meta")
+    with pytest.raises(ValueError) as info:
+        compat.validate_device(q, q, q)
+    assert str(info.value) == expected
+    cpu = torch.randn(1, 1, 16, 16)
+    compat.validate_device(cpu, cpu, cpu)  # supported: nothing raised
+
+
+def test_exact_message_recovered_from_dynamo_wrapping():
+    expected = _upstream_rejection("meta")
+    q = torch.randn(1, 1, 16, 16, device="meta")
+    torch._dynamo.reset()
+    compiled = torch.compile(flex_attention, backend=lambda gm, inputs: gm.forward,
+                             fullgraph=True, dynamic=False)
+    with pytest.raises(Exception) as info:
+        compiled(q, q, q)
+    assert not str(info.value).startswith(compat.UNSUPPORTED_DEVICE_PREFIX)  # wrapped on 2.13
+    assert compat.unsupported_device_message(info.value) == expected
+    torch._dynamo.reset()
+
+
+def test_exact_message_of_older_wordings_and_none_otherwise():
+    old = "FlexAttention is only supported on CUDA or CPU devices. Found input tensors on xla device."
+    wrapped = RuntimeError("backend='neuron' raised:\nValueError('" + old + "')")
+    assert compat.unsupported_device_message(wrapped) == old
+    try:
+        try:
+            raise ValueError(old)
+        except ValueError as inner:
+            raise RuntimeError("compile failed") from inner
+    except RuntimeError as outer:
+        assert compat.unsupported_device_message(outer) == old
+    assert compat.unsupported_device_message(RuntimeError("CUDA error: illegal address")) is None
