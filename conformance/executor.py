@@ -50,9 +50,12 @@ class Executor:
         self.worker = worker
         self.workdir = Path(tempfile.mkdtemp(prefix="flexconf-"))
         threads = threads_per_worker(slot)
-        warm_dir = settings.warm_cache_dir if settings.compile_cache == "warm" else None
+        if settings.compile_cache == "warm":
+            start_cache = settings.warm_cache_dir
+        else:  # the child's warm-up compiles for real, into a directory no case will use
+            start_cache = str(self.workdir / "compile-cache-warm-up")
         env = {"OMP_NUM_THREADS": str(threads), "FLEXCONF_NUM_THREADS": str(threads)}
-        env.update(backend.child_env(slot, warm_dir))
+        env.update(backend.child_env(slot, start_cache))
         self.supervisor = ChildSupervisor(
             backend_spec, env, self.workdir,
             Budgets(settings.compile_timeout, settings.run_timeout))

@@ -18,7 +18,7 @@ from conformance.backends.base import AttentionFn, Backend, WorkerSlot, threads_
 
 #: A tiny case compiled once when a child starts: it pays the process's one-time compiler
 #: start-up (~15 s on a 2-core machine) so that no case's compile seconds include it.
-WARM_UP_SHAPE = (1, 1, 32, 16)  # B, H, S, D
+WARM_UP_SHAPE = (1, 1, 128, 16)  # B, H, S, D
 
 
 class CpuEager(Backend):
@@ -41,12 +41,10 @@ class CpuEager(Backend):
         return {"CUDA_VISIBLE_DEVICES": ""}  # never touch a GPU by accident
 
     def warm_up(self) -> None:
-        import torch
         from torch.nn.attention.flex_attention import flex_attention
 
-        b, h, s, d = WARM_UP_SHAPE
-        q = torch.randn(b, h, s, d)
-        flex_attention(q, q, q)
+        q, score_mod, block_mask = _warm_up_inputs()
+        flex_attention(q, q, q, score_mod=score_mod, block_mask=block_mask)
 
     def prepare(self, case: Case) -> AttentionFn:
         from torch.nn.attention.flex_attention import flex_attention
@@ -78,12 +76,10 @@ class CpuInductor(CpuEager):
         return env
 
     def warm_up(self) -> None:
-        import torch
-        from torch.nn.attention.flex_attention import flex_attention
-
-        b, h, s, d = WARM_UP_SHAPE
-        q = torch.randn(b, h, s, d)
-        torch.compile(flex_attention, fullgraph=True, dynamic=False)(q, q, q)
+        # bf16, a block mask and a score mod: the code paths the matrix's cases take
+        q, score_mod, block_mask = _warm_up_inputs()
+        compiled = torch_compile_flex()
+        compiled(q, q, q, score_mod=score_mod, block_mask=block_mask)
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
         import torch
@@ -102,7 +98,7 @@ class CpuInductor(CpuEager):
         import torch
         from torch.nn.attention.flex_attention import flex_attention
 
-        compiled = torch.compile(flex_attention, fullgraph=True, dynamic=False)
+        compiled = torch_compile_flex()
 
         def inductor(q, k, v, score_mod, block_mask):
             return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
@@ -111,6 +107,30 @@ class CpuInductor(CpuEager):
 
     def cache_hit(self) -> bool | None:
         return inductor_cache_hit()
+
+
+def torch_compile_flex():
+    """flex_attention compiled by Inductor for one static shape, graph breaks forbidden."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, fullgraph=True, dynamic=False)
+
+
+def _warm_up_inputs():
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    b, h, s, d = WARM_UP_SHAPE
+    q = torch.randn(b, h, s, d, dtype=torch.bfloat16)
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx
+
+    def halve(score, b, h, q_idx, kv_idx):
+        return score * 0.5
+
+    return q, halve, create_block_mask(causal, None, None, s, s, device="cpu")
 
 
 def inductor_cache_hit() -> bool | None:

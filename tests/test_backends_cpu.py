@@ -1,0 +1,53 @@
+"""The built-in CPU backends on real computation (tiny shapes), through the executor."""
+from __future__ import annotations
+
+import pytest
+
+from cases.catalog import CORE_VARIANTS
+from cases.model import Case, Shape
+from conformance.backends.base import WorkerSlot
+from conformance.backends.registry import load_backend
+from conformance.executor import Executor, Settings
+from conformance.reference_cache import ReferenceCache
+from reports.results import Label
+
+SEQ = 128
+SHAPE = Shape(1, 2, 2, SEQ, SEQ, 16)
+#: the eight core variants on a tiny shape (length parameters scaled as in the smoke profile)
+CORE_TINY = [Case(make(SEQ, 8), SHAPE) for _, make in CORE_VARIANTS]
+
+
+def execute(spec: str, cases, **settings):
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1), Settings(**settings),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        return [executor.execute(case) for case in cases]
+    finally:
+        executor.close()
+
+
+def test_cpu_eager_passes_every_core_variant():
+    records = execute("cpu-eager", CORE_TINY)
+    assert [(r.case_id, r.label) for r in records] == [(c.id, Label.PASS) for c in CORE_TINY], \
+        [r.message for r in records if r.label is not Label.PASS]
+    assert all(r.cache_hit is None for r in records)  # no compiler, no cache to tell about
+
+
+@pytest.mark.slow
+def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path):
+    alibi, document = CORE_TINY[5], CORE_TINY[4]
+    cold, = execute("cpu-inductor", [alibi])
+    assert cold.label is Label.PASS, cold.message
+    assert cold.cache_hit is False  # Inductor looked the graph up and compiled it
+    first, second = execute("cpu-inductor", [document, document], compile_cache="warm",
+                            warm_cache_dir=str(tmp_path / "inductor-cache"))
+    assert (first.label, second.label) == (Label.PASS, Label.PASS), (first.message, second.message)
+    assert (first.cache_hit, second.cache_hit) == (False, True)
+
+
+@pytest.mark.slow
+def test_cpu_inductor_with_a_too_small_compile_budget_times_out():
+    record, = execute("cpu-inductor", [CORE_TINY[7]], compile_timeout=0.5)
+    assert record.label is Label.COMPILE_TIMEOUT, record.message
+    assert record.message.startswith("the compile phase did not finish within 0.5 s")
+    assert record.compile_seconds >= 0.5

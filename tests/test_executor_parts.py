@@ -1,0 +1,214 @@
+"""The executor's parts on their own: options, registry, record store, memory gate,
+reference cache, and the label mapping."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cases.model import Case, Shape, Variant
+from conformance import options as opts
+from conformance.backends import registry
+from conformance.backends.cpu import CpuInductor
+from conformance.observation import Observation, label_of
+from conformance.record_store import RecordWriter, clear_records, merge_records
+from conformance.reference_cache import ReferenceCache, cache_key
+from reports.results import Label, Record
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = Shape(1, 2, 2, 64, 64, 16)
+
+
+# -- options ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("16G", 16 << 30), ("16GiB", 16 << 30), ("512m", 512 << 20), ("1000", 1000),
+    ("1.5k", 1536)])
+def test_sizes(text, expected):
+    assert opts.parse_size("--memory-budget", text) == expected
+
+
+def test_size_as_share_of_ram():
+    from conformance.memory_gate import machine_memory_bytes
+
+    assert opts.parse_size("--memory-budget", "50%") == machine_memory_bytes() // 2
+
+
+@pytest.mark.parametrize("parse, text, message", [
+    (lambda t: opts.parse_size("--memory-budget", t), "lots",
+     "--memory-budget 'lots' is not a size; write bytes with a unit (e.g. --memory-budget 16G)"),
+    (lambda t: opts.parse_seconds("--compile-timeout", t), "-5",
+     "--compile-timeout '-5' is not a positive number of seconds"),
+    (lambda t: opts.parse_seconds("--run-timeout", t), "nan", "--run-timeout 'nan' is not"),
+    (opts.parse_shard, "3/2", "--shard '3/2' is not I/N with 1 <= I <= N"),
+    (opts.parse_shard, "0/2", "--shard '0/2' is not I/N"),
+    (opts.parse_seed, "x", "--seed 'x' is not a non-negative integer"),
+])
+def test_bad_values_name_the_value_and_the_fix(parse, text, message):
+    with pytest.raises(ValueError) as err:
+        parse(text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_shard_is_one_based_on_the_command_line():
+    assert opts.parse_shard("1/4") == (0, 4) and opts.parse_shard("4/4") == (3, 4)
+
+
+def test_case_file_accepts_one_spec_or_a_list(tmp_path):
+    a, b = Case(Variant("full"), TINY), Case(Variant("causal"), TINY)
+    one, many = tmp_path / "one.json", tmp_path / "many.json"
+    one.write_text(json.dumps(a.to_json()))
+    many.write_text(json.dumps({"cases": [a.to_json(), b.to_json()]}))
+    assert opts.load_case_file(str(one)) == [a]
+    assert opts.load_case_file(str(many)) == [a, b]
+    many.write_text(json.dumps([a.to_json(), a.to_json()]))
+    with pytest.raises(ValueError, match="lists case .* twice"):
+        opts.load_case_file(str(many))
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--compile-timeout", "ten"], "ERROR: --compile-timeout 'ten' is not a positive number "
+     "of seconds; write e.g. --compile-timeout 600"),
+    (["--backend", "nueron"], "ERROR: unknown backend 'nueron'; available: auto, "),
+    (["--profile", "huge"], "ERROR: --profile 'huge' is unknown; use one of: full, smoke"),
+])
+def test_pytest_usage_error_is_one_line(args, line, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+                           "--report-dir", str(tmp_path), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4  # pytest's usage error
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("ERROR:")]
+    assert len(errors) == 1 and errors[0].startswith(line), proc.stderr
+    if "--backend" in args:
+        assert "cpu-eager" in errors[0] and "cpu-inductor" in errors[0]
+
+
+# -- registry --------------------------------------------------------------------------------
+def test_registry_finds_builtins_module_objects_and_auto():
+    assert registry.load_backend("cpu-eager").name == "cpu-eager"
+    assert registry.load_backend("tests.fault_backends:WrongNumbers").name == "test-wrong-numbers"
+    assert isinstance(registry.resolve_backend("auto"), CpuInductor)  # best available here
+
+
+def test_registry_errors_say_what_to_do():
+    with pytest.raises(registry.BackendError, match="unknown backend 'nope'; available: auto, ") as err:
+        registry.load_backend("nope")
+    assert "cpu-eager" in str(err.value) and "package.module:object" in str(err.value)
+    with pytest.raises(registry.BackendError, match="cannot import 'no_such_pkg.mod'"):
+        registry.load_backend("no_such_pkg.mod:Thing")
+    with pytest.raises(registry.BackendError, match="is a dict, not a"):
+        registry.load_backend("conformance.backends.registry:BUILTIN")
+
+
+def test_registry_reads_entry_points(monkeypatch):
+    class FakeEntryPoint:
+        name, value = "vendor-x", "tests.fault_backends:WrongNumbers"
+
+    monkeypatch.setattr(registry, "entry_points",
+                        lambda group: [FakeEntryPoint] if group == registry.ENTRY_POINT_GROUP else [])
+    assert "vendor-x" in registry.registered()
+    assert registry.load_backend("vendor-x").name == "test-wrong-numbers"
+
+
+# -- labels ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("outcome, phase, label", [
+    ("timeout", "compile", Label.COMPILE_TIMEOUT), ("timeout", "warm-up", Label.COMPILE_TIMEOUT),
+    ("timeout", "setup", Label.RUN_TIMEOUT), ("timeout", "run", Label.RUN_TIMEOUT),
+    ("error", "compile", Label.COMPILE_ERROR), ("error", "run", Label.RUNTIME_ERROR),
+    ("error", "setup", Label.RUNTIME_ERROR), ("crash", "compile", Label.CRASH),
+    ("oom", "run", Label.OUT_OF_MEMORY), ("unsupported", "compile", Label.UNSUPPORTED),
+    ("harness", "start", Label.HARNESS_ERROR), ("ok", "run", None)])
+def test_label_of_observation(outcome, phase, label):
+    assert label_of(Observation(outcome, phase)) is label
+
+
+# -- record store ----------------------------------------------------------------------------
+def test_merge_orders_records_and_turns_unfinished_starts_into_crash(tmp_path):
+    a, b, c = (Case(Variant(n), TINY) for n in ("full", "causal", "alibi"))
+    clear_records(tmp_path)
+    w0, w1 = RecordWriter(tmp_path, "gw0"), RecordWriter(tmp_path, "gw1")
+    w0.environment({"backend": "x"})
+    for writer, case in ((w0, c), (w1, a), (w0, b)):
+        writer.started(case, writer.path.stem, "t0")
+    w0.finished(Record(c.id, Label.PASS, finished_at="t1"))
+    w1.finished(Record(a.id, Label.MISMATCH, finished_at="t2"))
+    with open(w0.path, "a") as f:
+        f.write('{"event": "finished", "rec')  # a worker killed in the middle of a write
+    merged = merge_records(tmp_path, [a.id, b.id, c.id])
+    assert [(r.case_id, r.label) for r in merged.records] == [
+        (a.id, Label.MISMATCH), (b.id, Label.CRASH), (c.id, Label.PASS)]
+    assert merged.unfinished == [b.id] and merged.environment == {"backend": "x"}
+    assert "worker gw0 stopped while running this case" in merged.records[1].message
+    clear_records(tmp_path)
+    assert merge_records(tmp_path, [a.id]).records == []
+
+
+# -- memory gate -----------------------------------------------------------------------------
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from conformance.memory_gate import MemoryGate
+    gate = MemoryGate({dir!r}, 10)
+    with gate.reserve(int(sys.argv[1])) as waited:
+        print(f"granted {{time.time():.3f}} waited {{waited:.3f}}", flush=True)
+        time.sleep(float(sys.argv[2]))
+    print(f"released {{time.time():.3f}}", flush=True)
+""")
+
+
+def _holder(tmp_path, nbytes: int, hold: float) -> subprocess.Popen:
+    script = _HOLDER.format(repo=str(REPO), dir=str(tmp_path / "gate"))
+    return subprocess.Popen([sys.executable, "-c", script, str(nbytes), str(hold)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _times(proc) -> dict[str, float]:
+    out, _ = proc.communicate(timeout=60)
+    return {line.split()[0]: float(line.split()[1]) for line in out.splitlines()}
+
+
+def test_memory_gate_runs_cases_together_only_while_they_fit(tmp_path):
+    first = _holder(tmp_path, 6, 1.5)
+    time.sleep(0.5)  # let it take its reservation
+    too_big = _holder(tmp_path, 6, 0)  # 6 + 6 > 10: waits for the first
+    first_times, big_times = _times(first), _times(too_big)
+    assert big_times["granted"] >= first_times["released"] - 0.05
+    first = _holder(tmp_path, 4, 1.5)
+    time.sleep(0.5)
+    fits = _holder(tmp_path, 6, 0)  # 4 + 6 <= 10: runs beside it
+    first_times, fit_times = _times(first), _times(fits)
+    assert fit_times["granted"] < first_times["released"]
+    alone = _holder(tmp_path, 50, 0)  # larger than the whole budget: runs, alone
+    assert "granted" in _times(alone)
+
+
+def test_memory_gate_drops_reservations_of_dead_processes(tmp_path):
+    holder = _holder(tmp_path, 9, 3600)
+    time.sleep(0.8)
+    holder.kill()
+    holder.wait()
+    follower = _holder(tmp_path, 9, 0)
+    assert "granted" in _times(follower)
+
+
+# -- reference cache ---------------------------------------------------------------------------
+def test_reference_cache_stores_reuses_and_stays_bounded(tmp_path):
+    import torch
+
+    case = Case(Variant("causal"), TINY)
+    cache = ReferenceCache(tmp_path, max_bytes=1 << 30)
+    golden, baseline = cache.get(case, 0)
+    files = list(tmp_path.glob("*.pt"))
+    assert len(files) == 1
+    again, again_baseline = cache.get(case, 0)
+    assert torch.equal(again.out, golden.out) and torch.equal(again_baseline, baseline)
+    assert golden.out.dtype == torch.float64 and baseline.dtype == torch.bfloat16
+    assert cache_key(case.id, 0, "cpu") != cache_key(case.id, 1, "cpu")
+    assert cache_key(case.id, 0, "cpu") != cache_key(case.id, 0, "cuda")
+    small = ReferenceCache(tmp_path, max_bytes=files[0].stat().st_size + 1)
+    small.get(Case(Variant("full"), TINY), 0)  # a second entry: the older one is evicted
+    assert len(list(tmp_path.glob("*.pt"))) == 1
