@@ -1,0 +1,57 @@
+"""`flexconf merge A.json B.json ... -o results.json`: join the shards of one run.
+
+Exit status: 0 merged, every case exactly once; 1 merged and written, but cases are
+duplicated or missing (listed); 2 refused (mixed versions, profiles, backends, ...) or
+unreadable input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+SHOW = 10  # ids listed per problem; the rest are counted
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", metavar="RESULTS.json",
+                        help="the results.json of every shard (--shard I/N) of one run")
+    parser.add_argument("-o", "--output", required=True, metavar="RESULTS.json",
+                        help="where to write the merged results")
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.merge import merge_runs
+    from reports.results import load_results, write_results
+
+    runs = [(path, load_results(path)) for path in args.inputs]
+    merged = merge_runs(runs)
+    write_results(merged.results, args.output)
+    results = merged.results
+    counts: dict[str, int] = {}
+    for record in results.records:
+        counts[record.label.value] = counts.get(record.label.value, 0) + 1
+    tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    shards = ", ".join(results.options.get("merged_shards") or []) or "unsharded"
+    print(f"merged {len(runs)} files (shards {shards}): {len(results.records)} cases"
+          f"{': ' + tally if tally else ''} -> {args.output}")
+    if merged.duplicates:
+        print(f"duplicated: {len(merged.duplicates)} cases are in more than one file "
+              "(the first file keeps each):", file=sys.stderr)
+        for case_id, files in list(merged.duplicates.items())[:SHOW]:
+            print(f"  {case_id}: {', '.join(files)}", file=sys.stderr)
+        _more(len(merged.duplicates))
+    if merged.missing_shards:
+        print(f"missing: shard {', '.join(merged.missing_shards)} is in no file given",
+              file=sys.stderr)
+    if merged.missing:
+        print(f"missing: {len(merged.missing)} cases of {merged.expected_from} are in no file:",
+              file=sys.stderr)
+        for case_id in merged.missing[:SHOW]:
+            print(f"  {case_id}", file=sys.stderr)
+        _more(len(merged.missing))
+    return 0 if merged.clean else 1
+
+
+def _more(total: int) -> None:
+    if total > SHOW:
+        print(f"  ... and {total - SHOW} more", file=sys.stderr)

@@ -1,0 +1,157 @@
+"""Joining the results of the shards of one run (``--shard I/N`` on N machines) into one.
+
+Shards are joined only when they are parts of the same run: the same suite version, profile,
+backend, seed, compile-cache mode and budgets, the same shard count, and the same torch and
+compiler/SDK versions. Anything else is refused (``MergeError``, one line naming the two files
+and the value that differs). Hosts, drivers and device names may differ; the merged
+environment lists what differed.
+
+A case found in more than one file is a duplicate (the first file given keeps it); a case of
+the matrix found in no file, or a shard given by no file, is missing. Both are reported and
+are reported; a missing one makes the merged run incomplete. The merged file is written
+either way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from reports.results import Record, RunResults
+
+#: Options that must agree (they change which cases ran, or what a label means).
+SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout")
+#: Environment entries that must agree: torch and the compiler/SDK versions.
+SAME_VERSIONS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc", "neuron_runtime")
+
+
+class MergeError(ValueError):
+    """Shards that must not be merged; the message names the files and the difference."""
+
+
+@dataclass(frozen=True)
+class Merged:
+    results: RunResults
+    duplicates: dict[str, list[str]] = field(default_factory=dict)  # case id -> files
+    missing: list[str] = field(default_factory=list)  # case ids in no file
+    missing_shards: list[str] = field(default_factory=list)  # e.g. ["2/3"]
+    expected_from: str = ""  # where the expected case list came from ("" when unknown)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.duplicates or self.missing or self.missing_shards)
+
+
+def merge_runs(runs: Sequence[tuple[str, RunResults]],
+               expected_ids: Sequence[str] | None = None) -> Merged:
+    """Merge ``(source name, run)`` pairs, in the order given. ``expected_ids`` is the list of
+    case ids the whole run should have (default: ``expected_case_ids`` of the first run)."""
+    if not runs:
+        raise MergeError("nothing to merge; pass the results.json of every shard")
+    _check_same(runs)
+    first_source, first = runs[0]
+    expected_from = ""
+    if expected_ids is None:
+        expected_ids, expected_from = expected_case_ids(first)
+    else:
+        expected_from = "the given case list"
+
+    records: dict[str, Record] = {}
+    owners: dict[str, list[str]] = {}
+    for source, run in runs:
+        for record in run.records:
+            owners.setdefault(record.case_id, []).append(source)
+            records.setdefault(record.case_id, record)
+    duplicates = {cid: files for cid, files in owners.items() if len(files) > 1}
+
+    order = list(expected_ids or [])
+    known = set(order)
+    missing = [cid for cid in order if cid not in records]
+    order += [cid for cid in records if cid not in known]
+
+    shards = [_shard(run) for _, run in runs]
+    missing_shards: list[str] = []
+    if shards[0] is not None:
+        count = shards[0][1]
+        given = {s[0] for s in shards if s}
+        missing_shards = [f"{i}/{count}" for i in range(1, count + 1) if i not in given]
+
+    options = dict(first.options)
+    options["shard"] = None
+    options["merged_shards"] = [f"{s[0]}/{s[1]}" for s in sorted(s for s in shards if s)]
+    merged = RunResults(
+        environment=_merged_environment(runs),
+        options=options,
+        records=tuple(records[cid] for cid in order if cid in records),
+        suite_version=first.suite_version,
+        started_at=min((r.started_at for _, r in runs if r.started_at), default=""),
+        finished_at=max((r.finished_at for _, r in runs if r.finished_at), default=""),
+        complete=all(r.complete for _, r in runs) and not missing and not missing_shards,
+    )
+    return Merged(merged, duplicates, missing, missing_shards, expected_from)
+
+
+def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:
+    """The case ids a whole run of ``run``'s options has, and where that list comes from;
+    (None, "") when it cannot be known here (a case file that is not on this machine)."""
+    case_file = run.options.get("case_file")
+    if case_file:
+        if not Path(case_file).is_file():
+            return None, ""
+        from conformance.options import load_case_file
+
+        return [c.id for c in load_case_file(case_file)], f"case file {case_file}"
+    from cases.catalog import PROFILES, matrix
+
+    profile = run.options.get("profile")
+    if profile not in PROFILES:
+        return None, ""
+    return [c.id for c in matrix(profile)], f"profile {profile!r}"
+
+
+def _check_same(runs: Sequence[tuple[str, RunResults]]) -> None:
+    first_source, first = runs[0]
+    facts = {
+        "suite_version": lambda r: r.suite_version,
+        **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
+        "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
+        **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
+    }
+    for source, run in runs[1:]:
+        for what, get in facts.items():
+            if get(run) != get(first):
+                raise MergeError(
+                    f"cannot merge {source} into {first_source}: {what} is {get(run)!r} there "
+                    f"but {get(first)!r} here; merge only the shards of one run (same suite, "
+                    f"options and versions)")
+
+
+def _shard(run: RunResults) -> tuple[int, int] | None:
+    """(I, N) of a shard's ``options.shard`` 'I/N' (1-based), None for an unsharded run."""
+    text = run.options.get("shard")
+    if not text:
+        return None
+    try:
+        index, count = (int(part) for part in str(text).split("/"))
+    except ValueError:
+        raise MergeError(f"options.shard {text!r} is not I/N; is this a results.json of "
+                         "this suite?") from None
+    return index, count
+
+
+def _merged_environment(runs: Sequence[tuple[str, RunResults]]) -> dict:
+    environment = dict(runs[0][1].environment)
+    differs: dict[str, list] = {}
+    for key in sorted({k for _, run in runs for k in run.environment}):
+        values = []
+        for _, run in runs:
+            value = run.environment.get(key)
+            if value not in values:
+                values.append(value)
+        if len(values) > 1:
+            differs[key] = values
+    hosts = differs.pop("host", None)
+    environment["hosts"] = hosts if hosts else [environment.get("host")]
+    if differs:
+        environment["differs_between_shards"] = differs
+    return environment

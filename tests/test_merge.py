@@ -1,0 +1,114 @@
+"""flexconf merge on hand-made shard results: joins, refusals, duplicates, missing cases."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from cases.catalog import matrix
+from conformance.cli import main
+from conformance.merge import MergeError, merge_runs
+from conformance.sharding import select_shard
+from reports.results import Label, Record, RunResults, load_results, write_results
+
+CASES = matrix("smoke")
+ENV = {"backend": "cpu-eager", "torch": "2.13.0+cpu", "host": "ci-1", "device": "cpu"}
+
+
+def shard_run(index: int, count: int = 3, host: str = "ci-1", **changes) -> RunResults:
+    """The results a machine running ``--shard index/count`` of the smoke matrix would write."""
+    part = select_shard(CASES, index - 1, count)
+    records = tuple(Record(case_id=c.id, label=Label.PASS, case=c.to_json(), compile_seconds=0.1,
+                           run_seconds=0.01, worker="gw0") for c in part)
+    run = RunResults(
+        environment={**ENV, "host": host},
+        options={"backend": "cpu-eager", "profile": "smoke", "seed": 0, "compile_cache": "cold",
+                 "compile_timeout": 600.0, "run_timeout": 300.0, "case_file": None,
+                 "shard": f"{index}/{count}"},
+        records=records, suite_version="0.1.0", started_at=f"2026-01-01T00:0{index}:00+00:00",
+        finished_at=f"2026-01-01T01:0{index}:00+00:00")
+    return replace(run, **changes)
+
+
+def write(tmp_path, name: str, run: RunResults) -> str:
+    path = tmp_path / name
+    write_results(run, path)
+    return str(path)
+
+
+def test_three_shards_merge_into_the_whole_matrix_in_matrix_order():
+    runs = [(f"s{i}.json", shard_run(i, host=f"ci-{i}")) for i in (3, 1, 2)]  # any order given
+    merged = merge_runs(runs)
+    assert merged.clean and merged.results.complete
+    assert [r.case_id for r in merged.results.records] == [c.id for c in CASES]
+    assert merged.results.options["merged_shards"] == ["1/3", "2/3", "3/3"]
+    assert merged.results.options["shard"] is None
+    assert merged.results.environment["hosts"] == ["ci-3", "ci-1", "ci-2"]  # as given
+    assert merged.results.started_at.startswith("2026-01-01T00:01")
+    assert merged.results.finished_at.startswith("2026-01-01T01:03")
+
+
+@pytest.mark.parametrize("change, what", [
+    ({"suite_version": "0.2.0"}, "suite_version is '0.2.0' there but '0.1.0' here"),
+    ({"options_profile": "full"}, "profile is 'full' there but 'smoke' here"),
+    ({"options_backend": "cpu-inductor"}, "backend is 'cpu-inductor' there but 'cpu-eager' here"),
+    ({"environment_torch": "2.11.0+cu126"}, "torch version is '2.11.0+cu126' there"),
+    ({"options_shard": "2/4"}, "shard count is 4 there but 3 here"),
+])
+def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
+    (key, value), = change.items()
+    other = shard_run(2)
+    if key.startswith("options_"):
+        other = replace(other, options={**other.options, key[len("options_"):]: value})
+    elif key.startswith("environment_"):
+        other = replace(other, environment={**other.environment, key[len("environment_"):]: value})
+    else:
+        other = replace(other, **{key: value})
+    a, b = write(tmp_path, "a.json", shard_run(1)), write(tmp_path, "b.json", other)
+    out = tmp_path / "merged.json"
+    assert main(["merge", a, b, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flexconf merge: error: cannot merge {b} into {a}: {what}")
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, capsys):
+    one, two = shard_run(1), shard_run(2)
+    again = replace(shard_run(1), records=shard_run(1).records[:2], options={**one.options})
+    paths = [write(tmp_path, "one.json", one), write(tmp_path, "two.json", two),
+             write(tmp_path, "again.json", again)]
+    out = tmp_path / "merged.json"
+    assert main(["merge", *paths, "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    merged = load_results(out)
+    missing = {c.id for c in select_shard(CASES, 2, 3)}
+    assert {r.case_id for r in merged.records} == {c.id for c in CASES} - missing
+    assert not merged.complete
+    assert "missing: shard 3/3 is in no file given" in captured.err
+    assert f"missing: {len(missing)} cases of profile 'smoke' are in no file:" in captured.err
+    assert "duplicated: 2 cases are in more than one file (the first file keeps each):" in captured.err
+    first_dup = one.records[0].case_id
+    assert f"  {first_dup}: {paths[0]}, {paths[2]}" in captured.err
+    assert captured.out.startswith("merged 3 files (shards 1/3, 1/3, 2/3): 64 cases: 64 PASS -> ")
+
+
+def test_unreadable_input_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "something else"}))
+    assert main(["merge", str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "not a valid results file" in capsys.readouterr().err
+
+
+def test_nothing_to_merge_is_refused():
+    with pytest.raises(MergeError, match="nothing to merge"):
+        merge_runs([])
+
+
+def test_hosts_and_devices_may_differ_and_are_listed():
+    other = replace(shard_run(2, host="ci-2"),
+                    environment={**shard_run(2).environment, "host": "ci-2", "device_name": "B"})
+    merged = merge_runs([("a", replace(shard_run(1), environment={**ENV, "device_name": "A"})),
+                         ("b", other), ("c", shard_run(3))])
+    assert merged.clean
+    assert merged.results.environment["differs_between_shards"] == {"device_name": ["A", "B", None]}

@@ -1,0 +1,73 @@
+"""A matrix run in 3 shards and merged equals the same matrix run unsharded, case for case.
+
+Four real pytest runs of the conformance matrix at once (cpu-eager, six tiny cases of a case
+file): ``--shard 1/3``, ``2/3``, ``3/3`` and no shard; then ``flexconf merge``.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cases import variants
+from cases.model import Case, Shape
+from conformance.cli import main
+from reports.results import load_results
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = [
+    Case(variants.full(), Shape(1, 2, 2, 64, 64, 16), "fp32"),
+    Case(variants.causal(), Shape(1, 2, 2, 128, 128, 16), "fp32"),
+    Case(variants.sliding_window(32), Shape(2, 2, 2, 128, 128, 16)),
+    Case(variants.alibi(), Shape(1, 4, 4, 64, 64, 16)),
+    Case(variants.softcap(20.0), Shape(2, 2, 2, 96, 96, 16), "fp16"),
+    Case(variants.document(), Shape(1, 2, 2, 256, 256, 32)),
+]
+
+
+def start_matrix(case_file: Path, report_dir: Path, shard: str | None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "pytest", "conformance/", "-q", "-p", "no:cacheprovider",
+               "--backend", "cpu-eager", "--case-file", str(case_file),
+               "--report-dir", str(report_dir), "--reference-cache", "none"]
+    if shard:
+        command += ["--shard", shard]
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def finish(run: subprocess.Popen, report_dir: Path) -> Path:
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, output[-4000:]
+    return report_dir / "results.json"
+
+
+@pytest.mark.slow
+def test_three_shards_merged_equal_the_unsharded_run(tmp_path, capsys):
+    case_file = tmp_path / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in CASES]))
+    # the four runs at once, as on four machines (each its own report directory)
+    dirs = {shard: tmp_path / (shard.replace("/", "of") if shard else "whole")
+            for shard in ("1/3", "2/3", "3/3", None)}
+    runs = {shard: start_matrix(case_file, d, shard) for shard, d in dirs.items()}
+    results = {shard: finish(run, dirs[shard]) for shard, run in runs.items()}
+    shards = [results[s] for s in ("1/3", "2/3", "3/3")]
+    whole = load_results(results[None])
+
+    parts = [load_results(p) for p in shards]
+    assert all(part.records for part in parts)  # six cases over three parts, none empty
+    assert sum(len(part.records) for part in parts) == len(CASES)
+
+    merged_path = tmp_path / "merged.json"
+    assert main(["merge", *map(str, shards), "-o", str(merged_path)]) == 0, capsys.readouterr().err
+    merged = load_results(merged_path)
+    assert merged.complete and merged.options["merged_shards"] == ["1/3", "2/3", "3/3"]
+    assert [r.case_id for r in merged.records] == [r.case_id for r in whole.records] \
+        == [c.id for c in CASES]
+    for got, want in zip(merged.records, whole.records):
+        assert got.label == want.label, (got.case_id, got.message, want.message)
+        assert got.case == want.case
+        assert got.metrics == want.metrics, got.case_id  # same inputs, same numbers
+    assert {r.label.value for r in whole.records} == {"PASS"}
