@@ -1,0 +1,94 @@
+"""flexconf backends and third-party plugins (entry point group flexattention_conformance.backends).
+
+A plugin is "installed" here by putting a distribution record with an entry_points.txt on
+sys.path, which is what pip leaves behind; the example package's source is put beside it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cases import variants
+from cases.model import Case, Shape
+from conformance import child
+from conformance.backends.registry import load_backend, registered
+from conformance.cli import main
+from conformance.cmd_backends import backend_statuses
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flexconf-example-backend"
+
+
+def install_entry_points(site: Path, dist: str, version: str, entries: dict[str, str]) -> None:
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    lines = ["[flexattention_conformance.backends]"] + [f"{k} = {v}" for k, v in entries.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def example_installed(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    install_entry_points(site, "flexconf-example-backend", "0.1.0",
+                         {"example-eager": "flexconf_example_backend:ExampleEager"})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    return site
+
+
+def _by_name():
+    return {s.name: s for s in backend_statuses()}
+
+
+def test_this_machine_lists_every_backend_with_an_honest_reason(capsys):
+    statuses = _by_name()
+    assert statuses["cpu-eager"].available and statuses["cpu-inductor"].available
+    assert statuses["cpu-eager"].origin == "built-in"
+    for name in ("cuda-eager", "cuda-inductor"):
+        if not statuses[name].available:
+            assert "CUDA" in statuses[name].detail and "install" in statuses[name].detail \
+                or "torch.cuda.is_available() is False" in statuses[name].detail
+    assert not statuses["neuron"].available
+    assert "pip install torch-neuronx" in statuses["neuron"].detail
+    example = statuses["example-eager"]
+    assert not example.available and example.origin == "example plugin"
+    assert example.detail.startswith("not installed; pip install ./examples/flexconf-example-backend")
+    assert main(["backends"]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("cpu-eager ")
+    assert "--backend auto picks: " in table
+
+
+def test_installed_plugin_is_listed_available_and_loads(example_installed, capsys):
+    assert registered()["example-eager"] == "flexconf_example_backend:ExampleEager"
+    status = _by_name()["example-eager"]
+    assert status.available and status.origin == "plugin flexconf-example-backend 0.1.0"
+    assert main(["backends", "--json"]) == 0
+    listed = {b["name"]: b for b in json.loads(capsys.readouterr().out)["backends"]}
+    assert listed["example-eager"]["available"] is True
+    assert listed["cpu-eager"]["available"] is True
+
+
+def test_the_example_plugin_computes_a_case(example_installed, tmp_path):
+    backend = load_backend("example-eager")
+    assert backend.environment()["plugin"] == "flexconf-example-backend"
+    case = Case(variants.causal(), Shape(1, 4, 2, 64, 64, 16), "fp32")  # GQA as well
+    events = []
+    child.run_case(backend, {"case": case.to_json(), "output_path": str(tmp_path / "out.pt")},
+                   lambda **event: events.append(event))
+    assert events[-1]["event"] == "done", events[-1]
+    assert os.path.getsize(tmp_path / "out.pt") > 0
+
+
+def test_a_broken_plugin_is_unavailable_and_hides_nothing(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    install_entry_points(site, "vendor-broken", "1.0", {"vendor-x": "vendor_x_missing:Backend"})
+    monkeypatch.syspath_prepend(str(site))
+    statuses = _by_name()
+    broken = statuses["vendor-x"]
+    assert not broken.available and broken.origin == "plugin vendor-broken 1.0"
+    assert "cannot import 'vendor_x_missing'" in broken.detail
+    assert statuses["cpu-eager"].available
