@@ -39,6 +39,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--reference-cache-size", "4G", "bound of the reference cache; default 4G"),
     ("--reference-device", "cpu", "where the float64 golden is computed: cpu (default) or cuda"),
     ("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated cost), e.g. 2/4"),
+    ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
+     "its expected label is xfail, any other failure still fails"),
 )
 
 
@@ -57,6 +59,7 @@ class RunOptions:
     reference_cache_size: int
     reference_device: str
     shard: tuple[int, int] | None  # (index 0-based, count)
+    expectations: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -107,6 +110,7 @@ def parse(get, base_dir: Path) -> RunOptions:
         reference_cache_size=parse_size("--reference-cache-size", get("--reference-cache-size")),
         reference_device=device,
         shard=parse_shard(get("--shard")),
+        expectations=str(base_dir / get("--expectations")) if get("--expectations") else None,
     )
 
 

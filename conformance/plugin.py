@@ -127,9 +127,12 @@ class ConformanceSession:
             if not torch.cuda.is_available():
                 raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
                                         "here; use --reference-device cpu")
+        from conformance.runner import load_expectations
+
         try:
             self.backend = resolve_backend(self.options.backend)
-        except BackendError as exc:
+            load_expectations(self.options.expectations)
+        except (BackendError, ValueError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
 

@@ -58,6 +58,8 @@ class Runner:
             compile_cache=options.compile_cache,
             warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
             seed=options.seed, reference_device=options.reference_device)
+        self.backend_name = backend.name
+        self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
         self.writer.environment(run_environment(backend, self.slot.count))
         self.executor = Executor(
@@ -78,22 +80,41 @@ class Runner:
                             message=f"the harness failed: {type(exc).__name__}: {exc}",
                             worker=self.worker, started_at=started_at, finished_at=now_iso())
         self.writer.finished(record)
-        outcome(record)
+        outcome(record, self._xfail_reason(record))
         return record
+
+    def _xfail_reason(self, record: Record) -> str | None:
+        if self.expectations is None or record.label in (Label.PASS, Label.UNSUPPORTED):
+            return None
+        from reports.expectations import xfail_reason
+
+        return xfail_reason(self.expectations, self.backend_name, record.case_id, record.label)
 
     def close(self) -> None:
         self.executor.close()
         self.writer.close()
 
 
-def outcome(record: Record) -> None:
-    """PASS returns; UNSUPPORTED skips; any other label fails, first line ``[LABEL] ...``."""
+def load_expectations(path: str | None):
+    """The known failures of ``--expectations`` (None without it); ValueError, one line."""
+    if path is None:
+        return None
+    from reports.expectations import load_expectations as load
+
+    return load(path)
+
+
+def outcome(record: Record, xfail_reason: str | None = None) -> None:
+    """PASS returns; UNSUPPORTED skips; a failure with exactly its expected label (from
+    ``--expectations``) is xfail; any other label fails. First line: ``[LABEL] ...``."""
     if record.label is Label.PASS:
         return
     first, _, rest = (record.message or record.label.value.lower()).partition("\n")
     text = f"[{record.label.value}] {first}"
     if record.label is Label.UNSUPPORTED:
         pytest.skip(text)
+    if xfail_reason:
+        pytest.xfail(f"[{record.label.value}] {xfail_reason}")
     timings = ", ".join(f"{name} {value:.3g} s" for name, value in (
         ("setup", record.setup_seconds), ("compile", record.compile_seconds),
         ("run", record.run_seconds)) if value is not None)

@@ -127,3 +127,16 @@ def test_ctrl_c_leaves_results_of_finished_cases(tmp_path):
     labels = [(r.case_id, r.label) for r in results.records]
     assert labels == [(cases[0].id, Label.PASS), (cases[1].id, Label.CRASH)]
     assert _wait_gone(int(pid_file.read_text())), "the hung compile outlived Ctrl-C"
+
+
+def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
+    known = tmp_path / "known.toml"
+    known.write_text(f'[[failure]]\nbackend = "test-wrong-numbers"\ncase = "{CASES[1].id}"\n'
+                     'label = "MISMATCH"\nreason = "row doubled on purpose"\n')
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:WrongNumbers", CASES[:2],
+                           "--expectations", str(known), "-rx"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed, 1 xfailed" in proc.stdout
+    assert "[MISMATCH] known MISMATCH: row doubled on purpose" in proc.stdout
+    results = load_results(tmp_path / "report" / "results.json")
+    assert [r.label for r in results.records] == [Label.PASS, Label.MISMATCH]
