@@ -54,7 +54,8 @@ def _value(record: Record, compile_timeout: float | None) -> tuple[float | None,
     return None, ""
 
 
-def _nice_ceiling(value: float) -> float:
+def _nice_step(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value``."""
     exp = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
         if step * exp >= value:
@@ -84,11 +85,13 @@ def compile_chart(records: tuple[Record, ...] | list[Record],
             return bottom - plot_h * (math.log10(v) - lo) / (hi - lo)
         chart.ticks = [(y_of(10.0 ** e), f"{10.0 ** e:g} s") for e in range(lo, hi + 1)]
     else:
-        top = _nice_ceiling(vmax)
+        step = _nice_step(vmax / 4)
+        top = step * math.ceil(vmax / step)
 
         def y_of(v: float) -> float:
             return bottom - plot_h * v / top
-        chart.ticks = [(y_of(top * i / 4), f"{top * i / 4:g} s") for i in range(5)]
+        chart.ticks = [(y_of(step * i), f"{step * i:g} s")
+                       for i in range(round(top / step) + 1)]
     if show_timeout:
         chart.timeout_y = round(y_of(float(compile_timeout)), 1)
         chart.timeout_text = f"compile timeout {fmt_seconds(compile_timeout)} s"

@@ -108,7 +108,15 @@ def environment_facts(results: RunResults) -> dict[str, str]:
     facts["complete"] = results.complete
     ordered = [k for k in ENVIRONMENT_ORDER if k in facts]
     ordered += sorted(k for k in facts if k not in ENVIRONMENT_ORDER)
-    return {k: fmt_value(facts[k]) for k in ordered}
+    return {k: _fmt_fact(k, facts[k]) for k in ordered}
+
+
+def _fmt_fact(key: str, value: Any) -> str:
+    """Sizes in bytes (keys ending in bytes, budget or size) also in GiB."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 20 \
+            and key.endswith(("bytes", "budget", "size")):
+        return f"{value / (1 << 30):.1f} GiB ({value})"
+    return fmt_value(value)
 
 
 def run_title(results: RunResults) -> str:

@@ -144,13 +144,14 @@ def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
         raise ValueError(f"{len(names)} names for {len(runs)} runs; give one name per run")
     views = [_run_view(r, n) for r, n in zip(runs, names)]
     base_view = _run_view(baseline, baseline_name) if baseline is not None else None
-    against = baseline if baseline is not None else (runs[-2] if len(runs) > 1 else None)
-    comparison = compare_runs(against, runs[-1]) if against is not None else None
+    against = base_view or (views[-2] if len(views) > 1 else None)
+    comparison = compare_runs(against.results, runs[-1]) if against is not None else None
     html = render_html(views, base_view, comparison)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "index.html", html)
-    _write_atomic(out / "summary.md", summary_markdown(runs[-1], comparison))
+    _write_atomic(out / "summary.md", summary_markdown(
+        runs[-1], comparison, against.name if against else "the baseline"))
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -2,6 +2,7 @@
 the command that reruns one case, and ``summary.md`` (short enough for a PR comment)."""
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 
 from reports.compare import Comparison
@@ -40,11 +41,29 @@ def non_passing(results: RunResults) -> list[Record]:
 
 
 def rerun_command(results: RunResults, case_id: str) -> str:
-    """The command that reruns just this case with the run's backend and profile."""
-    backend = results.options.get("backend", "?")
-    profile = results.options.get("profile", "?")
-    quoted = f"'{case_id}'" if "'" not in case_id else '"' + case_id.replace('"', '\\"') + '"'
-    return f"pytest conformance/ --backend {backend} --profile {profile} -k {quoted}"
+    """The command that reruns just this case with the run's backend, profile, case file
+    and seed (a backend given as ``module:object`` is named that way again)."""
+    opts = results.options
+    backend = opts.get("backend", "?")
+    requested = opts.get("backend_requested")
+    if isinstance(requested, str) and ":" in requested:
+        backend = requested  # the name of a module:object backend is not registered
+    parts = ["pytest conformance/", f"--backend {_shell_word(str(backend))}",
+             f"--profile {_shell_word(str(opts.get('profile', '?')))}"]
+    if opts.get("case_file"):
+        parts.append(f"--case-file {_shell_word(str(opts['case_file']))}")
+    if opts.get("seed") not in (None, 0):
+        parts.append(f"--seed {opts['seed']}")
+    parts.append(f"-k {_quoted(case_id)}")
+    return " ".join(parts)
+
+
+def _quoted(text: str) -> str:
+    return f"'{text}'" if "'" not in text else shlex.quote(text)
+
+
+def _shell_word(text: str) -> str:
+    return shlex.quote(text)
 
 
 def comparison_line(comparison: Comparison) -> str:
@@ -62,7 +81,8 @@ def comparison_line(comparison: Comparison) -> str:
     ])
 
 
-def summary_markdown(results: RunResults, comparison: Comparison | None = None) -> str:
+def summary_markdown(results: RunResults, comparison: Comparison | None = None,
+                     against: str = "the baseline") -> str:
     """The text of summary.md: verdict, counts per label, comparison, the failures."""
     mark = "✅ conforms" if conforms(results) else "❌ does not conform"
     lines = [f"## {md_text(run_title(results))}", "",
@@ -71,7 +91,7 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None) 
     lines += md_table(["label", "cases"], [[label.value, str(n)] for label, n in counts.items()])
     lines.append("")
     if comparison is not None:
-        lines += [f"Against the baseline: {md_text(comparison_line(comparison))}.", ""]
+        lines += [f"Against {md_text(against)}: {md_text(comparison_line(comparison))}.", ""]
         for title, changes in (("Regressions", comparison.regressions),
                                ("Fixes", comparison.fixes)):
             if changes:

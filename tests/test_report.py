@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -154,10 +155,17 @@ def test_several_runs_side_by_side_show_disagreements_and_compile_time_per_run(t
 
 
 def test_rerun_command_names_backend_profile_and_exact_case():
-    results = run([record(case_id())], backend="cpu-inductor", profile="smoke")
-    assert rerun_command(results, "causal/b1-h8x8-s128x128-d128/bf16/fwd") == (
-        "pytest conformance/ --backend cpu-inductor --profile smoke "
-        "-k 'causal/b1-h8x8-s128x128-d128/bf16/fwd'")
+    cid = "causal/b1-h8x8-s128x128-d128/bf16/fwd"
+    results = run([record(cid)], backend="cpu-inductor", profile="smoke")
+    assert rerun_command(results, cid) == (
+        f"pytest conformance/ --backend cpu-inductor --profile smoke -k '{cid}'")
+    # a module:object backend, a case file and a seed are given again
+    options = dict(results.options, backend="test-wrong", seed=7, case_file="/tmp/my cases.json",
+                   backend_requested="tests.fault_backends:WrongNumbers")
+    results = replace(results, options=options)
+    assert rerun_command(results, cid) == (
+        "pytest conformance/ --backend tests.fault_backends:WrongNumbers --profile smoke "
+        f"--case-file '/tmp/my cases.json' --seed 7 -k '{cid}'")
 
 
 def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, capsys):
