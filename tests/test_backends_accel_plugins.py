@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,9 @@ def _by_name():
     return {s.name: s for s in backend_statuses()}
 
 
-def test_this_machine_lists_every_backend_with_an_honest_reason(capsys):
+def test_this_machine_lists_every_backend_with_an_honest_reason(capsys, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)  # a stand-in test's import
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.endswith("standin_neuron")])
     statuses = _by_name()
     assert statuses["cpu-eager"].available and statuses["cpu-inductor"].available
     assert statuses["cpu-eager"].origin == "built-in"
