@@ -56,17 +56,72 @@ def core_matrix(profile: str = "full") -> list[Case]:
     return cases
 
 
+MATRICES = ("core", "extended", "all")
+
+#: The extended matrix's base shape (batch, heads, sequence, head dim) before the profile's
+#: length divisor; each axis below changes one thing of it.
+EXT_BATCH, EXT_SEQ = 2, 2048
+#: Inputs x4: scores have a standard deviation of 16, so maxima of tens (soft-capping acts).
+LARGE_INPUT_SCALE = 4
+
+
+def extended_matrix(profile: str = "full") -> list[Case]:
+    """Beyond the gate: dtypes, GQA, head dims, odd lengths, cross attention and decoding,
+    key/value batch broadcast, large inputs, fully masked rows, log-sum-exp and backward.
+    Each axis varies one thing of the base case (B2 H8 S2048 D128 bf16 fwd)."""
+    div = _LENGTH_DIVISOR[check_profile(profile)]
+    seq = EXT_SEQ // div
+    tags = frozenset({"extended", profile})
+
+    def each_variant(shape: Shape, axis: str, **kw) -> list[Case]:
+        return [Case(make(shape.Sq, div), shape, tags=tags | {axis}, **kw)
+                for _, make in CORE_VARIANTS]
+
+    def base(**changes) -> Shape:
+        fields = dict(B=EXT_BATCH, Hq=CORE_HEADS, Hkv=CORE_HEADS, Sq=seq, Skv=seq,
+                      D=CORE_HEAD_DIM)
+        fields.update(changes)
+        return Shape(**fields)
+
+    cases: list[Case] = []
+    for dtype in ("fp16", "fp32"):
+        cases += each_variant(base(), "dtype", dtype=dtype)
+    for hkv in (2, 1):
+        cases += each_variant(base(Hkv=hkv), "gqa")
+    for head_dim in (64, 80):
+        cases += each_variant(base(D=head_dim), "head_dim")
+    for odd in (1000, 4095):
+        cases += each_variant(base(Sq=odd // div, Skv=odd // div), "odd_length")
+    cross = [base(Sq=1024 // div, Skv=4096 // div), base(B=4, Sq=1, Skv=8192 // div),
+             base(B=4, Bkv=1, Sq=1, Skv=8192 // div)]
+    cases += [Case(v.full(), shape, tags=tags | {"cross"}) for shape in cross]
+    broadcast = base(B=4, Bkv=1)
+    cases += [Case(make(seq, div), broadcast, tags=tags | {"kv_broadcast"})
+              for name, make in CORE_VARIANTS if name in ("full", "causal", "document", "alibi")]
+    cases += each_variant(base(), "large_inputs", input_scale=LARGE_INPUT_SCALE)
+    padded = v.padded_causal(3 * seq // 4)
+    cases += [Case(padded, base(), mode=mode, tags=tags | {"masked_rows"})
+              for mode in ("fwd", "fwd+lse")]
+    cases += each_variant(base(), "lse", mode="fwd+lse")
+    cases += each_variant(base(B=1, Sq=1024 // div, Skv=1024 // div), "backward", mode="fwd+bwd")
+    return cases
+
+
 def matrix(profile: str = "full", name: str = "core") -> list[Case]:
-    """All cases of matrix ``name`` in ``profile``."""
+    """All cases of matrix ``name`` (core, extended or all) in ``profile``."""
     if name == "core":
         return core_matrix(profile)
-    raise ValueError(f"unknown matrix {name!r}; available: core")
+    if name == "extended":
+        return extended_matrix(profile)
+    if name == "all":
+        return core_matrix(profile) + extended_matrix(profile)
+    raise ValueError(f"unknown matrix {name!r}; use one of: {', '.join(MATRICES)}")
 
 
 def find_case(case_id: str, candidates: Iterable[Case] | None = None) -> Case:
     """The case with id ``case_id`` among ``candidates`` (default: every profile's core)."""
     pool = candidates if candidates is not None else [
-        c for p in PROFILES for c in core_matrix(p)]
+        c for p in PROFILES for c in matrix(p, "all")]
     for case in pool:
         if case.id == case_id:
             return case

@@ -1,7 +1,9 @@
 """Deterministic inputs of a case: derived from the case id and the run seed only.
 
-Values are drawn in float32 from N(0, 1) with a generator seeded from sha256(id, seed), then
-rounded to the case dtype. The golden reference consumes exactly these rounded values.
+Values are drawn in float32 from N(0, 1) with a generator seeded from sha256(id, seed), times
+the case's input scale, then rounded to the case dtype. The golden reference consumes exactly
+these rounded values. The output gradient of a backward case (dO) is drawn the same way from
+its own seed.
 """
 from __future__ import annotations
 
@@ -42,9 +44,17 @@ def make_inputs(case: Case, seed: int = 0) -> Inputs:
     dtype = torch_dtype(case.dtype)
 
     def draw(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=gen, dtype=torch.float32).to(dtype)
+        values = torch.randn(*size, generator=gen, dtype=torch.float32)
+        return (values * case.input_scale if case.input_scale != 1 else values).to(dtype)
 
     q = draw(s.B, s.Hq, s.Sq, s.D)
     k = draw(s.Bkv, s.Hkv, s.Skv, s.D)
     v = draw(s.Bkv, s.Hkv, s.Skv, s.D)
     return Inputs(q, k, v)
+
+
+def make_grad_output(case: Case, seed: int = 0) -> torch.Tensor:
+    """dO of a backward case: [B, Hq, Sq, D] in the case dtype, deterministic like the inputs."""
+    s = case.shape
+    gen = torch.Generator().manual_seed(input_seed(case.id + "|grad_out", seed))
+    return torch.randn(s.B, s.Hq, s.Sq, s.D, generator=gen).to(torch_dtype(case.dtype))

@@ -3,8 +3,12 @@
 Nothing here imports torch: reports and the gate read case ids without it.
 An id encodes everything that defines a case and never changes meaning:
 
-    <variant token>/<shape token>/<dtype>/<mode>
+    <variant token>/<shape token>/<dtype>/<mode>[/x<input scale>]
     sliding_window-w1024/b4-h8x8-s8192x8192-d128/bf16/fwd
+    softcap-cap50/b2-h8x8-s2048x2048-d128/bf16/fwd/x8
+
+Modes: ``fwd`` (the output), ``fwd+lse`` (the output and its log-sum-exp), ``fwd+bwd`` (the
+output and dQ, dK, dV). The input scale multiplies the N(0, 1) inputs (1 is left out of the id).
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 DTYPES = ("bf16", "fp16", "fp32")
-MODES = ("fwd", "fwd+bwd")
+MODES = ("fwd", "fwd+lse", "fwd+bwd")
 
 _SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
 
@@ -100,6 +104,7 @@ class Case:
     shape: Shape
     dtype: str = "bf16"
     mode: str = "fwd"
+    input_scale: int = 1
     tags: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
@@ -107,10 +112,13 @@ class Case:
             raise ValueError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if not (isinstance(self.input_scale, int) and self.input_scale >= 1):
+            raise ValueError(f"input_scale {self.input_scale!r} must be an integer >= 1")
 
     @property
     def id(self) -> str:
-        return f"{self.variant.token}/{self.shape.token}/{self.dtype}/{self.mode}"
+        base = f"{self.variant.token}/{self.shape.token}/{self.dtype}/{self.mode}"
+        return base if self.input_scale == 1 else f"{base}/x{self.input_scale}"
 
     def to_json(self) -> dict:
         return {
@@ -124,6 +132,7 @@ class Case:
             },
             "dtype": self.dtype,
             "mode": self.mode,
+            "input_scale": self.input_scale,
         }
 
     @classmethod
@@ -131,7 +140,7 @@ class Case:
         s = data["shape"]
         shape = Shape(s["B"], s["Hq"], s["Hkv"], s["Sq"], s["Skv"], s["D"], s.get("Bkv"))
         variant = Variant(data["variant"], tuple((k, v) for k, v in data["params"].items()))
-        case = cls(variant, shape, data["dtype"], data["mode"])
+        case = cls(variant, shape, data["dtype"], data["mode"], int(data.get("input_scale", 1)))
         if "id" in data and data["id"] != case.id:
             raise ValueError(f"case spec id {data['id']!r} does not match its fields ({case.id!r})")
         return case

@@ -243,3 +243,20 @@ def _build_rel_bias(variant: Variant, shape: Shape, device: torch.device) -> Mod
         return score + table[h, bucket_of[(q_idx - kv_idx).abs()]]
 
     return Mods(_causal, relative_bias)
+
+
+# --- padded_causal (extended matrix: fully masked rows) -------------------------------------
+def padded_causal(valid: int) -> Variant:
+    """Causal over the first ``valid`` tokens; the rest is padding. Padded keys are never seen
+    and padded queries see nothing: their rows are fully masked (output 0, lse -inf)."""
+    return Variant("padded_causal", (("v", valid),))
+
+
+@builder("padded_causal")
+def _build_padded_causal(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    valid = int(variant.param("v"))
+
+    def padded_causal_mask(b, h, q_idx, kv_idx):
+        return (q_idx < valid) & (kv_idx <= q_idx)
+
+    return Mods(padded_causal_mask, None)

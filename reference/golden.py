@@ -15,7 +15,7 @@ flex_attention's Triton template and its eager path all do), and the output roun
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -32,10 +32,33 @@ _CHUNK_SCORE_ELEMENTS = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Reference:
-    """Golden output [B, Hq, Sq, D] and log-sum-exp [B, Hq, Sq] (natural log), float64."""
+    """Output [B, Hq, Sq, D], log-sum-exp [B, Hq, Sq] (natural log) and, for backward cases,
+    gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed)."""
 
     out: torch.Tensor
-    lse: torch.Tensor
+    lse: torch.Tensor | None = None
+    grads: dict[str, torch.Tensor] | None = None
+
+
+def reference_pair(case: Case, inputs: Inputs,
+                   grad_out: torch.Tensor | None = None) -> tuple[Reference, Reference]:
+    """The golden (float64) and the baseline (case dtype) of everything ``case.mode`` checks:
+    the output always, the log-sum-exp for ``fwd+lse``, dQ/dK/dV for ``fwd+bwd`` (then
+    ``grad_out`` is dO, see cases.inputs.make_grad_output)."""
+    mods = build_mods(case.variant, case.shape, inputs.q.device)
+    dtype = torch_dtype(case.dtype)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    base_out, base_lse = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
+    golden = Reference(out, lse)
+    baseline = Reference(base_out.to(dtype), base_lse)
+    if case.mode == "fwd+bwd":
+        if grad_out is None:
+            raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
+        golden = replace(golden, grads=chunked_gradients(
+            case, inputs, mods, grad_out, torch.float64))
+        base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
+        baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
+    return golden, baseline
 
 
 def golden_attention(case: Case, inputs: Inputs, mods: Mods | None = None) -> Reference:
@@ -86,6 +109,47 @@ def chunked_attention(
             out[b, :, q0:q0 + len(q_idx)] = chunk_out
             lse[b, :, q0:q0 + len(q_idx)] = chunk_lse
     return out, lse
+
+
+def chunked_gradients(
+    case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
+    compute_dtype: torch.dtype, probs_dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """dQ, dK, dV of sum(out * grad_out), chunk by chunk (autograd through one query chunk
+    at a time, so memory stays bounded like the forward). Shapes follow q, k, v."""
+    s = case.shape
+    device = inputs.q.device
+    group = s.Hq // s.Hkv
+    scale = 1.0 / math.sqrt(s.D)
+    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
+    dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
+    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=compute_dtype, device=device)
+    dv = torch.zeros_like(dk)
+    heads = torch.arange(s.Hq, device=device).view(s.Hq, 1, 1)
+    all_keys = torch.arange(s.Skv, device=device)
+    for b in range(s.B):
+        kv_batch = b if s.Bkv == s.B else 0
+        k = inputs.k[kv_batch].to(compute_dtype).requires_grad_()
+        v = inputs.v[kv_batch].to(compute_dtype).requires_grad_()
+        batch = torch.tensor(b, device=device)
+        for q0 in range(0, s.Sq, rows):
+            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device).view(-1, 1)
+            chunk = slice(q0, q0 + len(q_idx))
+            q = inputs.q[b, :, chunk].to(compute_dtype).requires_grad_()
+            mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
+            keys = _kept_keys(mask, s.Skv)
+            with torch.enable_grad():
+                out, _ = _attend(q, k, v, keys, mask, mods, batch, heads, q_idx, scale, group,
+                                 probs_dtype)
+                if not out.requires_grad:  # every row of the chunk is fully masked
+                    continue
+                g_q, g_k, g_v = torch.autograd.grad(
+                    out, (q, k, v), grad_out[b, :, chunk].to(compute_dtype), allow_unused=True)
+            dq[b, :, chunk] = g_q
+            if g_k is not None:
+                dk[kv_batch] += g_k
+                dv[kv_batch] += g_v
+    return {"dq": dq, "dk": dk, "dv": dv}
 
 
 def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
@@ -146,13 +210,14 @@ def _attend(q, k, v, keys, mask, mods: Mods, b, h, q_idx, scale: float, group: i
         scores = modded.to(q.dtype).expand(hq, n, m).contiguous()
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
-    row_max = scores.amax(-1, keepdim=True)
+    # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
+    row_max = scores.detach().amax(-1, keepdim=True)
     row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
     probs = scores.sub_(row_max).exp_()
     denom = probs.sum(-1, keepdim=True)  # >= 1 (the max term is exp(0)) unless fully masked
     if probs_dtype is not None:
         probs = probs.to(probs_dtype).to(q.dtype)
     out = torch.bmm(probs.view(hkv, group * n, m), v_sel).view(hq, n, -1)
-    out.div_(denom.clamp_min(1.0))  # a fully masked row has out = 0 and stays 0
+    out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
     lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse

@@ -10,8 +10,11 @@ implementation in the case dtype achieves on the same inputs), at three scales:
    + u * RMS(G row), u the dtype's unit roundoff, so one wrong row, a dropped key block or an
    off-by-one at a mask boundary cannot hide in a mean.
 
-Any NaN or Inf where the golden is finite fails on its own. docs/oracle.md gives the reasons
-for each threshold and the margins measured on correct and on broken outputs.
+Any NaN or Inf where the golden is finite fails on its own. The same rules judge dQ, dK and
+dV of backward cases (rows are query rows of dQ, key rows of dK and dV). The log-sum-exp of
+``fwd+lse`` cases is judged per row: |lse - G| <= lse_factor * |baseline lse - G| +
+lse_rtol * max(1, |G|), and -inf exactly where the golden is -inf (fully masked rows).
+docs/oracle.md gives the reasons for each threshold and the margins measured on both sides.
 """
 from __future__ import annotations
 
@@ -49,18 +52,100 @@ class Verdict:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def judge(case: Case, golden: Reference, baseline: torch.Tensor, observed: Any) -> Verdict:
-    """Compare the observed output of ``case`` with the golden, relative to the baseline."""
-    expected_shape = tuple(golden.out.shape)
+#: log-sum-exp: per-row factor over the baseline's error, and a floor of 128 float32 ulps.
+LSE_FACTOR = 4.0
+LSE_RTOL = 128 * 2.0 ** -24
+
+
+def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
+          observed: Any) -> Verdict:
+    """Compare what the backend computed for ``case`` with the golden, relative to the baseline.
+
+    ``observed`` and ``baseline`` are the output tensor, or a Reference with the log-sum-exp
+    (``fwd+lse``) or the gradients (``fwd+bwd``) as the case's mode requires.
+    """
+    base = baseline if isinstance(baseline, Reference) else Reference(baseline)
+    obs = observed if isinstance(observed, Reference) else Reference(observed)
+    tol = TOLERANCES[case.dtype]
+    verdict = _judge_tensor(golden.out, base.out, obs.out, tol, "output")
+    parts: list[tuple[str, Verdict]] = []
+    if case.mode == "fwd+lse":
+        parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse)))
+    if case.mode == "fwd+bwd":
+        for name in ("dq", "dk", "dv"):
+            got = (obs.grads or {}).get(name)
+            parts.append((name, _judge_tensor(golden.grads[name], base.grads[name], got, tol, name)))
+    return _combine(verdict, parts)
+
+
+def _combine(main: Verdict, parts: list[tuple[str, Verdict]]) -> Verdict:
+    if not parts:
+        return main
+    metrics = dict(main.metrics)
+    failed = [f"output:{rule}" for rule in main.metrics.get("failed_rules", [])]
+    summaries = [f"output: {main.summary}"] if main.summary else []
+    for name, part in parts:
+        metrics[name] = part.metrics
+        failed += [f"{name}:{rule}" for rule in part.metrics.get("failed_rules", [])]
+        if part.summary:
+            summaries.append(f"{name}: {part.summary}")
+    metrics["failed_rules"] = failed
+    return Verdict(not failed, "; ".join(summaries), metrics)
+
+
+def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
+                  tol: Tolerance, what: str) -> Verdict:
+    expected_shape = tuple(golden.shape)
     if not isinstance(observed, torch.Tensor):
-        return Verdict(False, f"output is a {type(observed).__name__}, not a tensor",
+        return Verdict(False, f"{what} is a {type(observed).__name__}, not a tensor",
                        {"failed_rules": ["type"]})
     if tuple(observed.shape) != expected_shape:
-        return Verdict(False, f"output shape {tuple(observed.shape)}, expected {expected_shape}",
+        return Verdict(False, f"{what} shape {tuple(observed.shape)}, expected {expected_shape}",
                        {"failed_rules": ["shape"]})
-    tol = TOLERANCES[case.dtype]
-    stats = _ErrorStats.collect(golden.out, baseline, observed.detach().cpu())
+    stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu())
     return _decide(stats, tol)
+
+
+def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> Verdict:
+    if not isinstance(observed, torch.Tensor):
+        return Verdict(False, "no log-sum-exp was returned", {"failed_rules": ["missing"]})
+    if tuple(observed.shape) != tuple(golden.shape):
+        return Verdict(False, f"lse shape {tuple(observed.shape)}, expected "
+                       f"{tuple(golden.shape)}", {"failed_rules": ["shape"]})
+    obs = observed.detach().cpu().to(torch.float64)
+    masked = torch.isneginf(golden)
+    wrong_masked = int((masked & ~torch.isneginf(obs)).sum())
+    nonfinite = int((~masked & ~torch.isfinite(obs)).sum())
+    live = ~masked & torch.isfinite(obs)
+    err = torch.where(live, (obs - golden).abs(), 0.0)
+    base_err = torch.where(live, (baseline.to(torch.float64) - golden).abs(), 0.0)
+    limit = LSE_FACTOR * base_err + LSE_RTOL * golden.abs().clamp_min(1.0).where(live, 1.0)
+    margins = err / limit
+    worst = _argmax(margins)
+    failing = int((margins > 1).sum())
+    metrics: dict[str, Any] = {
+        "max_abs_err": float(err.max()) if err.numel() else 0.0,
+        "worst_row_margin": float(margins[worst]) if margins.numel() else 0.0,
+        "worst_place": dict(zip("bhq", worst)),
+        "failing_rows": failing,
+        "fully_masked_rows": int(masked.sum()),
+        "nonfinite_count": nonfinite,
+        "not_minus_inf_on_masked_rows": wrong_masked,
+    }
+    failed, summary = [], []
+    if wrong_masked:
+        failed.append("masked_rows")
+        summary.append(f"{wrong_masked} fully masked row(s) do not have lse = -inf")
+    if nonfinite:
+        failed.append("nonfinite")
+        summary.append(f"{nonfinite} non-finite lse value(s) where the golden is finite")
+    if failing:
+        failed.append("row")
+        b, h, q = worst
+        summary.append(f"{failing} row(s) off, worst b={b} h={h} q={q}: error "
+                       f"{float(err[worst]):.3g} vs limit {float(limit[worst]):.3g}")
+    metrics["failed_rules"] = failed
+    return Verdict(not failed, "; ".join(summary), metrics)
 
 
 @dataclass

@@ -1,0 +1,149 @@
+"""The extended matrix: its axes, the log-sum-exp and gradient references, and the verdict on
+them in both directions (eager flex_attention passes; broken lse and gradients are caught)."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
+
+from cases import variants as v
+from cases.catalog import matrix
+from cases.inputs import make_grad_output, make_inputs
+from cases.model import Case, Shape
+from cases.variants import build_mods
+from reference.faults import FAULTS
+from reference.golden import Reference, reference_pair
+from reference.verdict import judge
+
+
+def eager(case: Case, inputs) -> Reference:
+    s = case.shape
+    mods = build_mods(case.variant, s)
+    mask_mod = mods.mask_mod or (noop_mask if s.Bkv != s.B else None)
+    block_mask = None
+    if mask_mod is not None:
+        block_mask = create_block_mask(mask_mod, s.B if s.Bkv != s.B else None, None,
+                                       s.Sq, s.Skv, "cpu")
+    out, lse = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
+                              block_mask=block_mask, enable_gqa=s.Hq != s.Hkv, return_lse=True)
+    return Reference(out, lse)
+
+
+def test_extended_matrix_covers_every_axis_with_stable_distinct_ids():
+    for profile in ("full", "smoke"):
+        cases = matrix(profile, "extended")
+        assert len({c.id for c in cases}) == len(cases)
+        axes = {tag for c in cases for tag in c.tags} - {"extended", profile}
+        assert axes == {"dtype", "gqa", "head_dim", "odd_length", "cross", "kv_broadcast",
+                        "large_inputs", "masked_rows", "lse", "backward"}
+    full = {c.id for c in matrix("full", "extended")}
+    assert "causal/b2-h8x2-s2048x2048-d128/bf16/fwd" in full
+    assert "full/b4x1-h8x8-s1x8192-d128/bf16/fwd" in full
+    assert "softcap-cap50/b2-h8x8-s2048x2048-d128/bf16/fwd/x4" in full
+    assert "alibi/b1-h8x8-s1024x1024-d128/bf16/fwd+bwd" in full
+    assert all(c.shape.Sq % 128 for c in matrix("full", "extended") if "odd_length" in c.tags)
+    assert len(matrix("full", "all")) == 96 + len(matrix("full", "extended"))
+
+
+def test_eager_flex_attention_passes_one_case_of_every_forward_axis():
+    picked = {}
+    for case in matrix("smoke", "extended"):
+        axis = next(iter(case.tags - {"extended", "smoke"}))
+        if case.mode != "fwd+bwd":
+            picked.setdefault((axis, case.variant.name == "full"), case)
+    assert len(picked) >= 9
+    for case in picked.values():
+        inputs = make_inputs(case, 1)
+        golden, baseline = reference_pair(case, inputs)
+        verdict = judge(case, golden, baseline, eager(case, inputs))
+        assert verdict.passed, f"{case.id}: {verdict.summary}"
+
+
+def test_fully_masked_rows_need_zero_output_and_minus_inf_lse():
+    case = Case(v.padded_causal(48), Shape(1, 2, 2, 64, 64, 32), "bf16", "fwd+lse")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    assert torch.isneginf(golden.lse[..., 48:]).all() and (golden.out[..., 48:, :] == 0).all()
+    good = eager(case, inputs)
+    assert judge(case, golden, baseline, good).passed
+    finite_lse = good.lse.clone()
+    finite_lse[..., 50] = 0.0  # a padded row that claims an lse
+    verdict = judge(case, golden, baseline, replace(good, lse=finite_lse))
+    assert not verdict.passed and "lse = -inf" in verdict.summary
+    assert "lse:masked_rows" in verdict.metrics["failed_rules"]
+
+
+def test_lse_sees_a_window_off_by_one_that_the_output_rules_may_not():
+    case = Case(v.sliding_window(1024), Shape(1, 2, 2, 2048, 2048, 64), "bf16", "fwd+lse")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    wider = Case(v.sliding_window(1025), case.shape, "bf16", "fwd+lse")
+    off_by_one, _ = reference_pair(wider, inputs)  # the float64 answer of the wrong mask
+    verdict = judge(case, golden, baseline,
+                    Reference(off_by_one.out.to(torch.bfloat16), off_by_one.lse.float()))
+    assert not verdict.passed
+    assert "lse:row" in verdict.metrics["failed_rules"]
+
+
+def test_missing_lse_is_a_mismatch():
+    case = Case(v.causal(), Shape(1, 2, 2, 32, 32, 16), "bf16", "fwd+lse")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    verdict = judge(case, golden, baseline, Reference(baseline.out))
+    assert not verdict.passed and "no log-sum-exp" in verdict.summary
+
+
+def test_large_inputs_make_soft_capping_observable():
+    shape = Shape(1, 4, 4, 256, 256, 128)
+    ignored, _ = FAULTS["score_mod_ignored"]
+    caught = {}
+    for scale in (1, 4):
+        case = Case(v.softcap(50.0), shape, "bf16", input_scale=scale)
+        inputs = make_inputs(case, 0)
+        golden, baseline = reference_pair(case, inputs)
+        caught[scale] = not judge(case, golden, baseline,
+                                  ignored(case, inputs, baseline.out)).passed
+    assert caught == {1: False, 4: True}
+
+
+def test_gradient_reference_matches_dense_autograd_in_float64():
+    for variant in (v.causal(), v.alibi(), v.rel_bias(8), v.document()):
+        for shape in (Shape(2, 4, 2, 100, 100, 16), Shape(2, 4, 4, 64, 64, 8, 1)):
+            case = Case(variant, shape, "fp32", "fwd+bwd")
+            inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+            golden, _ = reference_pair(case, inputs, grad_out)
+            q, k, val = (t.double().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
+            group = shape.Hq // shape.Hkv
+            kk = k.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
+            vv = val.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
+            mods = build_mods(variant, shape)
+            b = torch.arange(shape.B).view(-1, 1, 1, 1)
+            h = torch.arange(shape.Hq).view(1, -1, 1, 1)
+            qi, ki = torch.arange(shape.Sq).view(-1, 1), torch.arange(shape.Skv)
+            scores = q @ kk.transpose(-1, -2) / math.sqrt(shape.D)
+            if mods.score_mod:
+                scores = mods.score_mod(scores, b, h, qi, ki)
+            scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
+            (torch.softmax(scores, -1) @ vv).backward(grad_out.double())
+            for name, want in (("dq", q.grad), ("dk", k.grad), ("dv", val.grad)):
+                torch.testing.assert_close(golden.grads[name], want, rtol=1e-12, atol=1e-12)
+
+
+def test_gradient_verdict_passes_the_baseline_and_catches_broken_gradients():
+    case = Case(v.causal(), Shape(1, 4, 4, 128, 128, 64), "bf16", "fwd+bwd")
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    golden, baseline = reference_pair(case, inputs, grad_out)
+    assert judge(case, golden, baseline, baseline).passed
+    broken_dk = dict(baseline.grads, dk=baseline.grads["dk"].clone())
+    broken_dk["dk"][0, 1, 5] = 0  # one key row of dK never written
+    verdict = judge(case, golden, baseline, replace(baseline, grads=broken_dk))
+    assert not verdict.passed and "dk:row" in verdict.metrics["failed_rules"]
+    scaled_dv = dict(baseline.grads, dv=baseline.grads["dv"].clone())
+    scaled_dv["dv"][0, 2] = (scaled_dv["dv"][0, 2].float() * 1.02).to(torch.bfloat16)
+    verdict = judge(case, golden, baseline, replace(baseline, grads=scaled_dv))
+    assert not verdict.passed and "dv:head" in verdict.metrics["failed_rules"]
+    missing = judge(case, golden, baseline, Reference(baseline.out))
+    assert not missing.passed and "dq" in missing.summary
