@@ -43,7 +43,7 @@ def test_a_regression_blocks_even_when_the_expectations_list_it(tmp_path, capsys
     assert gate(tmp_path, old, new, expectations=known(B, "COMPILE_TIMEOUT")) == 1
     out = capsys.readouterr().out
     assert "MAY NOT SHIP: 1 blocking finding" in out
-    assert f"x REGRESSION" in out and "PASS -> COMPILE_TIMEOUT" in out and B in out
+    assert "x REGRESSION" in out and "PASS -> COMPILE_TIMEOUT" in out and B in out
 
 
 def test_a_failure_blocks_unless_listed_with_that_label(tmp_path, capsys):
@@ -97,7 +97,7 @@ def test_fixes_are_good_news_and_stale_expectations_block_only_when_strict(tmp_p
     new = run([record(A), record(B)])
     assert gate(tmp_path, old, new, expectations=known(B, "COMPILE_TIMEOUT")) == 0
     out = capsys.readouterr().out
-    assert f"+ FIXED" in out and "COMPILE_TIMEOUT -> PASS" in out
+    assert "+ FIXED" in out and "COMPILE_TIMEOUT -> PASS" in out
     assert "+ STALE" in out and "known.toml:1" in out
     assert gate(tmp_path, old, new, "--strict-expectations",
                 expectations=known(B, "COMPILE_TIMEOUT")) == 1
