@@ -165,7 +165,7 @@ def _entry(item: object, where: str, line: int) -> Expectation:
 
 def _check_case_id(case: str, where: str) -> None:
     parts = case.split("/")
-    problem = "" if len(parts) == 4 else "it does not have 4 parts variant/shape/dtype/mode"
+    problem = "" if len(parts) >= 4 else "it lacks the parts variant/shape/dtype/mode"
     if not problem:
         try:
             Shape.parse(parts[1])

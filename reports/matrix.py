@@ -1,5 +1,6 @@
 """The matrix as grids: variants as rows, batch x sequence as columns, one grid per
-combination of the other parts of the case (dtype, mode, heads, head dim, kv broadcast).
+combination of the other parts of the case (dtype, mode, heads, head dim, kv broadcast,
+input scale and any later part of the id).
 
 Coordinates come from the record's case spec, or else from parsing the case id; records
 whose id follows no known form are collected in ``unplaced`` (shown as a plain list).
@@ -61,9 +62,9 @@ def seq_text(seq: tuple[int, int]) -> str:
 def coordinates(record: Record) -> Coordinates | None:
     """Where ``record`` sits in the matrix, or None when its id has no known form."""
     parts = record.case_id.split("/")
-    if len(parts) != 4:
+    if len(parts) < 4:
         return None
-    variant_token, shape_token, dtype, mode = parts
+    variant_token, shape_token, dtype, mode, *rest = parts  # rest: e.g. input scale "x4"
     try:
         shape = Shape.parse(shape_token)
     except ValueError:
@@ -72,7 +73,9 @@ def coordinates(record: Record) -> Coordinates | None:
     if not isinstance(name, str) or not variant_token.startswith(name):
         name = variant_token.split("-", 1)[0]
     kv_batch = "" if shape.Bkv == shape.B else " · kv batch 1"
-    group = f"{dtype} · {mode} · h{shape.Hq}x{shape.Hkv} · d{shape.D}{kv_batch}"
+    extra = "".join(f" · inputs {part}" if part.startswith("x") else f" · {part}"
+                    for part in rest)
+    group = f"{dtype} · {mode} · h{shape.Hq}x{shape.Hkv} · d{shape.D}{kv_batch}{extra}"
     return Coordinates(name, variant_token, shape.B, (shape.Sq, shape.Skv), group)
 
 

@@ -156,3 +156,11 @@ def test_the_example_in_docs_gate_md_is_a_valid_file():
     known = parse_expectations(example, "docs/gate.md")
     hit = expected_label(known, "neuron", "causal/b4-h8x8-s8192x8192-d128/bf16/fwd")
     assert hit is not None and hit[0] is Label.COMPILE_TIMEOUT
+
+
+def test_ids_with_an_input_scale_part_are_case_ids():
+    scaled = case_id() + "/x4"
+    known = parse_expectations(f'[[failure]]\nbackend = "neuron"\ncase = "{scaled}"\n'
+                               'label = "MISMATCH"\nreason = "bf16 overflow at 4x inputs"\n')
+    assert expected_label(known, "neuron", scaled)[0] is Label.MISMATCH
+    assert expected_label(known, "neuron", case_id()) is None

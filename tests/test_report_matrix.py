@@ -34,9 +34,19 @@ def test_two_parameterisations_in_one_cell_split_the_row_by_token():
 
 def test_other_id_parts_make_separate_grids_and_unknown_ids_are_kept_apart():
     records = [record(case_id(dtype="bf16")), record(case_id(dtype="fp32")),
-               record("causal/b2x1-h8x2-s128x256-d64/bf16/fwd+bwd"), record(ODD_ID)]
+               record("causal/b2x1-h8x2-s128x256-d64/bf16/fwd+bwd"),
+               record(case_id() + "/x4"), record(ODD_ID)]
     matrix = build_matrix(records)
     assert [g.title for g in matrix.grids] == ["bf16 · fwd · h8x8 · d128", "fp32 · fwd · h8x8 · d128",
-                                               "bf16 · fwd+bwd · h8x2 · d64 · kv batch 1"]
+                                               "bf16 · fwd+bwd · h8x2 · d64 · kv batch 1",
+                                               "bf16 · fwd · h8x8 · d128 · inputs x4"]
     assert seq_text(matrix.grids[2].columns[0][1]) == "128x256"
     assert [r.case_id for r in matrix.unplaced] == [ODD_ID]
+
+
+def test_every_id_of_every_matrix_is_placed():
+    from cases.catalog import MATRICES, matrix
+
+    for name in MATRICES:
+        records = [record(c.id) for c in matrix("smoke", name)]
+        assert build_matrix(records).unplaced == [], name
