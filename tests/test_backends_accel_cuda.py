@@ -190,12 +190,12 @@ def test_one_gpu_per_worker_from_the_visible_list():
 
 def test_child_env_pins_a_gpu_and_the_caches(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
-    cold = CudaInductor().child_env(WorkerSlot(5, 8), None)
-    assert cold == {"CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    warm = CudaInductor().child_env(WorkerSlot(2, 8), str(tmp_path))
-    assert warm["CUDA_VISIBLE_DEVICES"] == "2"
-    assert warm["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
-    assert warm["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    assert CudaInductor().child_env(WorkerSlot(5, 8), None) == {
+        "CUDA_VISIBLE_DEVICES": "5", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    start = CudaInductor().child_env(WorkerSlot(2, 8), str(tmp_path))
+    assert start == {"CUDA_VISIBLE_DEVICES": "2", "TORCHINDUCTOR_COMPILE_THREADS": "1",
+                     "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+                     "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     assert CudaEager().child_env(WorkerSlot(7, 8), None) == {"CUDA_VISIBLE_DEVICES": "7"}
 
 

@@ -25,8 +25,7 @@ from typing import Any, Callable
 
 from cases.model import Case
 from conformance import compat
-from conformance.backends.base import (AttentionFn, Availability, Backend, WorkerSlot,
-                                       threads_per_worker)
+from conformance.backends.base import AttentionFn, Availability, Backend, WorkerSlot
 from conformance.backends.cpu import CpuInductor, inductor_cache_hit
 
 #: A tiny case run once when a child starts (CUDA context, Triton start-up).
@@ -167,15 +166,14 @@ class CudaInductor(CudaEager):
 
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
         env = super().child_env(slot, cache_dir)
-        if cache_dir:  # warm: one shared cache, compile workers welcome
+        # Triton compiles in the child itself: compile-worker processes keep the environment
+        # they started with, so after begin_case moved TRITON_CACHE_DIR to a case's fresh
+        # directory they would still read and fill the first one (a cold case could then hit
+        # an earlier case's kernels). flex_attention's forward is a few kernels: little is lost.
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        if cache_dir:
             env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
             env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
-            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads_per_worker(slot))
-        else:
-            # cold: every case gets a fresh cache directory in begin_case; compile-worker
-            # processes would keep the environment they started with (and so an old Triton
-            # cache), so Triton compiles in the child itself.
-            env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         return env
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
