@@ -159,9 +159,10 @@ def test_cold_run_pins_cores_forces_the_guard_and_gives_each_case_its_dirs(stand
     records = _run("tests.standin_neuron:NeuronOnCpu", [CAUSAL, ALIBI], slot=WorkerSlot(1, 2))
     assert [r.label for r in records] == [Label.PASS, Label.PASS], [r.message for r in records]
     assert all(r.compile_seconds is not None and r.run_seconds is not None for r in records)
-    compiles = _compiles(standin)
-    assert len(compiles) == 2 and len({c["pid"] for c in compiles}) == 1  # one warm child
-    for seen in compiles:
+    warm_up, *compiles = _compiles(standin)  # the child's warm-up compile, then the cases'
+    assert "compile-cache-warm-up" in warm_up["env"]["TORCH_NEURONX_DEBUG_DIR"]
+    assert len(compiles) == 2 and len({c["pid"] for c in [warm_up, *compiles]}) == 1  # one child
+    for seen in [warm_up, *compiles]:
         assert seen["env"]["NEURON_RT_VISIBLE_CORES"] == "2-3"
         assert seen["env"][FALLBACK_ENV] == "1" and seen["fallback_disabled"]
         assert seen["env"]["NEURON_COMPILE_CACHE_URL"] != "/var/tmp/neuron-compile-cache"
@@ -180,7 +181,8 @@ def test_warm_run_shares_the_dirs(standin, tmp_path):
     compiles = _compiles(standin)
     assert {c["env"]["TORCH_NEURONX_DEBUG_DIR"] for c in compiles} == {str(warm / "neuron-debug")}
     assert {c["env"]["NEURON_COMPILE_CACHE_URL"] for c in compiles} == {str(warm / "neuron-cache")}
-    assert len(list((warm / "neuron-cache").iterdir())) == 2  # both compiles kept
+    assert len(compiles) == 3  # warm-up and two cases
+    assert len(list((warm / "neuron-cache").iterdir())) == 3  # every compile kept
 
 
 def test_failed_compile_is_a_compile_error_even_if_the_caller_allows_fallback(standin, monkeypatch):

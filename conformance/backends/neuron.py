@@ -41,6 +41,7 @@ INSTALL_HINT = ("install the Neuron SDK's torch-neuronx on a Trainium host: pip 
 #: environment() key -> Python distribution whose version it records
 PYTHON_PACKAGES = {"torch_neuronx": "torch-neuronx", "neuronx_cc": "neuronx-cc"}
 RUNTIME_PACKAGE = "aws-neuronx-runtime-lib"  # the Neuron runtime (libnrt), an OS package
+WARM_UP_SHAPE = (1, 1, 128, 16)  # B, H, S, D of the child's one warm-up compile
 
 
 class Neuron(Backend):
@@ -89,8 +90,11 @@ class Neuron(Backend):
     def warm_up(self) -> None:
         import torch
 
-        # Starts the runtime on this child's cores (not a compile: that is each case's own).
-        torch.zeros(1, device=self.device())
+        # One tiny compile and run: the runtime on this child's cores and the compiler's
+        # one-time start-up are paid here, not by the first case.
+        q = torch.randn(*WARM_UP_SHAPE, device=self.device())
+        compat.validate_device(q, q, q)
+        self._compile()(q, q, q)
         self.synchronize()
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
@@ -103,16 +107,7 @@ class Neuron(Backend):
                 os.environ[name] = path
 
     def prepare(self, case: Case) -> AttentionFn:
-        import torch
-        from torch.nn.attention.flex_attention import flex_attention
-
-        if os.environ.get(FALLBACK_ENV) != "1":
-            raise RuntimeError(f"{FALLBACK_ENV} is {os.environ.get(FALLBACK_ENV)!r} in the child; "
-                               "it must be 1 so a failed compile cannot run eagerly (the suite "
-                               "sets it: run through the suite's executor)")
-        import_torch_neuronx()
-        torch._dynamo.config.suppress_errors = False
-        compiled = torch.compile(flex_attention, backend="neuron", fullgraph=True, dynamic=False)
+        compiled = self._compile()
         gqa = case.shape.Hq != case.shape.Hkv
 
         def neuron(q, k, v, score_mod, block_mask):
@@ -133,6 +128,19 @@ class Neuron(Backend):
         sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
         if sync is not None:
             sync()
+
+    def _compile(self):
+        """flex_attention compiled by the neuron backend, with every fallback ruled out."""
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if os.environ.get(FALLBACK_ENV) != "1":
+            raise RuntimeError(f"{FALLBACK_ENV} is {os.environ.get(FALLBACK_ENV)!r} in the child; "
+                               "it must be 1 so a failed compile cannot run eagerly (the suite "
+                               "sets it: run through the suite's executor)")
+        import_torch_neuronx()
+        torch._dynamo.config.suppress_errors = False
+        return torch.compile(flex_attention, backend="neuron", fullgraph=True, dynamic=False)
 
 
 def import_torch_neuronx():
