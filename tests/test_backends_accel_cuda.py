@@ -205,3 +205,18 @@ def test_begin_case_points_triton_and_inductor_at_the_case_cache(monkeypatch, tm
     CudaInductor().begin_case(str(tmp_path), cold=True)
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
+
+
+def test_warm_up_runs_the_attention_call_once():
+    calls = []
+
+    class Recording(CudaOnCpu):
+        def call(self, q, k, v, score_mod=None, block_mask=None):
+            calls.append((q.dtype, score_mod is not None, block_mask is not None))
+            return q
+
+        def _attention_fn(self):
+            return self.call
+
+    Recording().warm_up()
+    assert calls == [(torch.bfloat16, True, True)]

@@ -28,8 +28,6 @@ from conformance import compat
 from conformance.backends.base import AttentionFn, Availability, Backend, WorkerSlot
 from conformance.backends.cpu import CpuInductor, inductor_cache_hit
 
-#: A tiny case run once when a child starts (CUDA context, Triton start-up).
-WARM_UP_SHAPE = (1, 1, 128, 16)  # B, H, S, D
 _CUDA_OOM_RE = re.compile(r"CUDA out of memory\.?[^\n]*")
 _TRITON_OOR_RE = re.compile(r"out of resource: [^\n]*?Hardware limit: \d+")
 _TRITON_PACKAGES = ("triton", "pytorch-triton", "pytorch-triton-rocm")
@@ -121,11 +119,13 @@ class CudaEager(Backend):
         return {"CUDA_VISIBLE_DEVICES": gpu_for_worker(slot, visible_gpus())}
 
     def warm_up(self) -> None:
-        import torch
+        from conformance.backends.cpu import _warm_up_inputs
 
-        b, h, s, d = WARM_UP_SHAPE
-        q = torch.randn(b, h, s, d, device=self.device())
-        compat.attention(self._attention_fn(), q, q, q)
+        # bf16, a block mask and a score mod, as the CPU backends warm up: the paths cases take
+        q, score_mod, block_mask = _warm_up_inputs()
+        device = self.device()
+        q, block_mask = q.to(device), block_mask.to(device)
+        compat.attention(self._attention_fn(), q, q, q, score_mod, block_mask)
         self.synchronize()
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
