@@ -98,7 +98,8 @@ class ConformanceSession:
         self.config, self.options = config, options
         self.is_worker = hasattr(config, "workerinput")
         self.is_controller = not self.is_worker
-        self.active = _reaches_matrix(config)
+        # --collect-only lists cases: it must not clear records nor overwrite results.json
+        self.active = _reaches_matrix(config) and not config.option.collectonly
         self.summary_lines: list[str] = []
         self._cases = None
         self._runner = None
