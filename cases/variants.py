@@ -260,3 +260,7 @@ def _build_padded_causal(variant: Variant, shape: Shape, device: torch.device) -
         return (q_idx < valid) & (kv_idx <= q_idx)
 
     return Mods(padded_causal_mask, None)
+
+
+# --- composed (masks with and/or/not, score chains; what the fuzzer draws) ------------------
+from cases import composed as _composed  # noqa: E402,F401  (registers its builder)
