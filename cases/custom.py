@@ -1,0 +1,110 @@
+"""Variants from outside the suite: case modules named by ``--cases-module`` or installed under
+the entry point group ``flexattention_conformance.cases`` (docs/cases.md).
+
+A case module is an importable Python module that
+
+- registers the builder of each of its variants with ``@cases.variants.builder("name")``
+  (importing the module is what registers them, in every process that runs its cases), and
+- exposes ``cases(profile: str) -> list[Case]``: its cases for the profile (full or smoke).
+
+``load_case_modules`` imports the modules and collects their cases (the parent process);
+``import_case_modules`` only imports them (the child process, before building any mods).
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from importlib.metadata import entry_points
+from types import ModuleType
+
+from cases.catalog import check_profile
+from cases.model import Case
+from cases import variants
+
+ENTRY_POINT_GROUP = "flexattention_conformance.cases"
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+#: variant name -> the case module whose import registered it (this process).
+_REGISTERED_BY: dict[str, str] = {}
+
+
+def entry_point_case_modules() -> list[str]:
+    """The module names installed under ``flexattention_conformance.cases`` (by entry name)."""
+    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    return [ep.value.partition(":")[0].strip() for ep in found]
+
+
+def import_case_modules(names: list[str]) -> list[ModuleType]:
+    """Import each case module once (registering its variants); ValueError, one line, for a
+    name that is not an importable module. Importing again is a no-op."""
+    modules = []
+    for name in names:
+        if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+            raise ValueError(f"case module {name!r} is not a Python module name; write a dotted "
+                             "name like my_variants (for a file my_variants.py, put its "
+                             "directory on PYTHONPATH)")
+        if name in sys.modules:
+            modules.append(sys.modules[name])
+            continue
+        before = set(variants.registered_variants())
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                raise ValueError(f"case module {name!r} cannot be found; install it or put "
+                                 "its directory on PYTHONPATH") from None
+            raise ValueError(f"case module {name!r} failed to import: {exc}; install what "
+                             "it needs") from None
+        except Exception as exc:  # noqa: BLE001 - the user's module: say which and why
+            raise ValueError(f"case module {name!r} failed to import: "
+                             f"{type(exc).__name__}: {exc}; fix the module") from None
+        for variant in set(variants.registered_variants()) - before:
+            _REGISTERED_BY[variant] = name
+        modules.append(module)
+    return modules
+
+
+def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
+    """The cases of every case module in ``names`` for ``profile``, in module order.
+
+    ValueError (one line, naming the module and the fix) when a module cannot be imported,
+    has no ``cases(profile)``, returns something else than cases, uses a variant without a
+    registered builder, or when two cases share an id.
+    """
+    check_profile(profile)
+    collected: list[Case] = []
+    for name, module in zip(names, import_case_modules(names)):
+        make = getattr(module, "cases", None)
+        if not callable(make):
+            raise ValueError(f"case module {name!r} has no function cases(profile) -> "
+                             "list[Case]; define one (docs/cases.md)")
+        for case in make(profile):
+            if not isinstance(case, Case):
+                raise ValueError(f"case module {name!r}: cases({profile!r}) returned a "
+                                 f"{type(case).__name__}; return cases.model.Case objects")
+            if case.variant.name not in variants.registered_variants():
+                raise ValueError(
+                    f"case module {name!r}: case {case.id!r} uses variant "
+                    f"{case.variant.name!r}, which has no builder; decorate its builder with "
+                    f"@cases.variants.builder({case.variant.name!r})")
+            collected.append(case)
+    seen: set[str] = set()
+    for case in collected:
+        if case.id in seen:
+            raise ValueError(f"case {case.id!r} is defined twice by the case modules "
+                             f"{', '.join(names)}; give each case a distinct variant or shape")
+        seen.add(case.id)
+    return collected
+
+
+def defining_module(variant_name: str) -> str:
+    """The module whose import registers ``variant_name``'s builder: ``cases.variants`` or
+    ``cases.composed`` for the suite's own, the case module for a custom one. ValueError when
+    no module of this process registered it."""
+    if variant_name in _REGISTERED_BY:
+        return _REGISTERED_BY[variant_name]
+    build = variants._BUILDERS.get(variant_name)  # noqa: SLF001 - same package
+    if build is None:
+        raise ValueError(f"unknown variant {variant_name!r}; pass its case module with "
+                         "--cases-module (docs/cases.md)")
+    return build.__module__

@@ -1,0 +1,119 @@
+"""Custom variants from a case module (examples/custom_variants/my_variants.py): they load,
+their masks are the ones their docstrings define, the golden and the verdict judge them
+unchanged, and bad module names are one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cases.custom import (defining_module, entry_point_case_modules, import_case_modules,
+                          load_case_modules)
+from cases.inputs import make_inputs
+from cases.model import Case, Shape
+from cases.variants import build_mods
+from reference.faults import row_ignores_mask
+from reference.golden import reference_pair
+from reference.verdict import judge
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "custom_variants"
+
+
+@pytest.fixture
+def my_variants(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    (module,) = import_case_modules(["my_variants"])
+    return module
+
+
+def dense_mask(name: str, params: dict, sq: int, skv: int) -> np.ndarray:
+    """The masks as their docstrings define them, on explicit index grids."""
+    i, j = np.arange(sq)[:, None], np.arange(skv)[None, :]
+    if name == "dilated_sliding_window":
+        d = i - j
+        return (d >= 0) & (d < params["w"]) & (d % params["dil"] == 0)
+    if name == "global_window":
+        g = params["g"]
+        return (np.abs(i - j) <= params["w"]) | (j < g) | (i < g)
+    raise AssertionError(name)
+
+
+def test_the_example_module_gives_its_cases_for_each_profile(my_variants):
+    for profile, seqs in (("smoke", {256, 512}), ("full", {2048, 4096})):
+        cases = load_case_modules(["my_variants"], profile)
+        assert {c.variant.name for c in cases} == {"dilated_sliding_window", "global_window"}
+        assert {c.shape.Sq for c in cases} == seqs
+        assert len({c.id for c in cases}) == len(cases) == 4
+    assert load_case_modules(["my_variants"], "smoke")[1].id == \
+        "global_window-w32-g2/b1-h8x8-s256x256-d128/bf16/fwd"
+    assert defining_module("global_window") == "my_variants"
+    assert defining_module("sliding_window") == "cases.variants"
+    assert import_case_modules(["my_variants"]) == [my_variants]  # importing again: no-op
+
+
+@pytest.mark.parametrize("make, args", [("dilated_sliding_window", (8, 3)),
+                                        ("global_window", (4, 3))])
+def test_masks_equal_an_independent_dense_mask(my_variants, make, args):
+    variant = getattr(my_variants, make)(*args)
+    shape = Shape(1, 2, 2, 37, 53, 16)
+    mods = build_mods(variant, shape)
+    got = mods.mask_mod(0, 0, torch.arange(37).view(-1, 1), torch.arange(53)).numpy()
+    expected = dense_mask(variant.name, dict(variant.params), 37, 53)
+    assert got.shape == expected.shape and (got == expected).all()
+    assert 0 < expected.sum() < expected.size  # the mask does mask something
+
+
+@pytest.mark.parametrize("make, args", [("dilated_sliding_window", (16, 4)),
+                                        ("global_window", (8, 5))])
+def test_golden_and_verdict_apply_unchanged(my_variants, make, args):
+    case = Case(getattr(my_variants, make)(*args), Shape(1, 2, 2, 96, 96, 16))
+    inputs = make_inputs(case)
+    golden, baseline = reference_pair(case, inputs)
+    mods = build_mods(case.variant, case.shape)
+    mask = create_block_mask(mods.mask_mod, None, None, 96, 96, device="cpu")
+    eager = flex_attention(inputs.q, inputs.k, inputs.v, block_mask=mask)
+    verdict = judge(case, golden, baseline, eager)
+    assert verdict.passed, verdict.summary
+    broken = judge(case, golden, baseline, row_ignores_mask(case, inputs, eager))
+    assert not broken.passed and "row" in broken.metrics["failed_rules"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("no_such_variants_module", "case module 'no_such_variants_module' cannot be found; "
+     "install it or put its directory on PYTHONPATH"),
+    ("my-variants", "case module 'my-variants' is not a Python module name;"),
+    ("examples/custom_variants/my_variants.py", "is not a Python module name;"),
+    ("string", "case module 'string' has no function cases(profile) -> list[Case]; define one"),
+])
+def test_bad_module_names_are_one_line_errors(name, message):
+    with pytest.raises(ValueError) as err:
+        load_case_modules([name], "smoke")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_module_whose_import_fails_or_whose_variant_has_no_builder_is_named(tmp_path, monkeypatch):
+    (tmp_path / "needs_missing.py").write_text("import not_installed_dependency_xyz\n")
+    (tmp_path / "no_builder.py").write_text(
+        "from cases.model import Case, Shape, Variant\n"
+        "def cases(profile):\n"
+        "    return [Case(Variant('unregistered_mask'), Shape(1, 1, 1, 8, 8, 8))]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"case module 'needs_missing' failed to import: "
+                                         r"No module named 'not_installed_dependency_xyz'"):
+        import_case_modules(["needs_missing"])
+    with pytest.raises(ValueError, match=r"uses variant 'unregistered_mask', which has no builder; "
+                                         r"decorate its builder with @cases.variants.builder"):
+        load_case_modules(["no_builder"])
+
+
+def test_entry_points_name_installed_case_modules(tmp_path, monkeypatch):
+    dist = tmp_path / "acme_variants-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-variants\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[flexattention_conformance.cases]\nacme = acme_variants.masks\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "acme_variants.masks" in entry_point_case_modules()
