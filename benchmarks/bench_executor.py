@@ -1,6 +1,6 @@
 """The suite's execution overhead: the smoke matrix through pytest against a bare loop.
 
-    python benchmarks/bench_executor.py [--profile smoke] [--workers 2] [--limit N]
+    python benchmarks/bench_executor.py [--profile smoke] [--workers 1,2] [--limit N] [--keep DIR]
 
 In one run, one after the other on the same machine:
 - bare: one process compiles and runs the same cases with cpu-inductor, no isolation, no
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -108,60 +109,77 @@ def _t(text: str) -> float:
 
 
 def breakdown(suite: dict) -> dict:
-    """Where the suite's time went, per worker, from the records' timestamps and phases."""
+    """Where the suite's time went, per worker, from the records' timestamps and phases.
+
+    A case's overhead is its wall time (started -> finished) minus its setup, compile and run
+    phases: reference, verdict, records, output transfer; for a worker's first case also the
+    child's start-up and warm-up compile.
+    """
     records = suite["results"]["records"]
     start = _t(suite["results"]["started_at"])
     workers: dict[str, dict] = {}
-    for r in records:
-        w = workers.setdefault(r["worker"], {"cases": 0, "busy": 0.0, "setup": 0.0,
-                                             "compile": 0.0, "run": 0.0, "first": None,
-                                             "last": 0.0})
+    for r in sorted(records, key=lambda r: r["started_at"]):
+        wall = _t(r["finished_at"]) - _t(r["started_at"])
+        phases = sum(r.get(f"{p}_seconds") or 0.0 for p in ("setup", "compile", "run"))
+        w = workers.setdefault(r["worker"], {
+            "cases": 0, "compile": 0.0, "phases": 0.0, "first_case_overhead": wall - phases,
+            "later_overhead": 0.0, "first_started": _t(r["started_at"]) - start, "last_finished": 0.0})
+        if w["cases"]:
+            w["later_overhead"] += wall - phases
         w["cases"] += 1
-        w["busy"] += _t(r["finished_at"]) - _t(r["started_at"])
-        for phase in ("setup", "compile", "run"):
-            w[phase] += r.get(f"{phase}_seconds") or 0.0
-        first = _t(r["started_at"]) - start
-        w["first"] = first if w["first"] is None else min(w["first"], first)
-        w["last"] = max(w["last"], _t(r["finished_at"]) - start)
+        w["compile"] += r.get("compile_seconds") or 0.0
+        w["phases"] += phases
+        w["last_finished"] = max(w["last_finished"], _t(r["finished_at"]) - start)
     labels: dict[str, int] = {}
     for r in records:
         labels[r["label"]] = labels.get(r["label"], 0) + 1
-    return {"workers": workers, "labels": labels}
+    return {"workers": workers, "labels": labels,
+            "session_tail": suite["wall_seconds"] - max(w["last_finished"] for w in workers.values())}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smoke")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", default="2", help="pytest-xdist workers; a list (1,2) "
+                        "runs the suite once per count")
     parser.add_argument("--limit", type=int, default=96, help="first N cases only (quick check)")
+    parser.add_argument("--keep", help="copy each suite run's report directory here")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    with tempfile.TemporaryDirectory(prefix="bench-executor-") as tmp:
-        bare = run_bare(args.profile, args.limit)
-        suite = run_suite(args.profile, args.workers, args.limit, Path(tmp))
-    parts = breakdown(suite)
+    counts = [int(n) for n in args.workers.split(",")]
+    bare = run_bare(args.profile, args.limit)
     bare_compile = sum(c["compile"] for c in bare["cases"])
-    bare_run = sum(c["run"] for c in bare["cases"]) * 4  # the first call is in compile
-    suite_compile = sum(w["compile"] for w in parts["workers"].values())
-    print(f"cases: {len(bare['cases'])} ({args.profile}), suite workers: {args.workers}, "
-          f"cores: {os.cpu_count()}")
-    print(f"bare loop  wall {bare['wall_seconds']:7.1f} s  (compile {bare_compile:.1f} s, "
-          f"median run x4 {bare_run:.1f} s, setup "
-          f"{sum(c['setup'] for c in bare['cases']):.1f} s)")
-    print(f"suite      wall {suite['wall_seconds']:7.1f} s  exit {suite['exit']}  labels "
-          f"{parts['labels']}  (compile {suite_compile:.1f} s over all workers)")
-    print(f"ratio suite / bare: {suite['wall_seconds'] / bare['wall_seconds']:.2f} (target <= 1.3)")
-    print(f"median compile: bare {statistics.median(c['compile'] for c in bare['cases']):.2f} s, "
-          f"suite {statistics.median(r['compile_seconds'] or 0 for r in suite['results']['records']):.2f} s")
-    for name, w in sorted(parts["workers"].items()):
-        phases = w["setup"] + w["compile"] + w["run"]
-        print(f"  {name}: {w['cases']} cases, first started at {w['first']:.1f} s, last finished "
-              f"at {w['last']:.1f} s; busy {w['busy']:.1f} s = phases {phases:.1f} s "
-              f"(compile {w['compile']:.1f}) + per-case overhead {w['busy'] - phases:.1f} s")
+    print(f"cases: {len(bare['cases'])} ({args.profile}), cores: {os.cpu_count()}")
+    print(f"bare loop: wall {bare['wall_seconds']:.1f} s = compile {bare_compile:.1f} s + "
+          f"runs ~{4 * sum(c['run'] for c in bare['cases']):.1f} s + setup "
+          f"{sum(c['setup'] for c in bare['cases']):.1f} s + start-up and warm-up; median "
+          f"compile {statistics.median(c['compile'] for c in bare['cases']):.2f} s")
+    figures = {"bare": bare, "suites": {}}
+    for workers in counts:
+        with tempfile.TemporaryDirectory(prefix="bench-executor-") as tmp:
+            suite = run_suite(args.profile, workers, args.limit, Path(tmp))
+            if args.keep:
+                shutil.copytree(Path(tmp) / "report", Path(args.keep) / f"n{workers}",
+                                dirs_exist_ok=True)
+        parts = breakdown(suite)
+        records = suite["results"]["records"]
+        print(f"suite -n {workers}: wall {suite['wall_seconds']:.1f} s, exit {suite['exit']}, "
+              f"labels {parts['labels']}, ratio to bare "
+              f"{suite['wall_seconds'] / bare['wall_seconds']:.2f} (target <= 1.3); median "
+              f"compile {statistics.median(r['compile_seconds'] or 0 for r in records):.2f} s")
+        for name, w in sorted(parts["workers"].items()):
+            print(f"  {name}: {w['cases']} cases from {w['first_started']:.1f} s to "
+                  f"{w['last_finished']:.1f} s: phases {w['phases']:.1f} s (compile "
+                  f"{w['compile']:.1f}), first case overhead (child start, warm-up) "
+                  f"{w['first_case_overhead']:.1f} s, other cases' overhead "
+                  f"{w['later_overhead']:.1f} s ({w['later_overhead'] / max(1, w['cases'] - 1):.2f} s each)")
+        print(f"  session start-up before the first case + merge and report after the last: "
+              f"{parts['session_tail'] + min(w['first_started'] for w in parts['workers'].values()):.1f} s")
+        figures["suites"][workers] = {"wall_seconds": suite["wall_seconds"], "exit": suite["exit"],
+                                      "breakdown": parts}
     if args.json:
-        Path(args.json).write_text(json.dumps({"bare": bare, "suite": {
-            k: v for k, v in suite.items() if k != "results"}, "breakdown": parts}, indent=1))
+        Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
 
 
