@@ -1,0 +1,94 @@
+"""The fuzzing search: hypothesis draws cases from the grammar (conformance/fuzz_grammar.py),
+each runs through ``execute`` (the worker's supervised Executor, so the same child, budgets,
+golden and verdict as the matrix), and a case whose label is not acceptable (PASS or
+UNSUPPORTED) is shrunk by hypothesis to a minimal case, which is saved as a case spec.
+
+Repeatable: the same examples count, seed and code draw the same cases (``hypothesis.seed``,
+no example database).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hypothesis import HealthCheck, Phase, given, reject, settings
+from hypothesis import seed as hypothesis_seed
+
+from cases.model import Case
+from conformance import fuzz_grammar
+from reports.results import Record
+
+FAILURES_DIR = "fuzz-failures"
+
+
+@dataclass
+class FuzzResult:
+    examples_run: int = 0
+    failure: Record | None = None  # the minimal failing case's record
+    flaky: str = ""  # set when the failure did not repeat when replayed
+    tried: list[Record] = field(default_factory=list)
+
+
+class CaseFailed(Exception):
+    def __init__(self, record: Record):
+        super().__init__(f"[{record.label.value}] {record.case_id}")
+        self.record = record
+
+
+def search(execute: Callable[[Case], Record], examples: int, seed: int,
+           modes: tuple[str, ...] = ("fwd",),
+           unsupported: Callable[[Case], str | None] = lambda case: None) -> FuzzResult:
+    """Run ``examples`` drawn cases (those ``unsupported`` names a reason for are drawn again);
+    on the first failure, shrink it and return the minimal one in ``FuzzResult.failure``."""
+    result = FuzzResult()
+
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
+              phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(seed)
+    @given(case=fuzz_grammar.cases(modes))
+    def run_one(case: Case) -> None:
+        if unsupported(case):
+            reject()
+        record = execute(case)
+        result.tried.append(record)
+        if not record.label.acceptable:
+            raise CaseFailed(record)
+
+    try:
+        run_one()
+    except CaseFailed as failed:
+        result.failure = failed.record
+    except Exception as exc:  # noqa: BLE001 - hypothesis' Flaky: the failure did not repeat
+        failures = [r for r in result.tried if not r.label.acceptable]
+        if not failures:
+            raise
+        result.failure = failures[-1]
+        result.flaky = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    result.examples_run = len(result.tried)
+    return result
+
+
+def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int) -> Path:
+    """Write the failing case as a case spec file that ``--case-file`` runs again; returns it."""
+    directory = Path(report_dir) / FAILURES_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (re.sub(r"[^A-Za-z0-9._+-]+", "_", record.case_id) + ".json")
+    spec = {"cases": [record.case],
+            "fuzz": {"label": record.label.value, "message": record.message,
+                     "backend": backend, "seed": seed}}
+    path.write_text(json.dumps(spec, indent=1) + "\n")
+    return path
+
+
+def rerun_command(spec_path: Path, backend: str, seed: int) -> str:
+    """The command that runs a saved failure again through the matrix."""
+    parts = ["pytest conformance/", f"--backend {shlex.quote(backend)}",
+             f"--case-file {shlex.quote(str(spec_path))}"]
+    if seed:
+        parts.append(f"--seed {seed}")
+    return " ".join(parts)
