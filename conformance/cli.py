@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expectations": ("reports.cmd_expectations", "maintain the known-failures file"),
     "merge": ("conformance.cmd_merge", "join the results.json of the shards of one run"),
     "backends": ("conformance.cmd_backends", "list every backend, whether it runs here, and why not"),
+    "repro": ("conformance.cmd_repro", "write a standalone script (torch only) that reproduces one case"),
 }
 
 

@@ -1,0 +1,24 @@
+"""`flexconf repro RESULTS.json CASE_ID -o repro.py`: write a standalone reproduction script."""
+from __future__ import annotations
+
+import shlex
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("results", help="the results.json of the run")
+    parser.add_argument("case_id", help="the id of the case to reproduce")
+    parser.add_argument("-o", "--output", default="repro.py", help="the script to write "
+                        "(default repro.py)")
+    parser.add_argument("--backend", default=None, help="run on this backend instead of the "
+                        "run's (a registered name or package.module:object)")
+    parser.add_argument("--cases-module", action="append", default=[], metavar="MODULE",
+                        help="the case module of a custom variant (repeatable)")
+
+
+def run(args) -> int:
+    from conformance.repro import write_repro
+
+    path = write_repro(args.results, args.case_id, args.output, args.backend, args.cases_module)
+    print(f"wrote {path} ({path.stat().st_size // 1024} KiB); run it with: "
+          f"python {shlex.quote(str(path))}")
+    return 0

@@ -1,0 +1,234 @@
+"""``flexconf repro``: one standalone script that reproduces one case of a run.
+
+The script needs only torch (and, for neuron, torch-neuronx). It embeds, verbatim, the source of
+every suite module the reproduction runs (conformance/repro_runtime.py and what it imports,
+followed transitively: inputs, variants, golden, verdict, the child's phases, the backend) and,
+for a custom variant, its case module; at run time it serves them to ``import`` ahead of any
+installed copy. So the script computes exactly what this suite computes. A backend given as
+``package.module:object`` is imported from the environment the script runs in.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from reports.results import Record, load_results
+
+SUITE_PACKAGES = ("cases", "reference", "conformance", "reports")
+#: The modules the runtime needs whatever the backend; the backend's module is added.
+ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.observation",
+         "conformance.reference_cache", "conformance.backends.registry", "reference.verdict")
+
+
+def write_repro(results_path: str | Path, case_id: str, output: str | Path,
+                backend: str | None = None, case_modules: list[str] | None = None) -> Path:
+    """Write the reproduction script of ``case_id`` of the run ``results_path`` to ``output``.
+
+    ``backend`` overrides the run's backend (compare on another one); ``case_modules`` names
+    the case modules of custom variants (entry points and the run's own are found anyway).
+    ValueError, one line, when the case is not in the run or its variant is unknown here.
+    """
+    results = load_results(results_path)
+    record = results.by_id().get(case_id)
+    if record is None:
+        raise ValueError(f"case {case_id!r} is not in {results_path}; `flexconf repro` takes "
+                         "an id of that run (see its summary.md or report)")
+    if not record.case:
+        raise ValueError(f"the record of {case_id!r} in {results_path} has no case spec; "
+                         "rerun the case with this suite")
+    options = results.options
+    backend = backend or _run_backend(options)
+    module = _variant_module(record.case["variant"], options, case_modules or [])
+    roots = list(ROOTS) + _backend_modules(backend) + ([module] if module else [])
+    sources = embedded_sources(roots)
+    if module and module not in sources:  # a case module outside the suite
+        sources[module] = _module_source(module)
+        sources.update(embedded_sources(_suite_imports(sources[module])))
+    script = _script(record, backend, int(options.get("seed") or 0), [module] if module else [],
+                     results.environment, sources)
+    path = Path(output)
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def embedded_sources(roots: list[str]) -> dict[str, str]:
+    """Module name -> source of ``roots`` and every suite module they import (transitively,
+    function-level imports included), with the packages above them."""
+    sources: dict[str, str] = {}
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in sources or name.partition(".")[0] not in SUITE_PACKAGES:
+            continue
+        sources[name] = _module_source(name)
+        pending += _suite_imports(sources[name])
+        parent = name.rpartition(".")[0]
+        if parent:
+            pending.append(parent)
+    return dict(sorted(sources.items()))
+
+
+def _suite_imports(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module)
+            for alias in node.names:  # `from cases import composed`: a submodule
+                candidate = f"{node.module}.{alias.name}"
+                if node.module.partition(".")[0] in SUITE_PACKAGES and _is_module(candidate):
+                    found.append(candidate)
+    return [name for name in found if name.partition(".")[0] in SUITE_PACKAGES]
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _module_source(name: str) -> str:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ValueError(f"cannot find the source of module {name!r}; install it or put its "
+                         "directory on PYTHONPATH")
+    return Path(spec.origin).read_text()
+
+
+def _run_backend(options: dict) -> str:
+    """The backend as the run named it (a module:object backend is named that way again)."""
+    requested = options.get("backend_requested")
+    if isinstance(requested, str) and ":" in requested:
+        return requested
+    return str(options.get("backend") or "cpu-eager")
+
+
+def _backend_modules(spec: str) -> list[str]:
+    """The suite modules a backend needs: its built-in module, or for an importable
+    ``module:object`` the suite modules that module imports (the module itself is not embedded)."""
+    from conformance.backends.registry import BUILTIN
+
+    target = BUILTIN.get(spec)
+    if target:
+        return [target.partition(":")[0]]
+    module = spec.partition(":")[0]
+    if ":" in spec and _is_module(module):
+        return _suite_imports(_module_source(module))
+    return []
+
+
+def _variant_module(variant: str, options: dict, extra: list[str]) -> str | None:
+    """The module registering ``variant``: None for the suite's own (embedded anyway), else
+    the case module (from ``extra``, the run's options or the entry points)."""
+    from cases.custom import defining_module, entry_point_case_modules, import_case_modules
+    from cases.variants import registered_variants
+
+    if variant not in registered_variants():
+        run_modules = options.get("cases_modules") or options.get("cases_module") or []
+        if isinstance(run_modules, str):
+            run_modules = [run_modules]
+        import_case_modules(list(extra) + list(run_modules) + entry_point_case_modules())
+    try:
+        module = defining_module(variant)
+    except ValueError:
+        raise ValueError(f"variant {variant!r} is not defined by this suite or its installed case "
+                         "modules; pass its module with --cases-module") from None
+    return None if module.partition(".")[0] in SUITE_PACKAGES else module
+
+
+def _script(record: Record, backend: str, seed: int, case_modules: list[str],
+            environment: dict, sources: dict[str, str]) -> str:
+    from conformance.run_info import git_revision, suite_version
+
+    first = (record.message or "").splitlines()[0] if record.message else ""
+    recorded = f"{record.label.value}: {first}" if first else record.label.value
+    run_suite = f"{environment.get('suite_version', '?')} (git {environment.get('git_revision')})"
+    here = f"{suite_version()} (git {git_revision()})"
+    lines = [
+        "#!/usr/bin/env python3",
+        '"""Reproduction of one FlexAttention conformance case (written by `flexconf repro`).',
+        "",
+        "    python repro.py     # needs torch; prints the phases, the error metrics and the label",
+        "",
+        f"case       {record.case_id}",
+        f"backend    {backend}",
+        f"seed       {seed}",
+        f"recorded   {_docstring_safe(recorded)[:300]}",
+        f"run on     {_docstring_safe(str(environment.get('host', '?')))}, torch "
+        f"{environment.get('torch', '?')}, suite {run_suite}",
+        f"embedded   suite {here}",
+        "",
+        "It rebuilds the inputs from the case id and the seed, builds the variant's mods, runs the",
+        "case on the backend as the suite's child does (first call = compile, then timed runs),",
+        "computes the float64 golden and the dtype baseline, and judges with the suite's verdict.",
+        "The suite modules it uses are embedded verbatim at the end (SOURCES). Exit status: 0 when",
+        'the label is PASS, 1 otherwise."""',
+        "import importlib.abc",
+        "import importlib.machinery",
+        "import importlib.util",
+        "import sys",
+        "",
+        f"CASE = {json.dumps(record.case, indent=1)}",
+        f"BACKEND = {backend!r}",
+        f"SEED = {seed}",
+        "RUNS = 3  # timed runs after the first (compile) call, as in the suite",
+        f"CASE_MODULES = {case_modules!r}",
+        f"RECORDED = {recorded[:300]!r}",
+        "",
+        _BOOTSTRAP,
+        "SOURCES = {",
+    ]
+    for name, source in sources.items():
+        lines.append(f"    {name!r}: {_literal(source)},")
+    lines += ["}", "", "if __name__ == '__main__':", "    sys.exit(main())", ""]
+    return "\n".join(lines)
+
+
+def _docstring_safe(text: str) -> str:
+    return text.replace("\\", "/").replace('"""', "'''")
+
+
+def _literal(source: str) -> str:
+    """A readable triple-quoted literal of ``source`` (checked to evaluate back to it)."""
+    literal = "'''" + source.replace("\\", "\\\\").replace("'", "\\'") + "'''"
+    if ast.literal_eval(literal) != source:
+        literal = repr(source)
+    return literal
+
+
+_BOOTSTRAP = '''
+class EmbeddedSuite(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the embedded suite modules to `import`, ahead of any installed copy."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in SOURCES:
+            return None
+        is_package = any(other.startswith(name + ".") for other in SOURCES)
+        return importlib.util.spec_from_loader(name, self, is_package=is_package)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        if any(other.startswith(module.__name__ + ".") for other in SOURCES):
+            module.__path__ = []
+        module.__file__ = f"<embedded {module.__name__}>"
+        exec(compile(SOURCES[module.__name__], module.__file__, "exec"), module.__dict__)
+
+
+def main():
+    sys.meta_path.insert(0, EmbeddedSuite())
+    from conformance.repro_runtime import reproduce
+
+    return reproduce(CASE, BACKEND, SEED, RUNS, tuple(CASE_MODULES), RECORDED)
+
+'''

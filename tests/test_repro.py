@@ -1,0 +1,110 @@
+"""`flexconf repro`: the written script reproduces a run's label and numbers on its backend,
+runs where only torch is importable (the suite is embedded), and carries custom variants."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cases.model import Case, Shape, Variant
+from conformance.backends.base import WorkerSlot
+from conformance.backends.registry import load_backend
+from conformance.cli import main
+from conformance.executor import Executor, Settings
+from conformance.reference_cache import ReferenceCache
+from reports.results import Label, Record, RunResults, write_results
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "custom_variants"
+TINY = Shape(1, 2, 2, 64, 64, 16)
+BROKEN = Case(Variant("causal"), TINY)  # tests.fault_backends.WrongNumbers doubles a row
+WRONG = "tests.fault_backends:WrongNumbers"
+SEED = 5
+
+
+def write_run(path: Path, records, backend: str, requested: str, seed: int = SEED) -> Path:
+    options = {"backend": backend, "backend_requested": requested, "profile": "full", "seed": seed}
+    write_results(RunResults({"backend": backend, "host": "test"}, options, tuple(records),
+                             "0.1.0"), path)
+    return path
+
+
+def run_script(script: Path, cwd: Path, pythonpath: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if lines else proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def broken_run(tmp_path_factory) -> Path:
+    executor = Executor(load_backend(WRONG), WRONG, WorkerSlot(0, 1), Settings(seed=SEED),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        record = executor.execute(BROKEN)
+    finally:
+        executor.close()
+    assert record.label is Label.MISMATCH, record.message
+    return write_run(tmp_path_factory.mktemp("run") / "results.json", [record],
+                     "test-wrong-numbers", WRONG)
+
+
+def test_script_reproduces_the_mismatch_and_its_numbers(broken_run, tmp_path, capsys):
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(broken_run), BROKEN.id, "-o", str(script)]) == 0
+    assert f"wrote {script}" in capsys.readouterr().out
+    text = script.read_text()
+    assert f"BACKEND = {WRONG!r}" in text and f"SEED = {SEED}" in text
+    proc = run_script(script, tmp_path, str(REPO))  # the module:object backend is imported
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert last_line(proc) == "label: MISMATCH"
+    recorded = json.loads(broken_run.read_text())["records"][0]["metrics"]
+    metrics = json.loads(next(line[len("metrics   "):] for line in proc.stdout.splitlines()
+                              if line.startswith("metrics   ")))
+    assert metrics["failed_rules"] == recorded["failed_rules"]
+    assert metrics["worst_place"] == recorded["worst_place"]  # the same row of the same head
+    assert metrics["error_ratio"] == pytest.approx(recorded["error_ratio"], rel=1e-2)
+
+
+def test_script_on_a_correct_backend_passes_with_only_torch_importable(broken_run, tmp_path):
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(broken_run), BROKEN.id, "-o", str(script),
+                 "--backend", "cpu-eager"]) == 0
+    proc = run_script(script, tmp_path, None)  # no suite on the path: all of it is embedded
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert last_line(proc) == "label: PASS"
+    assert "backend   cpu-eager (cpu-eager)" in proc.stdout
+
+
+def test_script_embeds_the_case_module_of_a_custom_variant(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from cases.custom import import_case_modules
+
+    (my_variants,) = import_case_modules(["my_variants"])
+    case = Case(my_variants.global_window(8, 3), Shape(1, 2, 2, 48, 48, 16))
+    results = write_run(tmp_path / "results.json",
+                        [Record(case.id, Label.PASS, case.to_json())], "cpu-eager", "cpu-eager")
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(results), case.id, "-o", str(script),
+                 "--cases-module", "my_variants"]) == 0
+    assert "CASE_MODULES = ['my_variants']" in script.read_text()
+    proc = run_script(script, tmp_path, None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert last_line(proc) == "label: PASS"
+
+
+def test_unknown_case_is_a_one_line_error(broken_run, tmp_path, capsys):
+    assert main(["repro", str(broken_run), "causal/nope", "-o", str(tmp_path / "r.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flexconf repro: error: case 'causal/nope' is not in ")
+    assert "\n" not in err and not (tmp_path / "r.py").exists()
