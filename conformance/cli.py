@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("conformance.cmd_merge", "join the results.json of the shards of one run"),
     "backends": ("conformance.cmd_backends", "list every backend, whether it runs here, and why not"),
     "repro": ("conformance.cmd_repro", "write a standalone script (torch only) that reproduces one case"),
+    "shrink": ("conformance.cmd_shrink", "find the smallest case that keeps a failure's label"),
 }
 
 

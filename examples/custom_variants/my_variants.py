@@ -54,6 +54,8 @@ def _build_global_window(variant: Variant, shape: Shape, device: torch.device) -
 
 
 # --- the cases the suite runs --------------------------------------------------------------------
+#: Parameters that are lengths: `flexconf shrink` scales them with the sequence length.
+LENGTH_PARAMS = {"dilated_sliding_window": ("w",), "global_window": ("w", "g")}
 _LENGTH_DIVISOR = {"full": 1, "smoke": 8}  # the smoke profile divides lengths by 8, like the core
 
 

@@ -1,0 +1,121 @@
+"""`flexconf shrink`: bisection over batch, heads (GQA kept valid), lengths (with length-like
+parameters scaled) and head dims finds the known smallest case with the same label, with a
+fake executor and end to end on a backend that is wrong only for Sq >= 65 on head 1."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cases import composed
+from cases.model import Case, Shape, Variant
+from conformance.cli import main
+from conformance.shrink import case_from_argument, scale_lengths, shrink
+from reports.results import Label, Record, load_results
+from tests.shape_fault_backends import MIN_FAILING_SQ
+
+START = Case(Variant("sliding_window", (("w", 32),)), Shape(2, 4, 2, 128, 128, 32))
+#: B1, two query heads sharing one kv head (GQA kept), Sq = 65, D = 8; w scaled 32 * 65/128.
+SMALLEST = "sliding_window-w16/b1-h2x1-s65x65-d8/bf16/fwd"
+BACKEND = "tests.shape_fault_backends:WrongOnLongHead1"
+
+
+def fake(rule):
+    calls: list[Case] = []
+
+    def execute(case: Case) -> Record:
+        calls.append(case)
+        return Record(case.id, rule(case), case.to_json())
+
+    return execute, calls
+
+
+def wrong_on_long_head_1(case: Case) -> Label:
+    s = case.shape
+    return Label.MISMATCH if s.Sq >= MIN_FAILING_SQ and s.Hq >= 2 else Label.PASS
+
+
+def test_bisection_finds_the_known_smallest_case_in_few_executions():
+    execute, calls = fake(wrong_on_long_head_1)
+    result = shrink(START, execute)
+    assert result.smallest.case_id == SMALLEST and result.smallest.label is Label.MISMATCH
+    assert len(calls) == len(result.tried) == len({c.id for c in calls}) <= 25
+    assert all(c.shape.Hq % c.shape.Hkv == 0 for c in calls)
+
+
+def test_the_label_is_kept_not_any_failure():
+    def rule(case: Case) -> Label:  # a timeout above 99 keys hides a mismatch on head 1
+        if case.shape.Skv >= 100:
+            return Label.COMPILE_TIMEOUT
+        return Label.MISMATCH if case.shape.Hq >= 2 else Label.PASS
+
+    execute, _ = fake(rule)
+    result = shrink(START, execute)
+    assert result.original.label is Label.COMPILE_TIMEOUT
+    assert result.smallest.case_id == "sliding_window-w25/b1-h1x1-s100x100-d8/bf16/fwd"
+
+
+def test_unequal_lengths_shrink_separately_and_the_budget_keeps_the_best_so_far():
+    case = Case(Variant("full"), Shape(1, 2, 2, 80, 300, 16))
+    execute, calls = fake(wrong_on_long_head_1)
+    assert shrink(case, execute).smallest.case_id == "full/b1-h2x2-s65x1-d8/bf16/fwd"
+    execute, calls = fake(wrong_on_long_head_1)
+    limited = shrink(case, execute, max_cases=4)
+    assert limited.out_of_budget and len(calls) == 4
+    assert limited.smallest.label is Label.MISMATCH and limited.smallest.case_id != case.id
+
+
+def test_a_passing_case_is_refused():
+    execute, _ = fake(lambda case: Label.PASS)
+    with pytest.raises(ValueError, match=r"is PASS on this backend; shrink takes a failing case"):
+        shrink(START, execute)
+
+
+def test_length_like_parameters_scale_and_others_do_not():
+    assert scale_lengths(Variant("prefix_lm", (("p", 256),)), 0.5).params == (("p", 128),)
+    assert scale_lengths(Variant("softcap", (("cap", 50.0),)), 0.5).params == (("cap", 50.0),)
+    v = composed.variant_from_token("composed-and.causal0-and.not.win64-dil3-cap20")
+    assert scale_lengths(v, 0.25).token == "composed-and.causal0-and.not.win16-dil3-cap20"
+
+
+def test_a_case_module_declares_its_length_parameters(monkeypatch):
+    from pathlib import Path
+
+    from cases.custom import import_case_modules
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"
+                                    / "custom_variants"))
+    (my_variants,) = import_case_modules(["my_variants"])
+    scaled = scale_lengths(my_variants.dilated_sliding_window(32, 4), 0.5)
+    assert scaled.params == (("w", 16), ("dil", 4))
+
+
+def test_case_ids_resolve_from_the_catalog_composed_tokens_and_spec_files(tmp_path):
+    core = "causal/b1-h8x8-s1024x1024-d128/bf16/fwd"
+    assert case_from_argument(core).id == core
+    fuzzed = "composed-or.win4-prefix3-alibi8/b2-h4x2-s67x129-d24/fp16/fwd+lse/x4"
+    assert case_from_argument(fuzzed).id == fuzzed
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"cases": [START.to_json()]}))
+    assert case_from_argument(str(spec)) == START
+    with pytest.raises(ValueError, match=r"no case with id 'causal/b9'"):
+        case_from_argument("causal/b9")
+
+
+def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
+    spec = tmp_path / "start.json"
+    spec.write_text(json.dumps(START.to_json()))
+    out = tmp_path / "shrink"
+    assert main(["shrink", "--backend", BACKEND, str(spec), "--out", str(out),
+                 "--reference-cache", "none", "--seed", "2"]) == 0
+    printed = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert printed["original"] == f"{START.id}: MISMATCH"
+    assert printed["smallest"] == f"{SMALLEST}: MISMATCH"
+    assert printed["spec"] == str(out / "smallest.json")
+    assert printed["rerun"] == (f"pytest conformance/ --backend {BACKEND} --case-file "
+                                f"{out / 'smallest.json'} --seed 2")
+    assert printed["repro"] == f"flexconf repro {out / 'results.json'} {SMALLEST} -o repro.py"
+    results = load_results(out / "results.json")
+    assert results.options["seed"] == 2 and results.by_id()[SMALLEST].label is Label.MISMATCH
+    assert json.loads((out / "smallest.json").read_text())["cases"][0]["id"] == SMALLEST
+    assert main(["repro", str(out / "results.json"), SMALLEST, "-o", str(tmp_path / "r.py")]) == 0
