@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from cases import composed
-from cases.composed import And, Atom, Not, Or
+from cases.composed import And, Not, Or
 from cases.inputs import make_inputs
-from cases.model import MODES, Case, Shape
+from cases.model import MODES, Case
 from cases.variants import build_mods
 from conformance import fuzz, fuzz_grammar
 from reference.golden import reference_pair
