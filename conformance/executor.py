@@ -75,7 +75,7 @@ class Executor:
 
     def close(self) -> None:
         self.supervisor.close()
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # never block an interrupted run
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- internals ------------------------------------------------------------------------
