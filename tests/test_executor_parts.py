@@ -160,35 +160,38 @@ _HOLDER = textwrap.dedent("""
 """)
 
 
-def _holder(tmp_path, nbytes: int, hold: float) -> subprocess.Popen:
+def _holder(tmp_path, nbytes: int, hold: float, wait_granted: bool = False) -> subprocess.Popen:
     script = _HOLDER.format(repo=str(REPO), dir=str(tmp_path / "gate"))
-    return subprocess.Popen([sys.executable, "-c", script, str(nbytes), str(hold)],
+    proc = subprocess.Popen([sys.executable, "-c", script, str(nbytes), str(hold)],
                             stdout=subprocess.PIPE, text=True)
+    if wait_granted:  # block until it holds its reservation
+        proc.granted_line = proc.stdout.readline()
+        assert proc.granted_line.startswith("granted")
+    return proc
 
 
 def _times(proc) -> dict[str, float]:
     out, _ = proc.communicate(timeout=60)
+    out = getattr(proc, "granted_line", "") + out
     return {line.split()[0]: float(line.split()[1]) for line in out.splitlines()}
 
 
 def test_memory_gate_runs_cases_together_only_while_they_fit(tmp_path):
-    first = _holder(tmp_path, 6, 1.5)
-    time.sleep(0.5)  # let it take its reservation
+    first = _holder(tmp_path, 6, 1.0, wait_granted=True)
     too_big = _holder(tmp_path, 6, 0)  # 6 + 6 > 10: waits for the first
     first_times, big_times = _times(first), _times(too_big)
     assert big_times["granted"] >= first_times["released"] - 0.05
-    first = _holder(tmp_path, 4, 1.5)
-    time.sleep(0.5)
+    first = _holder(tmp_path, 4, 3.0, wait_granted=True)
     fits = _holder(tmp_path, 6, 0)  # 4 + 6 <= 10: runs beside it
-    first_times, fit_times = _times(first), _times(fits)
+    fit_times = _times(fits)
+    first_times = _times(first)
     assert fit_times["granted"] < first_times["released"]
     alone = _holder(tmp_path, 50, 0)  # larger than the whole budget: runs, alone
     assert "granted" in _times(alone)
 
 
 def test_memory_gate_drops_reservations_of_dead_processes(tmp_path):
-    holder = _holder(tmp_path, 9, 3600)
-    time.sleep(0.8)
+    holder = _holder(tmp_path, 9, 3600, wait_granted=True)
     holder.kill()
     holder.wait()
     follower = _holder(tmp_path, 9, 0)
