@@ -33,6 +33,13 @@ from typing import Any, Callable
 #: The exact start of upstream flex_attention's error for a device it does not support;
 #: it is raised before any kernel runs and means UNSUPPORTED, never a failure.
 UNSUPPORTED_DEVICE_TEXT = "FlexAttention is only supported on"
+#: Upstream's own words for a feature it declares unsupported (backward on the CPU, the
+#: log-sum-exp of compiled CPU flex_attention): UNSUPPORTED with the exact message.
+UNSUPPORTED_FEATURE_TEXTS = (
+    UNSUPPORTED_DEVICE_TEXT,
+    "does not support backward on",
+    "`return_lse` is not supported yet",
+)
 _OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 Emit = Callable[..., None]
@@ -43,9 +50,26 @@ def classify_exception(exc: BaseException) -> str:
     text = str(exc)
     if isinstance(exc, MemoryError) or any(t in text.lower() for t in _OOM_TEXTS):
         return "oom"
-    if UNSUPPORTED_DEVICE_TEXT in text:
+    if any(t in text for t in UNSUPPORTED_FEATURE_TEXTS):
         return "unsupported"
     return "error"
+
+
+def unsupported_sentence(exc: BaseException) -> str | None:
+    """Upstream's own sentence declaring the feature unsupported, found in ``exc``'s text even
+    when Dynamo or Inductor wrapped it (``raised exception NotImplementedError('...')``)."""
+    import re
+
+    text = str(exc)
+    for marker in UNSUPPORTED_FEATURE_TEXTS:
+        at = text.find(marker)
+        if at < 0:
+            continue
+        start = max(text.rfind("'", 0, at), text.rfind("\n", 0, at), text.rfind(": ", 0, at) + 1)
+        sentence = text[start + 1 if text[start:start + 1] in ("'", "\n") else start:]
+        sentence = re.split(r"'\)|\n", sentence, maxsplit=1)[0].strip()
+        return sentence
+    return None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -76,46 +100,51 @@ def run_case(backend, request: dict, emit: Emit) -> None:
         emit(event="done", **timings)
     except CaseFailed as failed:
         detail = "".join(traceback.format_exception(failed.exc)[-12:])
+        message = describe_exception(failed.exc)
+        if failed.kind == "unsupported":
+            message = unsupported_sentence(failed.exc) or message
         emit(event="error", phase=failed.phase, kind=failed.kind,
-             message=describe_exception(failed.exc), detail=detail, **timings)
+             message=message, detail=detail, **timings)
 
 
 def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     import torch
-    from torch.nn.attention.flex_attention import create_block_mask
 
-    from cases.inputs import make_inputs
+    from cases.custom import import_case_modules
+    from cases.inputs import make_grad_output, make_inputs
     from cases.model import Case
     from cases.variants import build_mods
 
     emit(event="phase", phase="setup")
     start = time.perf_counter()
+    _guard("setup", lambda: import_case_modules(request.get("cases_modules") or []), harness=True)
     case = _guard("setup", lambda: Case.from_json(request["case"]), harness=True)
     _guard("setup", lambda: backend.begin_case(request.get("cache_dir"), request.get("cold", True)))
     device = _guard("setup", backend.device)
-    inputs = _guard("setup", lambda: make_inputs(case, request.get("seed", 0)), harness=True)
+    seed = request.get("seed", 0)
+    inputs = _guard("setup", lambda: make_inputs(case, seed), harness=True)
     mods = _guard("setup", lambda: build_mods(case.variant, case.shape, device), harness=True)
     inputs = _guard("setup", lambda: inputs.to(device))
-    shape = case.shape
-
-    def block_mask():
-        if mods.mask_mod is None:
-            return None
-        b, h = (shape.B, shape.Hq) if mods.per_batch_head else (None, None)
-        return create_block_mask(mods.mask_mod, b, h, shape.Sq, shape.Skv, device=device)
-
-    mask = _guard("setup", block_mask)
+    backward = case.mode == "fwd+bwd"
+    grad_out = _guard("setup", lambda: make_grad_output(case, seed).to(device)) if backward else None
+    mask = _guard("setup", lambda: _block_mask(case, mods, device))
     fn = _guard("setup", lambda: backend.prepare(case))
     timings["setup_seconds"] = time.perf_counter() - start
 
     def call():
-        out = fn(inputs.q, inputs.k, inputs.v, mods.score_mod, mask)
+        if not backward:
+            result = fn(inputs.q, inputs.k, inputs.v, mods.score_mod, mask)
+            backend.synchronize()
+            return result
+        q, k, v = (t.detach().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
+        out = _as_tensor(fn(q, k, v, mods.score_mod, mask))
+        grads = torch.autograd.grad(out, (q, k, v), grad_out)
         backend.synchronize()
-        return out
+        return out, dict(zip(("dq", "dk", "dv"), grads))
 
     emit(event="phase", phase="compile")
     start = time.perf_counter()
-    out = _guard("compile", call)
+    result = _guard("compile", call)
     timings["compile_seconds"] = time.perf_counter() - start
     timings["cache_hit"] = backend.cache_hit()
 
@@ -123,12 +152,43 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     times = []
     for _ in range(max(1, int(request.get("runs", 3)))):
         start = time.perf_counter()
-        out = _guard("run", call)
+        result = _guard("run", call)
         times.append(time.perf_counter() - start)
     output_path = request["output_path"]
-    _guard("run", lambda: torch.save(_as_tensor(out).detach().to("cpu"), output_path), harness=True)
+    _guard("run", lambda: torch.save(_observed(case, result), output_path), harness=True)
     timings["run_seconds"] = statistics.median(times)
     timings["output_path"] = output_path
+
+
+def _block_mask(case, mods, device):
+    """The case's BlockMask, or None. Built per batch and head only when the mask depends on
+    them; per batch when key/value are broadcast over the batch (flex_attention requires a
+    block mask of the query batch then, so an unmasked variant gets a no-op one)."""
+    from torch.nn.attention.flex_attention import noop_mask
+
+    from conformance import compat
+
+    shape = case.shape
+    broadcast = shape.Bkv != shape.B
+    mask_mod = mods.mask_mod or (noop_mask if broadcast else None)
+    if mask_mod is None:
+        return None
+    if mods.per_batch_head:
+        b, h = shape.B, shape.Hq
+    else:
+        b, h = (shape.B if broadcast else None), None
+    return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
+
+
+def _observed(case, result) -> dict:
+    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs."""
+    if case.mode == "fwd+bwd":
+        out, grads = result
+        return {"out": out.detach().cpu(), "grads": {k: g.detach().cpu() for k, g in grads.items()}}
+    if case.mode == "fwd+lse":
+        out, lse = result
+        return {"out": out.detach().cpu(), "lse": lse.detach().cpu()}
+    return {"out": _as_tensor(result).detach().cpu()}
 
 
 def _as_tensor(out):

@@ -35,6 +35,7 @@ class Settings:
     seed: int = 0
     timed_runs: int = 3
     reference_device: str = "cpu"
+    cases_modules: tuple[str, ...] = ()  # imported by the child: custom variants' builders
 
 
 def now_iso() -> str:
@@ -92,7 +93,8 @@ class Executor:
         reference = self._pool.submit(self.reference.get, case, s.seed, s.reference_device)
         request = {"case": case.to_json(), "seed": s.seed, "runs": s.timed_runs,
                    "output_path": str(output_path), "cold": s.compile_cache == "cold",
-                   "cache_dir": str(cache_dir) if cache_dir else None}
+                   "cache_dir": str(cache_dir) if cache_dir else None,
+                   "cases_modules": list(s.cases_modules)}
         try:
             obs = self.supervisor.run(request)
             try:
@@ -117,8 +119,12 @@ class Executor:
 
         from reference.verdict import judge
 
+        from reference.golden import Reference
+
         try:
-            observed = torch.load(obs.output_path, weights_only=True)
+            saved = torch.load(obs.output_path, weights_only=True)
+            observed = (Reference(saved["out"], saved.get("lse"), saved.get("grads"))
+                        if isinstance(saved, dict) else saved)
         except Exception as exc:  # noqa: BLE001
             return self._record(case, Label.HARNESS_ERROR,
                                 f"cannot read the child's output: {_one_line(exc)}", started_at, obs)

@@ -22,6 +22,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
      "package.module:object, or auto (the best available; default)"),
     ("--profile", "full", "matrix profile: full (default; the gating sizes) or smoke "
      "(lengths / 8, for CI and quick checks)"),
+    ("--matrix", "core", "which cases: core (default; the 96 gating cases), extended (dtypes, "
+     "GQA, head dims, odd lengths, cross attention, lse, backward, ...) or all"),
     ("--case-file", None, "run the cases of a JSON file (one case spec or a list, as written "
      "by Case.to_json) instead of the profile's matrix"),
     ("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
@@ -39,6 +41,10 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--reference-cache-size", "4G", "bound of the reference cache; default 4G"),
     ("--reference-device", "cpu", "where the float64 golden is computed: cpu (default) or cuda"),
     ("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated cost), e.g. 2/4"),
+    ("--fuzz-examples", "0", "run N fuzzed variants through conformance/test_fuzz.py "
+     "(hypothesis, repeatable with --seed); default 0: fuzzing skipped"),
+    ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
+     "backend); default 1"),
     ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
      "its expected label is xfail, any other failure still fails"),
 )
@@ -60,6 +66,10 @@ class RunOptions:
     reference_device: str
     shard: tuple[int, int] | None  # (index 0-based, count)
     expectations: str | None = None
+    matrix: str = "core"
+    cases_modules: tuple[str, ...] = ()  # --cases-module, then installed entry points
+    fuzz_examples: int = 0
+    neuron_cores_per_worker: int = 1
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -67,6 +77,7 @@ class RunOptions:
         data["report_dir"] = str(self.report_dir)
         data["reference_cache"] = str(self.reference_cache) if self.reference_cache else None
         data["shard"] = f"{self.shard[0] + 1}/{self.shard[1]}" if self.shard else None
+        data["cases_modules"] = list(self.cases_modules)
         return data
 
 
@@ -74,15 +85,23 @@ def register(parser) -> None:
     group = parser.getgroup("flexattention-conformance", "FlexAttention conformance matrix")
     for name, default, help_text in _OPTIONS:
         group.addoption(name, default=default, help=help_text)
+    group.addoption("--cases-module", action="append", default=[], metavar="MODULE",
+                    help="import MODULE (repeatable) and add its cases (docs/cases.md); "
+                         "modules of the entry point group flexattention_conformance.cases "
+                         "are added too")
 
 
 def parse(get, base_dir: Path) -> RunOptions:
     """Options from ``get(name)`` (pytest's config.getoption); raises ValueError, one line."""
-    from cases.catalog import PROFILES
+    from cases.catalog import MATRICES, PROFILES
+    from cases.custom import entry_point_case_modules
 
     profile = get("--profile")
     if profile not in PROFILES:
         raise ValueError(f"--profile {profile!r} is unknown; use one of: {', '.join(PROFILES)}")
+    matrix = get("--matrix")
+    if matrix not in MATRICES:
+        raise ValueError(f"--matrix {matrix!r} is unknown; use one of: {', '.join(MATRICES)}")
     compile_cache = get("--compile-cache")
     if compile_cache not in ("cold", "warm"):
         raise ValueError(f"--compile-cache {compile_cache!r} is unknown; use cold or warm")
@@ -111,7 +130,20 @@ def parse(get, base_dir: Path) -> RunOptions:
         reference_device=device,
         shard=parse_shard(get("--shard")),
         expectations=str(base_dir / get("--expectations")) if get("--expectations") else None,
+        matrix=matrix,
+        cases_modules=tuple(dict.fromkeys(
+            list(get("--cases-module") or []) + entry_point_case_modules())),
+        fuzz_examples=parse_count("--fuzz-examples", get("--fuzz-examples"), minimum=0),
+        neuron_cores_per_worker=parse_count("--neuron-cores-per-worker",
+                                            get("--neuron-cores-per-worker"), minimum=1),
     )
+
+
+def parse_count(option: str, text: str, minimum: int) -> int:
+    if not re.fullmatch(r"\d+", str(text).strip()) or int(text) < minimum:
+        raise ValueError(f"{option} {text!r} is not an integer >= {minimum}; "
+                         f"write e.g. {option} {max(minimum, 1)}")
+    return int(text)
 
 
 def parse_seconds(option: str, text: str) -> float:

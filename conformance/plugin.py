@@ -30,6 +30,10 @@ def pytest_configure(config) -> None:
         options = opts.parse(config.getoption, Path(config.invocation_params.dir))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    import os
+
+    # read by the neuron backend in every child (docs/backends.md)
+    os.environ["FLEXCONF_NEURON_CORES_PER_WORKER"] = str(options.neuron_cores_per_worker)
     state = ConformanceSession(config, options)
     config.stash[_STATE] = state
     if state.active and state.is_controller:
@@ -128,12 +132,14 @@ class ConformanceSession:
             if not torch.cuda.is_available():
                 raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
                                         "here; use --reference-device cpu")
+        from conformance.compat import require_supported_torch
         from conformance.runner import load_expectations
 
         try:
+            require_supported_torch()
             self.backend = resolve_backend(self.options.backend)
             load_expectations(self.options.expectations)
-        except (BackendError, ValueError) as exc:
+        except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
 
@@ -190,9 +196,14 @@ def _build_runner(options: opts.RunOptions, workerinput: dict | None):
 
 def _select_cases(options: opts.RunOptions) -> list:
     from cases.catalog import matrix
+    from cases.custom import import_case_modules, load_case_modules
 
-    cases = (opts.load_case_file(options.case_file) if options.case_file
-             else matrix(options.profile))
+    if options.case_file:  # a spec may name a custom variant: register its module first
+        import_case_modules(list(options.cases_modules))
+        cases = opts.load_case_file(options.case_file)
+    else:
+        cases = matrix(options.profile, options.matrix)
+        cases += load_case_modules(list(options.cases_modules), options.profile)
     if options.shard is None:
         return cases
     try:

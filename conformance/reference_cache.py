@@ -15,24 +15,42 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-#: Modules whose source defines the reference numbers (part of the cache key).
-_KEY_MODULES = ("cases.inputs", "cases.variants", "cases.model", "reference.golden")
+#: Modules whose source defines the reference numbers (part of the cache key); the module
+#: that defines the case's variant (a custom case module, say) is added per case.
+_KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
+                "reference.golden")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
-    """(golden Reference, baseline tensor) of ``case``, on the CPU, without any cache."""
-    from cases.inputs import make_inputs
-    from reference.golden import Reference, baseline_attention, golden_attention
+    """(golden, baseline) References of ``case`` (output, lse, and gradients for backward
+    cases), on the CPU, without any cache."""
+    from cases.inputs import make_grad_output, make_inputs
+    from reference.golden import reference_pair
 
     inputs = make_inputs(case, seed)
+    grad_out = make_grad_output(case, seed) if case.mode == "fwd+bwd" else None
     if device != "cpu":
         inputs = inputs.to(device)
-    golden = golden_attention(case, inputs)
-    baseline = baseline_attention(case, inputs)
-    if device != "cpu":
-        golden = Reference(golden.out.cpu(), golden.lse.cpu())
-        baseline = baseline.cpu()
-    return golden, baseline
+        grad_out = grad_out.to(device) if grad_out is not None else None
+    golden, baseline = reference_pair(case, inputs, grad_out)
+    return _on_cpu(golden), _on_cpu(baseline)
+
+
+def _on_cpu(ref):
+    from reference.golden import Reference
+
+    grads = {k: g.cpu() for k, g in ref.grads.items()} if ref.grads else None
+    return Reference(ref.out.cpu(), ref.lse.cpu() if ref.lse is not None else None, grads)
+
+
+def _to_dict(ref) -> dict:
+    return {"out": ref.out, "lse": ref.lse, "grads": ref.grads}
+
+
+def _from_dict(data: dict):
+    from reference.golden import Reference
+
+    return Reference(data["out"], data.get("lse"), data.get("grads"))
 
 
 class ReferenceCache:
@@ -46,19 +64,18 @@ class ReferenceCache:
             return compute_reference(case, seed, device)
         import torch
 
-        from reference.golden import Reference
-
-        path = self.directory / f"{cache_key(case.id, seed, device)}.pt"
+        key = cache_key(case.id, seed, device, _variant_module(case))
+        path = self.directory / f"{key}.pt"
         try:
             data = torch.load(path, weights_only=True)
             os.utime(path)  # recently used
-            return Reference(data["out"], data["lse"]), data["baseline"]
+            return _from_dict(data["golden"]), _from_dict(data["baseline"])
         except (FileNotFoundError, RuntimeError, KeyError, EOFError):
             pass  # absent, or torn by a crash: compute again
         golden, baseline = compute_reference(case, seed, device)
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        torch.save({"out": golden.out, "lse": golden.lse, "baseline": baseline}, tmp)
+        torch.save({"golden": _to_dict(golden), "baseline": _to_dict(baseline)}, tmp)
         tmp.replace(path)
         self._evict()
         return golden, baseline
@@ -82,22 +99,32 @@ class ReferenceCache:
             total -= size
 
 
-def cache_key(case_id: str, seed: int, device: str) -> str:
+def cache_key(case_id: str, seed: int, device: str, variant_module: str | None = None) -> str:
     import torch
 
     from reference.golden import REFERENCE_VERSION
 
+    modules = _KEY_MODULES + ((variant_module,) if variant_module else ())
     text = "|".join([case_id, f"seed={seed}", f"device={device}", f"torch={torch.__version__}",
-                     f"reference={REFERENCE_VERSION}", _source_digest()])
+                     f"reference={REFERENCE_VERSION}", _source_digest(modules)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-@lru_cache(maxsize=1)
-def _source_digest() -> str:
+def _variant_module(case) -> str | None:
+    from cases.custom import defining_module
+
+    try:
+        return defining_module(case.variant.name)
+    except ValueError:
+        return None  # the reference computation will say which variant is unknown
+
+
+@lru_cache(maxsize=8)
+def _source_digest(modules: tuple[str, ...]) -> str:
     import importlib
 
     digest = hashlib.sha256()
-    for name in _KEY_MODULES:
+    for name in dict.fromkeys(modules):
         module = importlib.import_module(name)
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()

@@ -57,7 +57,8 @@ class Runner:
             compile_timeout=options.compile_timeout, run_timeout=options.run_timeout,
             compile_cache=options.compile_cache,
             warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
-            seed=options.seed, reference_device=options.reference_device)
+            seed=options.seed, reference_device=options.reference_device,
+            cases_modules=options.cases_modules)
         self.backend_name = backend.name
         self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
@@ -67,8 +68,10 @@ class Runner:
             ReferenceCache(options.reference_cache, options.reference_cache_size),
             MemoryGate(records_dir(options.report_dir), options.memory_budget), self.worker)
 
-    def check(self, case: Case) -> Record:
-        """Run ``case`` and turn its label into the pytest outcome (see ``outcome``)."""
+    def check(self, case: Case, properties: list | None = None) -> Record:
+        """Run ``case`` and turn its label into the pytest outcome (see ``outcome``);
+        ``properties`` (the test item's user_properties) get the label and the times, so
+        ``pytest --junitxml`` carries them."""
         from conformance.executor import now_iso
 
         started_at = now_iso()
@@ -80,6 +83,10 @@ class Runner:
                             message=f"the harness failed: {type(exc).__name__}: {exc}",
                             worker=self.worker, started_at=started_at, finished_at=now_iso())
         self.writer.finished(record)
+        if properties is not None:
+            from reports.junit import junit_properties
+
+            properties.extend(junit_properties(record))
         outcome(record, self._xfail_reason(record))
         return record
 

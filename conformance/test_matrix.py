@@ -5,5 +5,5 @@ The cases come from the options (``--profile``, ``--case-file``, ``--shard``); t
 """
 
 
-def test_case(conformance_case, conformance_runner):
-    conformance_runner.check(conformance_case)
+def test_case(conformance_case, conformance_runner, request):
+    conformance_runner.check(conformance_case, request.node.user_properties)

@@ -11,9 +11,10 @@ Inductor's CPU lowering of flex_attention raises rather than falling back to eag
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from cases.model import Case
+from conformance import compat
 from conformance.backends.base import AttentionFn, Backend, WorkerSlot, threads_per_worker
 
 #: A tiny case compiled once when a child starts: it pays the process's one-time compiler
@@ -32,11 +33,6 @@ class CpuEager(Backend):
         env.update(device="cpu", device_name=_cpu_name(), cpu_count=os.cpu_count())
         return env
 
-    def unsupported_reason(self, case: Case) -> str | None:
-        if case.mode != "fwd":
-            return "FlexAttention does not support backward on CPU (torch raises for it)"
-        return None
-
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ""}  # never touch a GPU by accident
 
@@ -49,10 +45,7 @@ class CpuEager(Backend):
     def prepare(self, case: Case) -> AttentionFn:
         from torch.nn.attention.flex_attention import flex_attention
 
-        def eager(q, k, v, score_mod, block_mask):
-            return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
-
-        return eager
+        return case_call(flex_attention, case)
 
 
 class CpuInductor(CpuEager):
@@ -95,18 +88,23 @@ class CpuInductor(CpuEager):
         counters.clear()
 
     def prepare(self, case: Case) -> AttentionFn:
-        import torch
-        from torch.nn.attention.flex_attention import flex_attention
-
-        compiled = torch_compile_flex()
-
-        def inductor(q, k, v, score_mod, block_mask):
-            return compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)
-
-        return inductor
+        return case_call(torch_compile_flex(), case)
 
     def cache_hit(self) -> bool | None:
         return inductor_cache_hit()
+
+
+def case_call(flex: Callable, case: Case) -> AttentionFn:
+    """``flex`` (flex_attention, eager or compiled) called as ``case`` needs: GQA enabled when
+    Hq != Hkv, and the log-sum-exp asked for in ``fwd+lse`` mode (compat picks the API)."""
+    gqa = case.shape.Hq != case.shape.Hkv
+    lse = case.mode == "fwd+lse"
+
+    def call(q, k, v, score_mod, block_mask):
+        return compat.attention(flex, q, k, v, score_mod, block_mask, enable_gqa=gqa,
+                                return_lse=lse)
+
+    return call
 
 
 def torch_compile_flex():

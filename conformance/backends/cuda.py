@@ -136,9 +136,11 @@ class CudaEager(Backend):
     def prepare(self, case: Case) -> AttentionFn:
         fn = self._attention_fn()
         gqa = case.shape.Hq != case.shape.Hkv
+        lse = case.mode == "fwd+lse"
 
         def run(q, k, v, score_mod, block_mask):
-            return compat.attention(fn, q, k, v, score_mod, block_mask, enable_gqa=gqa)
+            return compat.attention(fn, q, k, v, score_mod, block_mask, enable_gqa=gqa,
+                                     return_lse=lse)
 
         return with_clear_errors(run)
 

@@ -109,11 +109,13 @@ class Neuron(Backend):
     def prepare(self, case: Case) -> AttentionFn:
         compiled = self._compile()
         gqa = case.shape.Hq != case.shape.Hkv
+        lse = case.mode == "fwd+lse"
 
         def neuron(q, k, v, score_mod, block_mask):
             compat.validate_device(q, k, v)  # upstream's exact error, before any compile
             try:
-                return compat.attention(compiled, q, k, v, score_mod, block_mask, enable_gqa=gqa)
+                return compat.attention(compiled, q, k, v, score_mod, block_mask, enable_gqa=gqa,
+                                        return_lse=lse)
             except Exception as exc:
                 message = compat.unsupported_device_message(exc)
                 if message is None:
