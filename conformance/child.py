@@ -101,8 +101,9 @@ def run_case(backend, request: dict, emit: Emit) -> None:
     except CaseFailed as failed:
         detail = "".join(traceback.format_exception(failed.exc)[-12:])
         message = describe_exception(failed.exc)
-        if failed.kind == "unsupported":
-            message = unsupported_sentence(failed.exc) or message
+        sentence = unsupported_sentence(failed.exc) if failed.kind == "unsupported" else None
+        if sentence and not str(failed.exc).strip().startswith(sentence):
+            message = sentence  # upstream's words, unwrapped from Dynamo's or Inductor's
         emit(event="error", phase=failed.phase, kind=failed.kind,
              message=message, detail=detail, **timings)
 

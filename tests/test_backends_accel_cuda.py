@@ -126,7 +126,7 @@ def test_eager_path_computes_the_case_on_a_stand_in_device(tmp_path):
     child.run_case(CudaEagerOnCpu(), {"case": TINY.to_json(), "output_path": str(tmp_path / "o.pt")},
                    lambda **event: events.append(event))
     assert events[-1]["event"] == "done", events[-1]
-    out = torch.load(tmp_path / "o.pt")
+    out = torch.load(tmp_path / "o.pt")["out"]
     assert out.shape == (1, 2, 64, 16) and torch.isfinite(out).all()
 
 

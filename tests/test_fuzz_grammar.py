@@ -181,7 +181,7 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
     spec = "tests.shape_fault_backends:WrongOnLongHead1"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance/test_fuzz.py", "-p", "no:cacheprovider",
-         "--fuzz-examples", "8", "--seed", "3", "--backend", spec,
+         "--fuzz-examples", "16", "--seed", "3", "--backend", spec,
          "--report-dir", str(tmp_path / "report"), "--reference-cache", "none"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
