@@ -86,28 +86,10 @@ def chunked_attention(
     before the product with V (the normalizer is summed before rounding).
     """
     s = case.shape
-    device = inputs.q.device
-    group = s.Hq // s.Hkv
-    scale = 1.0 / math.sqrt(s.D)
-    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
-    out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
-    lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=device)
-    heads = torch.arange(s.Hq, device=device).view(s.Hq, 1, 1)
-    all_keys = torch.arange(s.Skv, device=device)
-    for b in range(s.B):
-        kv_batch = b if s.Bkv == s.B else 0
-        k = inputs.k[kv_batch].to(compute_dtype)  # [Hkv, Skv, D]
-        v = inputs.v[kv_batch].to(compute_dtype)
-        batch = torch.tensor(b, device=device)
-        for q0 in range(0, s.Sq, rows):
-            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device).view(-1, 1)
-            q = inputs.q[b, :, q0:q0 + len(q_idx)].to(compute_dtype)  # [Hq, n, D]
-            mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
-            keys = _kept_keys(mask, s.Skv)
-            chunk_out, chunk_lse = _attend(
-                q, k, v, keys, mask, mods, batch, heads, q_idx, scale, group, probs_dtype)
-            out[b, :, q0:q0 + len(q_idx)] = chunk_out
-            lse[b, :, q0:q0 + len(q_idx)] = chunk_lse
+    out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
+    lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
+    for chunk in _chunks(case, inputs, mods, compute_dtype):
+        out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = _attend(chunk, mods, probs_dtype)
     return out, lse
 
 
@@ -119,37 +101,65 @@ def chunked_gradients(
     at a time, so memory stays bounded like the forward). Shapes follow q, k, v."""
     s = case.shape
     device = inputs.q.device
-    group = s.Hq // s.Hkv
-    scale = 1.0 / math.sqrt(s.D)
-    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
     dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=compute_dtype, device=device)
     dv = torch.zeros_like(dk)
+    for chunk in _chunks(case, inputs, mods, compute_dtype, requires_grad=True):
+        with torch.enable_grad():
+            out, _ = _attend(chunk, mods, probs_dtype)
+            if not out.requires_grad:  # every row of the chunk is fully masked
+                continue
+            g_q, g_k, g_v = torch.autograd.grad(
+                out, (chunk.q, chunk.k, chunk.v),
+                grad_out[chunk.b, :, chunk.rows].to(compute_dtype), allow_unused=True)
+        dq[chunk.b, :, chunk.rows] = g_q
+        if g_k is not None:
+            dk[chunk.kv_batch] += g_k
+            dv[chunk.kv_batch] += g_v
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One query chunk of one batch: its rows, operands in the compute dtype, mask, index
+    tensors for the mods, and the key columns any of its rows may see."""
+
+    b: int
+    kv_batch: int
+    rows: slice
+    q: torch.Tensor  # [Hq, n, D]
+    k: torch.Tensor  # [Hkv, Skv, D] of kv_batch (shared by the batch's chunks)
+    v: torch.Tensor
+    mask: torch.Tensor | None  # broadcastable to [Hq, n, Skv]
+    keys: slice | torch.Tensor
+    batch: torch.Tensor  # b, as the mods receive it
+    heads: torch.Tensor  # [Hq, 1, 1]
+    q_idx: torch.Tensor  # [n, 1]
+    scale: float
+    group: int  # query heads per key/value head
+
+
+def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
+            requires_grad: bool = False):
+    """The query chunks of ``case``, batch by batch (operands are leaves that require grad
+    when asked, so autograd can run through one chunk at a time)."""
+    s = case.shape
+    device = inputs.q.device
+    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     heads = torch.arange(s.Hq, device=device).view(s.Hq, 1, 1)
     all_keys = torch.arange(s.Skv, device=device)
     for b in range(s.B):
         kv_batch = b if s.Bkv == s.B else 0
-        k = inputs.k[kv_batch].to(compute_dtype).requires_grad_()
-        v = inputs.v[kv_batch].to(compute_dtype).requires_grad_()
+        k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
+        v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         batch = torch.tensor(b, device=device)
         for q0 in range(0, s.Sq, rows):
             q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device).view(-1, 1)
-            chunk = slice(q0, q0 + len(q_idx))
-            q = inputs.q[b, :, chunk].to(compute_dtype).requires_grad_()
+            span = slice(q0, q0 + len(q_idx))
+            q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
-            keys = _kept_keys(mask, s.Skv)
-            with torch.enable_grad():
-                out, _ = _attend(q, k, v, keys, mask, mods, batch, heads, q_idx, scale, group,
-                                 probs_dtype)
-                if not out.requires_grad:  # every row of the chunk is fully masked
-                    continue
-                g_q, g_k, g_v = torch.autograd.grad(
-                    out, (q, k, v), grad_out[b, :, chunk].to(compute_dtype), allow_unused=True)
-            dq[b, :, chunk] = g_q
-            if g_k is not None:
-                dk[kv_batch] += g_k
-                dv[kv_batch] += g_v
-    return {"dq": dq, "dk": dk, "dv": dv}
+            yield _Chunk(b, kv_batch, span, q, k, v, mask, _kept_keys(mask, s.Skv), batch,
+                         heads, q_idx, 1.0 / math.sqrt(s.D), s.Hq // s.Hkv)
 
 
 def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
@@ -188,13 +198,13 @@ def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
     scores[..., span].masked_fill_(~mask[..., span], -math.inf)
 
 
-def _attend(q, k, v, keys, mask, mods: Mods, b, h, q_idx, scale: float, group: int,
-            probs_dtype: torch.dtype | None):
-    """Softmax attention of one query chunk over the kept key columns.
+def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
+    """Softmax attention of one query chunk over its kept key columns.
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies.
     """
+    q, k, v, keys, mask, group = chunk.q, chunk.k, chunk.v, chunk.keys, chunk.mask, chunk.group
     hq, n, d = q.shape
     hkv = hq // group
     k_sel, v_sel = k[:, keys], v[:, keys]  # [Hkv, m, D]
@@ -203,10 +213,10 @@ def _attend(q, k, v, keys, mask, mods: Mods, b, h, q_idx, scale: float, group: i
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     scores = torch.bmm(q.reshape(hkv, group * n, d), k_sel.transpose(1, 2)).view(hq, n, m)
-    scores.mul_(scale)
+    scores.mul_(chunk.scale)
     if mods.score_mod is not None:
         kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
-        modded = mods.score_mod(scores, b, h, q_idx, kv_idx)
+        modded = mods.score_mod(scores, chunk.batch, chunk.heads, chunk.q_idx, kv_idx)
         scores = modded.to(q.dtype).expand(hq, n, m).contiguous()
     if mask is not None:
         _apply_mask(scores, mask[..., keys])

@@ -93,25 +93,32 @@ def _combine(main: Verdict, parts: list[tuple[str, Verdict]]) -> Verdict:
     return Verdict(not failed, "; ".join(summaries), metrics)
 
 
-def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
-                  tol: Tolerance, what: str) -> Verdict:
-    expected_shape = tuple(golden.shape)
+def _malformed(what: str, golden: torch.Tensor, observed: Any) -> Verdict | None:
+    """A MISMATCH when ``observed`` is missing, not a tensor, or of the wrong shape."""
+    if observed is None:
+        return Verdict(False, f"no {what} was returned", {"failed_rules": ["missing"]})
     if not isinstance(observed, torch.Tensor):
         return Verdict(False, f"{what} is a {type(observed).__name__}, not a tensor",
                        {"failed_rules": ["type"]})
-    if tuple(observed.shape) != expected_shape:
-        return Verdict(False, f"{what} shape {tuple(observed.shape)}, expected {expected_shape}",
-                       {"failed_rules": ["shape"]})
+    if tuple(observed.shape) != tuple(golden.shape):
+        return Verdict(False, f"{what} shape {tuple(observed.shape)}, expected "
+                       f"{tuple(golden.shape)}", {"failed_rules": ["shape"]})
+    return None
+
+
+def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
+                  tol: Tolerance, what: str) -> Verdict:
+    malformed = _malformed(what, golden, observed)
+    if malformed:
+        return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu())
     return _decide(stats, tol)
 
 
 def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> Verdict:
-    if not isinstance(observed, torch.Tensor):
-        return Verdict(False, "no log-sum-exp was returned", {"failed_rules": ["missing"]})
-    if tuple(observed.shape) != tuple(golden.shape):
-        return Verdict(False, f"lse shape {tuple(observed.shape)}, expected "
-                       f"{tuple(golden.shape)}", {"failed_rules": ["shape"]})
+    malformed = _malformed("log-sum-exp", golden, observed)
+    if malformed:
+        return malformed
     obs = observed.detach().cpu().to(torch.float64)
     masked = torch.isneginf(golden)
     wrong_masked = int((masked & ~torch.isneginf(obs)).sum())
