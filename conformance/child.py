@@ -30,46 +30,22 @@ import time
 import traceback
 from typing import Any, Callable
 
-#: The exact start of upstream flex_attention's error for a device it does not support;
-#: it is raised before any kernel runs and means UNSUPPORTED, never a failure.
-UNSUPPORTED_DEVICE_TEXT = "FlexAttention is only supported on"
-#: Upstream's own words for a feature it declares unsupported (backward on the CPU, the
-#: log-sum-exp of compiled CPU flex_attention): UNSUPPORTED with the exact message.
-UNSUPPORTED_FEATURE_TEXTS = (
-    UNSUPPORTED_DEVICE_TEXT,
-    "does not support backward on",
-    "`return_lse` is not supported yet",
-)
 _OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 Emit = Callable[..., None]
 
 
 def classify_exception(exc: BaseException) -> str:
-    """The kind of a failure: oom, unsupported or error."""
+    """The kind of a failure: oom, unsupported (upstream's own sentence, matched whole:
+    conformance.compat.UNSUPPORTED_SENTENCES) or error."""
+    from conformance.compat import unsupported_sentence
+
     text = str(exc)
     if isinstance(exc, MemoryError) or any(t in text.lower() for t in _OOM_TEXTS):
         return "oom"
-    if any(t in text for t in UNSUPPORTED_FEATURE_TEXTS):
+    if unsupported_sentence(exc):
         return "unsupported"
     return "error"
-
-
-def unsupported_sentence(exc: BaseException) -> str | None:
-    """Upstream's own sentence declaring the feature unsupported, found in ``exc``'s text even
-    when Dynamo or Inductor wrapped it (``raised exception NotImplementedError('...')``)."""
-    import re
-
-    text = str(exc)
-    for marker in UNSUPPORTED_FEATURE_TEXTS:
-        at = text.find(marker)
-        if at < 0:
-            continue
-        start = max(text.rfind("'", 0, at), text.rfind("\n", 0, at), text.rfind(": ", 0, at) + 1)
-        sentence = text[start + 1 if text[start:start + 1] in ("'", "\n") else start:]
-        sentence = re.split(r"'\)|\n", sentence, maxsplit=1)[0].strip()
-        return sentence
-    return None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -101,9 +77,12 @@ def run_case(backend, request: dict, emit: Emit) -> None:
     except CaseFailed as failed:
         detail = "".join(traceback.format_exception(failed.exc)[-12:])
         message = describe_exception(failed.exc)
-        sentence = unsupported_sentence(failed.exc) if failed.kind == "unsupported" else None
-        if sentence and not str(failed.exc).strip().startswith(sentence):
-            message = sentence  # upstream's words, unwrapped from Dynamo's or Inductor's
+        if failed.kind == "unsupported":  # upstream's words, unwrapped from Dynamo's or Inductor's
+            from conformance.compat import unsupported_sentence
+
+            sentence = unsupported_sentence(failed.exc)
+            if not str(failed.exc).strip().startswith(sentence):
+                message = sentence
         emit(event="error", phase=failed.phase, kind=failed.kind,
              message=message, detail=detail, **timings)
 

@@ -124,18 +124,37 @@ def validate_device(q, k, v) -> None:
         check(q, k, v)
 
 
-def unsupported_device_message(exc: BaseException) -> str | None:
-    """Upstream's exact device-rejection sentence if ``exc`` (or an exception it wraps, or its
-    text, as Dynamo words it) carries one; else None."""
+#: Upstream flex_attention's own sentences declaring something unsupported, matched whole:
+#: its device check, backward on the CPU or MPS, the lse of compiled CPU flex_attention.
+UNSUPPORTED_SENTENCES = (
+    _UNSUPPORTED_DEVICE_RE,
+    re.compile(r"FlexAttention does not support backward on (?:CPU|MPS)\. Please set the input "
+               r"requires_grad to False or use another device\."),
+    re.compile(r"torch\.compile on CPU only supports inference and `return_lse` is not "
+               r"supported yet\."),
+)
+
+
+def unsupported_sentence(exc: BaseException) -> str | None:
+    """Upstream's exact sentence declaring the case unsupported, if ``exc`` carries one in its
+    text (also as Dynamo or Inductor word a wrapped error) or in an exception it was raised
+    from (``__cause__`` only: an error raised while handling another is its own error)."""
     seen = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        m = _UNSUPPORTED_DEVICE_RE.search(str(current))
-        if m:
-            return m.group(0)
-        current = current.__cause__ or current.__context__
+        for sentence in UNSUPPORTED_SENTENCES:
+            m = sentence.search(str(current))
+            if m:
+                return m.group(0)
+        current = current.__cause__
     return None
+
+
+def unsupported_device_message(exc: BaseException) -> str | None:
+    """Upstream's exact device-rejection sentence carried by ``exc`` (see unsupported_sentence)."""
+    sentence = unsupported_sentence(exc)
+    return sentence if sentence and _UNSUPPORTED_DEVICE_RE.fullmatch(sentence) else None
 
 
 def _running_torch() -> str:

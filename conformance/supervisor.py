@@ -110,7 +110,7 @@ class ChildSupervisor:
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 pass_fds=(write_fd,), start_new_session=True, text=True)
         os.close(write_fd)
-        self._reader = _EventReader(read_fd)
+        self._reader = _EventReader(read_fd, self.proc)
         phase = "start"
         deadline = time.monotonic() + self.budgets.of(phase)[0]
         while True:
@@ -137,6 +137,9 @@ class ChildSupervisor:
                 end = self._timed_out if event is _TIMEOUT else self._died
                 return replace(end(phase, log_offset), **timings)
             kind = event.get("event")
+            if kind == "phase":  # the parent's clock for the phase that ended (the child's
+                # own figures, in its last event, replace it; a hang or crash leaves only this)
+                timings[f"{phase}_seconds"] = time.monotonic() - phase_start
             timings.update({k: event[k] for k in _TIMING_KEYS if k in event})
             if kind == "phase":
                 phase = event["phase"]
@@ -145,7 +148,10 @@ class ChildSupervisor:
             elif kind == "done":
                 return Observation("ok", "run", output_path=event.get("output_path"), **timings)
             elif kind == "error":
-                if event["kind"] == "oom":  # the allocator may be left in a bad state
+                if event["kind"] == "oom" or (event["kind"] == "error"
+                                              and event["phase"] in ("compile", "run")):
+                    # the allocator or the device may be left broken (a CUDA fault is sticky):
+                    # the next case gets a fresh child rather than inheriting the fault
                     self.close()
                 message = event["message"]
                 if event["kind"] != "unsupported":
@@ -200,19 +206,22 @@ class ChildSupervisor:
 
 
 class _EventReader:
-    """JSON lines from a pipe, with a deadline (select) and no thread."""
+    """JSON lines from a pipe, with a deadline (select) and no thread. The child's exit is
+    noticed within half a second even when a process it forked keeps the pipe open."""
 
-    def __init__(self, fd: int):
-        self.fd, self.buffer = fd, b""
+    def __init__(self, fd: int, proc: subprocess.Popen | None = None):
+        self.fd, self.buffer, self.proc = fd, b"", proc
 
     def next(self, deadline: float):
         while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return _TIMEOUT
-            ready, _, _ = select.select([self.fd], [], [], remaining)
+            ready, _, _ = select.select([self.fd], [], [], min(remaining, 0.5))
             if not ready:
-                return _TIMEOUT
+                if self.proc is not None and self.proc.poll() is not None:
+                    return _EOF
+                continue
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return _EOF

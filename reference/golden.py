@@ -166,7 +166,10 @@ def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
     """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked."""
     if mods.mask_mod is None:
         return None
-    return torch.as_tensor(mods.mask_mod(b, h, q_idx, kv_idx), dtype=torch.bool)
+    mask = torch.as_tensor(mods.mask_mod(b, h, q_idx, kv_idx), dtype=torch.bool,
+                           device=kv_idx.device)
+    # a mask that ignores kv_idx (or q_idx) still covers every key and row (a view, no copy)
+    return mask.broadcast_to(torch.broadcast_shapes(mask.shape, (1, len(q_idx), len(kv_idx))))
 
 
 def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor:
@@ -174,8 +177,6 @@ def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor
     if mask is None:
         return slice(0, num_keys)
     visible = mask.reshape(-1, mask.shape[-1]).any(0)
-    if visible.shape[0] != num_keys:  # the mask did not depend on kv_idx
-        visible = visible.expand(num_keys)
     return _as_slice(visible.nonzero().flatten())
 
 

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 

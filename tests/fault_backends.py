@@ -83,6 +83,19 @@ class Segfault(_Faulty):
         ctypes.string_at(0)  # reads address 0: SIGSEGV
 
 
+class ForksThenSegfaults(_Faulty):
+    """Forks a sleeper (it inherits every open descriptor, the events pipe included), then
+    segfaults: the parent must notice the death, not wait for the pipe to close."""
+
+    name = "test-forks-then-segfaults"
+
+    def misbehave(self, real, *args):
+        if os.fork() == 0:  # the forked helper: lives on, holding the pipe open
+            time.sleep(60)
+            os._exit(0)
+        ctypes.string_at(0)
+
+
 class Killed(_Faulty):
     name = "test-sigkill"
     phase = "run"

@@ -168,3 +168,23 @@ def test_exact_message_of_older_wordings_and_none_otherwise():
     except RuntimeError as outer:
         assert compat.unsupported_device_message(outer) == old
     assert compat.unsupported_device_message(RuntimeError("CUDA error: illegal address")) is None
+
+
+def test_only_whole_upstream_sentences_are_unsupported():
+    backward = ("FlexAttention does not support backward on CPU. Please set the input "
+                "requires_grad to False or use another device.")
+    wrapped = RuntimeError(f"Observed exception ... raised exception NotImplementedError('{backward}')")
+    assert compat.unsupported_sentence(wrapped) == backward
+    lse = "torch.compile on CPU only supports inference and `return_lse` is not supported yet."
+    assert compat.unsupported_sentence(RuntimeError(f"LoweringException: NotImplementedError: {lse}")) == lse
+    for look_alike in ("NKI kernel does not support backward on trn2 for bf16",
+                       "our lowering says `return_lse` is not supported yet"):
+        assert compat.unsupported_sentence(RuntimeError(look_alike)) is None
+    try:  # an error raised while handling a device rejection is its own error
+        try:
+            raise ValueError("FlexAttention is only supported on CUDA or CPU devices. "
+                             "Found input tensors on xla device.")
+        except ValueError:
+            raise RuntimeError("neuronx-cc: internal compiler error")
+    except RuntimeError as err:
+        assert compat.unsupported_sentence(err) is None

@@ -80,9 +80,24 @@ def test_hang_is_killed_with_its_process_group(backend, label, phase, tmp_path, 
     assert fault.label is label, fault.message
     assert fault.message.startswith(f"the {phase} phase did not finish within 6 s")
     assert getattr(fault, f"{phase}_seconds") >= 6.0
+    assert fault.setup_seconds is not None  # the phases that finished keep their times
+    if phase == "run":
+        assert fault.compile_seconds is not None and fault.compile_seconds < 6.0
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while not _gone(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(grandchild), "the hung child's own subprocess survived the kill"
+    assert after.label is Label.PASS, after.message
+
+
+def test_a_crash_is_a_crash_even_when_a_forked_process_holds_the_pipe():
+    """A fork-based helper (compile pool, runtime daemon) inherits the events pipe; the
+    child's death must still be seen at once, not as a compile timeout."""
+    start = time.monotonic()
+    fault, after = run_cases("tests.fault_backends:ForksThenSegfaults", [FAULTY, HEALTHY],
+                             compile_timeout=30.0)
+    assert fault.label is Label.CRASH, fault.message
+    assert "SIGSEGV" in fault.message
+    assert time.monotonic() - start < 25  # well before the compile budget ran out
     assert after.label is Label.PASS, after.message

@@ -147,3 +147,21 @@ def test_inputs_are_deterministic_and_depend_on_id_and_seed():
     other = Case(v.full(), case.shape, "bf16")
     assert not torch.equal(make_inputs(other, 0).q, a.q)
     assert a.q.dtype == torch.bfloat16
+
+
+def test_masks_that_ignore_kv_idx_or_return_a_constant_cover_every_key():
+    """A mask of q_idx (or h) alone, or a plain bool, must hide or show whole rows."""
+    case = Case(v.full(), Shape(2, 2, 2, 64, 64, 16), "fp32")
+    inputs = make_inputs(case, 0)
+    q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
+    masks = {
+        "rows_below_40": lambda b, h, q_idx, kv_idx: q_idx < 40,
+        "head_0_only": lambda b, h, q_idx, kv_idx: h == 0,
+        "constant": lambda b, h, q_idx, kv_idx: torch.tensor(True),
+    }
+    for name, mask_mod in masks.items():
+        got, got_lse = chunked_attention(case, inputs, Mods(mask_mod, None, True), torch.float64)
+        block_mask = create_block_mask(mask_mod, 2, 2, 64, 64, "cpu")
+        want, want_lse = flex_attention(q, k, vv, block_mask=block_mask, return_lse=True)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
+        torch.testing.assert_close(got_lse, want_lse, rtol=1e-12, atol=1e-12, msg=name)
