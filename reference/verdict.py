@@ -93,8 +93,10 @@ def _combine(main: Verdict, parts: list[tuple[str, Verdict]]) -> Verdict:
     return Verdict(not failed, "; ".join(summaries), metrics)
 
 
-def _malformed(what: str, golden: torch.Tensor, observed: Any) -> Verdict | None:
-    """A MISMATCH when ``observed`` is missing, not a tensor, or of the wrong shape."""
+def _malformed(what: str, golden: torch.Tensor, observed: Any,
+               dtype: torch.dtype | None = None) -> Verdict | None:
+    """A MISMATCH when ``observed`` is missing, not a tensor, of the wrong shape, or (given
+    ``dtype``) not of flex_attention's output dtype, the query's."""
     if observed is None:
         return Verdict(False, f"no {what} was returned", {"failed_rules": ["missing"]})
     if not isinstance(observed, torch.Tensor):
@@ -103,12 +105,15 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any) -> Verdict | None
     if tuple(observed.shape) != tuple(golden.shape):
         return Verdict(False, f"{what} shape {tuple(observed.shape)}, expected "
                        f"{tuple(golden.shape)}", {"failed_rules": ["shape"]})
+    if dtype is not None and observed.dtype != dtype:
+        return Verdict(False, f"{what} dtype {observed.dtype}, expected {dtype} (the inputs')",
+                       {"failed_rules": ["dtype"]})
     return None
 
 
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
                   tol: Tolerance, what: str) -> Verdict:
-    malformed = _malformed(what, golden, observed)
+    malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu())
@@ -129,7 +134,7 @@ def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> V
     limit = LSE_FACTOR * base_err + LSE_RTOL * golden.abs().clamp_min(1.0).where(live, 1.0)
     margins = err / limit
     worst = _argmax(margins)
-    failing = int((margins > 1).sum())
+    failing = int((~(margins <= 1)).sum())  # a NaN margin fails too
     metrics: dict[str, Any] = {
         "max_abs_err": float(err.max()) if err.numel() else 0.0,
         "worst_row_margin": float(margins[worst]) if margins.numel() else 0.0,
@@ -225,7 +230,7 @@ def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
     row_limit = row_limit.clamp_min(tol.atol)
     row_margins = st.row_rms_obs / row_limit
     worst_row = _argmax(row_margins)
-    failing_rows = int((row_margins > 1).sum())
+    failing_rows = int((~(row_margins <= 1)).sum())  # a NaN margin fails too
 
     metrics: dict[str, Any] = {
         "max_abs_err": st.max_abs_err,
@@ -250,11 +255,11 @@ def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
         b, h, q, d = st.first_nonfinite
         summary.append(f"{st.nan_count} NaN and {st.inf_count} Inf where the golden is finite"
                        f" (first at b={b} h={h} q={q} d={d})")
-    if global_margin > 1:
+    if not global_margin <= 1:
         failed.append("global")
         summary.append(f"mean error {mean_obs:.3g} is {mean_obs / max(mean_base, 1e-300):.2f}x "
                        f"the baseline's {mean_base:.3g} (limit {factor:.2f}x)")
-    if head_margins[worst_head] > 1:
+    if not head_margins[worst_head] <= 1:
         failed.append("head")
         b, h = worst_head
         summary.append(f"head b={b} h={h}: mean error {float(head_obs[b, h]):.3g} is "
