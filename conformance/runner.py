@@ -6,6 +6,7 @@ Executor (and so its supervised child) and its RecordWriter.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,25 @@ def run_environment(backend, workers: int) -> dict:
     return environment
 
 
+def claim_slot(directory: Path, preferred: WorkerSlot) -> tuple[WorkerSlot, object]:
+    """The first free device slot, ``preferred`` first, held by an advisory lock for this
+    process's lifetime: a worker that xdist restarts after a crash (gw8 of 8) takes the dead
+    worker's slot (its lock died with it), never a live worker's GPU or NeuronCores."""
+    import fcntl
+
+    directory.mkdir(parents=True, exist_ok=True)
+    order = [preferred.index] + [i for i in range(preferred.count) if i != preferred.index]
+    for index in order:
+        handle = open(directory / f".slot-{index}.lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        return WorkerSlot(index, preferred.count), handle
+    return preferred, None  # more processes than slots (should not happen): share
+
+
 class Runner:
     def __init__(self, options: RunOptions, workerinput: dict | None = None):
         import torch
@@ -50,6 +70,7 @@ class Runner:
         from conformance.reference_cache import ReferenceCache
 
         self.slot, self.worker = worker_slot(workerinput)
+        self.slot, self._slot_lock = claim_slot(records_dir(options.report_dir), self.slot)
         backend = resolve_backend(options.backend)
         spec = backend.name if options.backend == "auto" else options.backend
         torch.set_num_threads(threads_per_worker(self.slot))  # the golden's share

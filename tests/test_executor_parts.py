@@ -217,3 +217,16 @@ def test_reference_cache_stores_reuses_and_stays_bounded(tmp_path):
     small = ReferenceCache(tmp_path, max_bytes=files[0].stat().st_size + 1)
     small.get(Case(Variant("full"), TINY), 0)  # a second entry: the older one is evicted
     assert len(list(tmp_path.glob("*.pt"))) == 1
+
+
+def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path):
+    from conformance.backends.base import WorkerSlot
+    from conformance.runner import claim_slot, worker_slot
+
+    gw0, lock0 = claim_slot(tmp_path, worker_slot({"workerid": "gw0", "workercount": 2})[0])
+    gw1, lock1 = claim_slot(tmp_path, worker_slot({"workerid": "gw1", "workercount": 2})[0])
+    assert (gw0.index, gw1.index) == (0, 1)
+    lock1.close()  # gw1 dies; xdist starts gw2, whose number points at gw0's slot
+    gw2, _ = claim_slot(tmp_path, worker_slot({"workerid": "gw2", "workercount": 2})[0])
+    assert gw2 == WorkerSlot(1, 2)
+    lock0.close()
