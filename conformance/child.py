@@ -126,7 +126,7 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     start = time.perf_counter()
     result = _guard("compile", call)
     timings["compile_seconds"] = time.perf_counter() - start
-    timings["cache_hit"] = backend.cache_hit()
+    timings["cache_hit"] = _cache_hit(backend)
 
     emit(event="phase", phase="run")
     times = []
@@ -138,6 +138,16 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     _guard("run", lambda: torch.save(_observed(case, result), output_path), harness=True)
     timings["run_seconds"] = statistics.median(times)
     timings["output_path"] = output_path
+
+
+def _cache_hit(backend) -> bool | None:
+    """Whether the compile hit a cache; unknown (None) when the backend cannot say, or fails
+    to: a broken counter must not turn a compiled case into a crash."""
+    try:
+        return backend.cache_hit()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        return None
 
 
 def _block_mask(case, mods, device):
