@@ -7,11 +7,15 @@ on stdin; events leave as JSON lines on fd N. stdout and stderr go to a log file
 compiler prints can corrupt the protocol. Events:
 
     {"event": "phase", "phase": "warm-up" | "setup" | "compile" | "run"}
-    {"event": "ready", "warm_up_seconds": s, "warm_up_error": str | null}
-    {"event": "done", "setup_seconds": s, "compile_seconds": s, "run_seconds": s,
-     "cache_hit": bool | null, "output_path": path}
-    {"event": "error", "phase": p, "kind": "error" | "oom" | "unsupported" | "harness",
-     "message": "Type: first line", "detail": "traceback"}
+    {"event": "ready", "warm_up_seconds": s, "warm_up_error": str | null, "fatal": str | null}
+    {"event": "done", "setup_seconds": s, "compile_seconds": s, "run_seconds": s | null,
+     "cache_hit": bool | null, "compile_breakdown": {stage: s} | null, "output_path": path | null}
+    {"event": "error", "phase": p, "kind": "error" | "oom" | "unsupported" | "harness"
+     | "exec-timeout", "message": "Type: first line", "detail": "traceback"}
+
+A request with ``"compile_only": true`` (``--phase compile``) stops after the compile phase:
+no timed runs, no output file. A warm-up that raised FatalSetupError makes every request an
+error of kind ``harness`` carrying that message.
 
 The output tensor goes through a file (it can be tens of MB), never through the pipe.
 The verdict is not computed here: the parent compares the output with the reference.
@@ -35,9 +39,10 @@ _OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory"
 Emit = Callable[..., None]
 
 
-def classify_exception(exc: BaseException) -> str:
+def classify_exception(exc: BaseException, backend=None) -> str:
     """The kind of a failure: oom, unsupported (upstream's own sentence, matched whole:
-    conformance.compat.UNSUPPORTED_SENTENCES) or error."""
+    conformance.compat.UNSUPPORTED_SENTENCES), exec-timeout (the device runtime's own
+    execution timeout, as ``backend`` recognises it) or error."""
     from conformance.compat import unsupported_sentence
 
     text = str(exc)
@@ -45,7 +50,16 @@ def classify_exception(exc: BaseException) -> str:
         return "oom"
     if unsupported_sentence(exc):
         return "unsupported"
+    if backend is not None and _recognised_timeout(backend, exc):
+        return "exec-timeout"
     return "error"
+
+
+def _recognised_timeout(backend, exc: BaseException) -> bool:
+    try:
+        return bool(backend.is_execution_timeout(exc))
+    except Exception:  # noqa: BLE001 - a broken recogniser leaves the error an error
+        return False
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -60,21 +74,27 @@ class CaseFailed(Exception):
         self.phase, self.kind, self.exc = phase, kind, exc
 
 
-def _guard(phase: str, fn: Callable[[], Any], harness: bool = False) -> Any:
+def _guard(phase: str, fn: Callable[[], Any], harness: bool = False, backend=None) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a labelled event
-        raise CaseFailed(phase, "harness" if harness else classify_exception(exc), exc) from exc
+        kind = "harness" if harness else classify_exception(exc, backend)
+        raise CaseFailed(phase, kind, exc) from exc
 
 
-def run_case(backend, request: dict, emit: Emit) -> None:
+def run_case(backend, request: dict, emit: Emit, fatal: str | None = None) -> None:
     """Run one case; emits phase events and exactly one ``done`` or ``error`` event (the
-    error carries the seconds of the phases that finished)."""
+    error carries the seconds of the phases that finished). ``fatal``: why this child can
+    run no case (a FatalSetupError at warm-up)."""
     timings: dict[str, Any] = {}
+    if fatal:
+        emit(event="error", phase="setup", kind="harness", message=fatal, detail="")
+        return
     try:
         _run_phases(backend, request, emit, timings)
         emit(event="done", **timings)
     except CaseFailed as failed:
+        traceback.print_exception(failed.exc)  # into the child's log, kept with the artefacts
         detail = "".join(traceback.format_exception(failed.exc)[-12:])
         message = describe_exception(failed.exc)
         if failed.kind == "unsupported":  # upstream's words, unwrapped from Dynamo's or Inductor's
@@ -124,16 +144,21 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
 
     emit(event="phase", phase="compile")
     start = time.perf_counter()
-    result = _guard("compile", call)
+    result = _guard("compile", call, backend=backend)
     timings["compile_seconds"] = time.perf_counter() - start
     timings["cache_hit"] = _cache_hit(backend)
+    timings["compile_breakdown"] = _compile_breakdown(backend, timings["compile_seconds"])
+    if request.get("compile_only"):
+        _refuse_fallbacks(backend, "compile")
+        return
 
     emit(event="phase", phase="run")
     times = []
     for _ in range(max(1, int(request.get("runs", 3)))):
         start = time.perf_counter()
-        result = _guard("run", call)
+        result = _guard("run", call, backend=backend)
         times.append(time.perf_counter() - start)
+    _refuse_fallbacks(backend, "run")
     output_path = request["output_path"]
     _guard("run", lambda: torch.save(_observed(case, result), output_path), harness=True)
     timings["run_seconds"] = statistics.median(times)
@@ -148,6 +173,33 @@ def _cache_hit(backend) -> bool | None:
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         return None
+
+
+def _compile_breakdown(backend, compile_seconds: float) -> dict[str, float] | None:
+    """The compiler's own stage times for the first call, plus ``other``: the rest of the
+    compile phase (tracing the suite's call, the execution, waiting), so the stages always
+    sum to the phase. None when the backend does not report stages, or fails to."""
+    try:
+        stages = backend.compile_breakdown()
+    except Exception:  # noqa: BLE001 - a broken counter must not fail a compiled case
+        traceback.print_exc()
+        return None
+    if not stages:
+        return None
+    breakdown = {str(name): max(0.0, float(seconds)) for name, seconds in stages.items()}
+    breakdown["other"] = max(0.0, compile_seconds - sum(breakdown.values()))
+    return breakdown
+
+
+def _refuse_fallbacks(backend, phase: str) -> None:
+    """A case whose operations ran on the host instead of the device fails: its numbers and
+    times are not the backend's (COMPILE_ERROR, the compiler did not take the graph)."""
+    ops = _guard(phase, backend.fallback_ops)
+    if ops:
+        names = ", ".join(sorted(set(map(str, ops))))
+        raise CaseFailed("compile", "error", RuntimeError(
+            f"{len(ops)} operation(s) fell back to the CPU instead of running on the device: "
+            f"{names}; a case that ran on the host cannot pass"))
 
 
 def _block_mask(case, mods, device):
@@ -226,19 +278,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
     from conformance.backends.registry import load_backend
 
+    from conformance.backends.base import FatalSetupError
+
     backend = load_backend(args.backend)
     emit(event="phase", phase="warm-up")
-    start, warm_error = time.perf_counter(), None
+    start, warm_error, fatal = time.perf_counter(), None, None
     try:
         backend.warm_up()
+    except FatalSetupError as exc:  # no case can run or be timed honestly in this child
+        fatal = f"the suite cannot run {backend.name} here: {describe_exception(exc)}"
+        traceback.print_exc()
     except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
         warm_error = describe_exception(exc)
         traceback.print_exc()
     emit(event="ready", pid=os.getpid(), warm_up_seconds=time.perf_counter() - start,
-         warm_up_error=warm_error)
+         warm_up_error=warm_error, fatal=fatal)
     for line in sys.stdin:
         if line.strip():
-            run_case(backend, json.loads(line), emit)
+            run_case(backend, json.loads(line), emit, fatal)
             sys.stdout.flush()
             sys.stderr.flush()
     return 0

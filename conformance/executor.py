@@ -5,18 +5,21 @@
     Observation ok ─▶ reference.verdict.judge ─▶ PASS | MISMATCH;  otherwise label_of(obs)
 
 The golden is computed in this process while the child sets up and compiles; the verdict is
-always decided here, never in the child.
+always decided here, never in the child. A compile-only pass (``compile_only``) stops after
+the first call: no reference, no verdict, label COMPILED. Compile artefacts of a failed case
+(of every case with ``keep_artifacts``) are filed under ``artifacts_dir``.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from cases.model import Case
+from conformance.artifacts import file_case_artifacts
 from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
 from conformance.estimates import case_peak_bytes
 from conformance.memory_gate import MemoryGate
@@ -36,7 +39,9 @@ class Settings:
     timed_runs: int = 3
     reference_device: str = "cpu"
     cases_modules: tuple[str, ...] = ()  # imported by the child: custom variants' builders
-
+    compile_only: bool = False  # --phase compile: first call only, label COMPILED
+    artifacts_dir: str | None = None  # where failed cases' compile artefacts are filed
+    keep_artifacts: bool = False  # file every case's artefacts, not only failed ones
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -57,9 +62,14 @@ class Executor:
             start_cache = str(self.workdir / "compile-cache-warm-up")
         env = {"OMP_NUM_THREADS": str(threads), "FLEXCONF_NUM_THREADS": str(threads)}
         env.update(backend.child_env(slot, start_cache))
+        # compilers that read their cache settings once per process get them here, for the
+        # child's lifetime (cold: no cache can serve a case; warm: the shared directory)
+        process_cache = settings.warm_cache_dir if settings.compile_cache == "warm" \
+            else str(self.workdir / "process-cache")
+        env.update(backend.process_cache_env(process_cache, settings.compile_cache == "cold"))
         self.supervisor = ChildSupervisor(
             backend_spec, env, self.workdir,
-            Budgets(settings.compile_timeout, settings.run_timeout))
+            Budgets(settings.compile_timeout, settings.run_timeout), backend.artifact_env)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference")
         self._count = 0
 
@@ -90,29 +100,55 @@ class Executor:
             cache_dir.mkdir()
         elif s.warm_cache_dir:
             cache_dir = Path(s.warm_cache_dir)
-        reference = self._pool.submit(self.reference.get, case, s.seed, s.reference_device)
+        reference = None if s.compile_only else self._pool.submit(
+            self.reference.get, case, s.seed, s.reference_device)
         request = {"case": case.to_json(), "seed": s.seed, "runs": s.timed_runs,
                    "output_path": str(output_path), "cold": s.compile_cache == "cold",
                    "cache_dir": str(cache_dir) if cache_dir else None,
-                   "cases_modules": list(s.cases_modules)}
+                   "cases_modules": list(s.cases_modules), "compile_only": s.compile_only}
         try:
             obs = self.supervisor.run(request)
-            try:
-                golden, baseline = reference.result()  # waited for even when not needed:
-            except Exception as exc:  # noqa: BLE001  # its memory is part of the reservation
-                golden = exc
-            label = label_of(obs)
-            if label is not None:
-                return self._record(case, label, obs.message, started_at, obs)
-            if isinstance(golden, Exception):  # the reference is ours: a harness fault
-                return self._record(case, Label.HARNESS_ERROR,
-                                    f"the reference computation failed: {_one_line(golden)}",
-                                    started_at, obs)
-            return self._judge(case, obs, golden, baseline, started_at)
+            record = self._decide(case, obs, reference, started_at)
+            return self._with_artifacts(record)
         finally:
             output_path.unlink(missing_ok=True)
             if s.compile_cache == "cold" and cache_dir is not None:
                 shutil.rmtree(cache_dir, ignore_errors=True)
+
+    def _decide(self, case: Case, obs: Observation, reference, started_at: str) -> Record:
+        """The record of an observation: its own label, COMPILED in a compile-only pass, or
+        the verdict against the reference."""
+        golden = baseline = None
+        if reference is not None:
+            try:
+                golden, baseline = reference.result()  # waited for even when not needed:
+            except Exception as exc:  # noqa: BLE001  # its memory is part of the reservation
+                golden = exc
+        label = label_of(obs)
+        if label is not None:
+            return self._record(case, label, obs.message, started_at, obs)
+        if reference is None:
+            return self._record(case, Label.COMPILED, "", started_at, obs)
+        if isinstance(golden, Exception):  # the reference is ours: a harness fault
+            return self._record(case, Label.HARNESS_ERROR,
+                                f"the reference computation failed: {_one_line(golden)}",
+                                started_at, obs)
+        return self._judge(case, obs, golden, baseline, started_at)
+
+    def _with_artifacts(self, record: Record) -> Record:
+        """File the case's compile artefacts (and the child's log of it) under the report
+        directory when the case failed or all are kept; the child's copies go either way."""
+        s = self.settings
+        produced = self.supervisor.case_artifacts()
+        keep = s.keep_artifacts or record.label not in (Label.PASS, Label.UNSUPPORTED,
+                                                         Label.COMPILED)
+        where = None
+        if produced and keep and s.artifacts_dir:
+            where = file_case_artifacts(record.case_id, produced, self.supervisor.artifact_dir,
+                                        self.supervisor.case_log(), Path(s.artifacts_dir))
+        for path in produced:
+            path.unlink(missing_ok=True)
+        return replace(record, artifacts=where) if where else record
 
     def _judge(self, case: Case, obs: Observation, golden, baseline, started_at: str) -> Record:
         import torch
@@ -145,7 +181,12 @@ class Executor:
             compile_seconds=_seconds(obs and obs.compile_seconds),
             run_seconds=_seconds(obs and obs.run_seconds),
             cache_hit=obs.cache_hit if obs else None, metrics=metrics,
+            compile_breakdown=_breakdown(obs.compile_breakdown) if obs else None,
             worker=self.worker, started_at=started_at, finished_at=now_iso())
+
+
+def _breakdown(stages: dict | None) -> dict[str, float] | None:
+    return {name: _seconds(value) for name, value in stages.items()} if stages else None
 
 
 def _seconds(value) -> float | None:

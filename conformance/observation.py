@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from reports.results import Label
 
-#: outcome values: ok, error, timeout, crash, oom, unsupported, harness
+#: outcome values: ok, error, timeout, exec-timeout (the device runtime's own), crash, oom,
+#: unsupported, harness
 #: phase values: start (child imports), warm-up (the backend's one-time compiler start-up),
 #: setup (inputs, mods, block mask, prepare), compile (first call), run (timed calls, saving)
 PHASES = ("start", "warm-up", "setup", "compile", "run")
@@ -25,6 +26,7 @@ class Observation:
     compile_seconds: float | None = None
     run_seconds: float | None = None
     cache_hit: bool | None = None
+    compile_breakdown: dict[str, float] | None = None
     output_path: str | None = None  # the output tensor, saved by the child (outcome ok)
 
 
@@ -40,7 +42,7 @@ def label_of(obs: Observation) -> Label | None:
         if obs.phase == "compile":
             return Label.COMPILE_ERROR
         return Label.RUNTIME_ERROR if obs.phase in ("setup", "run") else Label.HARNESS_ERROR
-    fixed = {"crash": Label.CRASH, "oom": Label.OUT_OF_MEMORY,
+    fixed = {"exec-timeout": Label.RUN_TIMEOUT, "crash": Label.CRASH, "oom": Label.OUT_OF_MEMORY,
              "unsupported": Label.UNSUPPORTED, "harness": Label.HARNESS_ERROR}
     try:
         return fixed[obs.outcome]

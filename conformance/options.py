@@ -15,6 +15,8 @@ from typing import Any
 DEFAULT_CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
     / "flexattention-conformance"
 DEFAULT_REFERENCE_CACHE_BYTES = 4 << 30
+PHASES = ("all", "compile")
+DEVICE_CHECKS = ("bypass", "strict")
 
 _OPTIONS: tuple[tuple[str, str, str], ...] = (
     # (option, default, help)
@@ -29,8 +31,12 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
      "(first call); default 600"),
     ("--run-timeout", "300", "seconds allowed for setup and for the timed runs of a case; default 300"),
-    ("--compile-cache", "cold", "cold (default): every case compiles from empty caches; "
-     "warm: one compiler cache directory shared by cases and runs"),
+    ("--compile-cache", None, "cold (default): every case compiles from empty caches, no "
+     "cache of any layer can serve it; warm (the default of --phase compile): one compiler "
+     "cache directory under the suite's cache dir, shared by cases and runs"),
+    ("--phase", "all", "all (default): compile, time and judge every case; compile: only "
+     "compile every selected case into the warm cache (no timed runs, no verdict; label "
+     "COMPILED), for a following --compile-cache warm run"),
     ("--report-dir", "reports/latest", "where results.json, the report and the per-worker "
      "records go; default reports/latest"),
     ("--seed", "0", "seed of the inputs (with the case id); default 0"),
@@ -45,6 +51,9 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
      "(hypothesis, repeatable with --seed); default 0: fuzzing skipped"),
     ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
      "backend); default 1"),
+    ("--neuron-device-check", "bypass", "bypass (default): where flex_attention rejects "
+     "device 'neuron', lift that one check for 'neuron' as the Neuron SDK's examples do "
+     "(recorded in the environment); strict: keep upstream's check (every case UNSUPPORTED)"),
     ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
      "its expected label is xfail, any other failure still fails"),
 )
@@ -70,6 +79,9 @@ class RunOptions:
     cases_modules: tuple[str, ...] = ()  # --cases-module, then installed entry points
     fuzz_examples: int = 0
     neuron_cores_per_worker: int = 1
+    phase: str = "all"  # all | compile (compile-only pass)
+    neuron_device_check: str = "bypass"  # bypass | strict
+    keep_artifacts: bool = False  # file every case's compile artefacts, not only failed ones
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -89,6 +101,9 @@ def register(parser) -> None:
                     help="import MODULE (repeatable) and add its cases (docs/cases.md); "
                          "modules of the entry point group flexattention_conformance.cases "
                          "are added too")
+    group.addoption("--keep-artifacts", action="store_true", default=False,
+                    help="keep every case's compile artefacts under REPORT_DIR/artifacts "
+                         "(default: only failed and timed-out cases')")
 
 
 def parse(get, base_dir: Path) -> RunOptions:
@@ -102,9 +117,21 @@ def parse(get, base_dir: Path) -> RunOptions:
     matrix = get("--matrix")
     if matrix not in MATRICES:
         raise ValueError(f"--matrix {matrix!r} is unknown; use one of: {', '.join(MATRICES)}")
+    phase = get("--phase")
+    if phase not in PHASES:
+        raise ValueError(f"--phase {phase!r} is unknown; use one of: {', '.join(PHASES)}")
     compile_cache = get("--compile-cache")
+    if compile_cache is None:
+        compile_cache = "warm" if phase == "compile" else "cold"
     if compile_cache not in ("cold", "warm"):
         raise ValueError(f"--compile-cache {compile_cache!r} is unknown; use cold or warm")
+    if phase == "compile" and compile_cache == "cold":
+        raise ValueError("--phase compile fills the warm cache, but --compile-cache is cold; "
+                         "drop --compile-cache cold (or give warm)")
+    device_check = get("--neuron-device-check")
+    if device_check not in DEVICE_CHECKS:
+        raise ValueError(f"--neuron-device-check {device_check!r} is unknown; use one of: "
+                         f"{', '.join(DEVICE_CHECKS)}")
     device = get("--reference-device")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--reference-device {device!r} is unknown; use cpu or cuda")
@@ -136,6 +163,9 @@ def parse(get, base_dir: Path) -> RunOptions:
         fuzz_examples=parse_count("--fuzz-examples", get("--fuzz-examples"), minimum=0),
         neuron_cores_per_worker=parse_count("--neuron-cores-per-worker",
                                             get("--neuron-cores-per-worker"), minimum=1),
+        phase=phase,
+        neuron_device_check=device_check,
+        keep_artifacts=bool(get("--keep-artifacts")),
     )
 
 

@@ -34,6 +34,7 @@ def pytest_configure(config) -> None:
 
     # read by the neuron backend in every child (docs/backends.md)
     os.environ["FLEXCONF_NEURON_CORES_PER_WORKER"] = str(options.neuron_cores_per_worker)
+    os.environ["FLEXCONF_NEURON_DEVICE_CHECK"] = options.neuron_device_check
     state = ConformanceSession(config, options)
     config.stash[_STATE] = state
     if state.active and state.is_controller:
@@ -138,6 +139,7 @@ class ConformanceSession:
         try:
             require_supported_torch()
             self.backend = resolve_backend(self.options.backend)
+            self.backend.check_worker_count(_worker_count(self.config))
             load_expectations(self.options.expectations)
         except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -213,6 +215,12 @@ def _select_cases(options: opts.RunOptions) -> list:
                          "run without --shard") from None
     index, count = options.shard
     return list(select_shard(cases, index, count))
+
+
+def _worker_count(config) -> int:
+    """The number of xdist workers (1 without -n)."""
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 def _reaches_matrix(config) -> bool:

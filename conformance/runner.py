@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cases.model import Case
+from conformance.artifacts import ARTIFACTS_DIRNAME
 from conformance.backends.base import WorkerSlot, threads_per_worker
 from conformance.options import DEFAULT_CACHE_ROOT, RunOptions
 from reports.results import Label, Record
@@ -79,7 +80,9 @@ class Runner:
             compile_cache=options.compile_cache,
             warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
             seed=options.seed, reference_device=options.reference_device,
-            cases_modules=options.cases_modules)
+            cases_modules=options.cases_modules, compile_only=options.phase == "compile",
+            artifacts_dir=str(options.report_dir / ARTIFACTS_DIRNAME),
+            keep_artifacts=options.keep_artifacts)
         self.backend_name = backend.name
         self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
@@ -135,7 +138,7 @@ def load_expectations(path: str | None):
 def outcome(record: Record, xfail_reason: str | None = None) -> None:
     """PASS returns; UNSUPPORTED skips; a failure with exactly its expected label (from
     ``--expectations``) is xfail; any other label fails. First line: ``[LABEL] ...``."""
-    if record.label is Label.PASS:
+    if record.label in (Label.PASS, Label.COMPILED):
         return
     first, _, rest = (record.message or record.label.value.lower()).partition("\n")
     text = f"[{record.label.value}] {first}"

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from conformance.observation import Observation
 
@@ -26,7 +27,8 @@ _TIMEOUT = object()
 #: Budget of the start phase (Python and torch imports), in seconds.
 START_TIMEOUT = 300.0
 LOG_TAIL_LINES = 15
-_TIMING_KEYS = ("setup_seconds", "compile_seconds", "run_seconds", "cache_hit")
+_TIMING_KEYS = ("setup_seconds", "compile_seconds", "run_seconds", "cache_hit",
+                "compile_breakdown")
 
 
 @dataclass(frozen=True)
@@ -51,16 +53,26 @@ class Budgets:
 
 
 class ChildSupervisor:
-    """Runs requests in a (reused) child of ``backend_spec``; see module docstring."""
+    """Runs requests in a (reused) child of ``backend_spec``; see module docstring.
 
-    def __init__(self, backend_spec: str, env: dict[str, str], workdir: Path, budgets: Budgets):
+    ``artifact_env`` (the backend's): the environment that makes a child keep its compile
+    artefacts in a given directory. Each child gets its own directory (compilers read such
+    settings once per process), and ``case_artifacts`` lists what the last request added.
+    """
+
+    def __init__(self, backend_spec: str, env: dict[str, str], workdir: Path, budgets: Budgets,
+                 artifact_env: Callable[[str], dict[str, str]] | None = None):
         self.backend_spec, self.env, self.budgets = backend_spec, env, budgets
         self.workdir = Path(workdir)
+        self.artifact_env = artifact_env
         self.proc: subprocess.Popen | None = None
         self._reader: _EventReader | None = None
         self._log_path: Path | None = None
         self._started = 0
         self._oom_kills = 0
+        self.artifact_dir: Path | None = None  # the current (or last) child's
+        self._artifacts_before: dict[Path, int] = {}
+        self._request_log: tuple[Path | None, int] = (None, 0)
 
     # -- public ---------------------------------------------------------------------------
     def run(self, request: dict) -> Observation:
@@ -71,6 +83,8 @@ class ChildSupervisor:
                 if failure is not None:
                     return failure
             log_offset = self._log_size()
+            self._artifacts_before = _snapshot(self.artifact_dir)
+            self._request_log = (self._log_path, log_offset)
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
             return self._follow("setup", log_offset)
@@ -79,6 +93,25 @@ class ChildSupervisor:
         except BaseException:  # Ctrl-C, pytest stopping: never leave a child behind
             self.close()
             raise
+
+    def case_artifacts(self) -> list[Path]:
+        """Files the last request's child added to (or rewrote in) its artefact directory,
+        even when it was killed meanwhile; [] when the backend keeps no artefacts."""
+        now = _snapshot(self.artifact_dir)
+        return sorted(path for path, mtime in now.items()
+                      if self._artifacts_before.get(path) != mtime)
+
+    def case_log(self) -> str:
+        """What the child printed while it ran the last request (its whole log segment)."""
+        path, offset = self._request_log
+        if path is None:
+            return ""
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="backslashreplace")
+        except OSError:
+            return ""
 
     def close(self) -> None:
         """Kill the child and its process group (idempotent)."""
@@ -98,10 +131,19 @@ class ChildSupervisor:
     def _start(self) -> Observation | None:
         self._started += 1
         self._log_path = self.workdir / f"child-{self._started}.log"
+        # a child that fails to start charges its warm-up artefacts and log to the case
+        self._artifacts_before, self._request_log = {}, (self._log_path, 0)
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
         env.update(self.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        if self.artifact_env is not None:
+            artifact_dir = self.workdir / f"artifacts-child-{self._started}"
+            extra = self.artifact_env(str(artifact_dir))
+            if extra:
+                artifact_dir.mkdir(parents=True, exist_ok=True)
+                env.update(extra)
+                self.artifact_dir = artifact_dir
         self._oom_kills = _cgroup_oom_kills()
         with open(self._log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -148,8 +190,8 @@ class ChildSupervisor:
             elif kind == "done":
                 return Observation("ok", "run", output_path=event.get("output_path"), **timings)
             elif kind == "error":
-                if event["kind"] == "oom" or (event["kind"] == "error"
-                                              and event["phase"] in ("compile", "run")):
+                if event["kind"] in ("oom", "exec-timeout") or (
+                        event["kind"] == "error" and event["phase"] in ("compile", "run")):
                     # the allocator or the device may be left broken (a CUDA fault is sticky):
                     # the next case gets a fresh child rather than inheriting the fault
                     self.close()
@@ -234,6 +276,20 @@ class _EventReader:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def _snapshot(directory: Path | None) -> dict[Path, int]:
+    """Every file under ``directory`` with its modification time (ns); {} for None."""
+    if directory is None or not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.rglob("*"):
+        try:
+            if path.is_file():
+                found[path] = path.stat().st_mtime_ns
+        except OSError:  # removed while we looked
+            continue
+    return found
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

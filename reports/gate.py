@@ -61,6 +61,9 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
                      baseline_name: str = "baseline", candidate_name: str = "candidate") -> None:
     """Raise GateInputError when the runs are not two complete runs of one suite setup."""
     for name, run in ((baseline_name, baseline), (candidate_name, candidate)):
+        if run.options.get("phase") == "compile":
+            raise GateInputError(f"{name}: a compile-only pass (--phase compile) judged no "
+                                 "numbers; gate on the run that followed it")
         if not run.complete:
             raise GateInputError(f"{name}: the run was interrupted (complete=false); "
                                  "gate on a finished run")

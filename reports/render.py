@@ -33,7 +33,7 @@ LABEL_CODES = {
     Label.PASS: "P", Label.MISMATCH: "MM", Label.COMPILE_TIMEOUT: "CT",
     Label.RUN_TIMEOUT: "RT", Label.COMPILE_ERROR: "CE", Label.RUNTIME_ERROR: "RE",
     Label.CRASH: "CR", Label.OUT_OF_MEMORY: "OOM", Label.UNSUPPORTED: "U",
-    Label.HARNESS_ERROR: "HE",
+    Label.HARNESS_ERROR: "HE", Label.COMPILED: "C",
 }
 LABEL_HELP = {
     Label.PASS: "output agrees with the float64 reference within the tolerance",
@@ -46,6 +46,7 @@ LABEL_HELP = {
     Label.OUT_OF_MEMORY: "ran out of device or host memory",
     Label.UNSUPPORTED: "the backend does not support this case (acceptable)",
     Label.HARNESS_ERROR: "the suite's own fault, not the backend's",
+    Label.COMPILED: "compile-only pass (--phase compile): compiled, numbers not judged",
 }
 
 

@@ -29,6 +29,8 @@ class Label(str, Enum):
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     UNSUPPORTED = "UNSUPPORTED"
     HARNESS_ERROR = "HARNESS_ERROR"
+    #: only in a compile-only pass (``--phase compile``): the first call finished; no verdict
+    COMPILED = "COMPILED"
 
     @property
     def acceptable(self) -> bool:
@@ -43,6 +45,10 @@ class Record:
     Times are seconds: ``compile_seconds`` is the first call (trace, compile, one execution),
     ``run_seconds`` the median of the timed calls after it. ``cache_hit`` is None when the
     backend cannot tell. ``metrics`` are the verdict's numbers (reference/verdict.py).
+    ``compile_breakdown`` splits the compile phase by stage (stage name to seconds, the
+    remainder as ``other``) when the backend's compiler reports its stages. ``artifacts`` is
+    the directory, relative to the report directory, holding the case's compile artefacts
+    (kept for failed cases, or for all with ``--keep-artifacts``).
     """
 
     case_id: str
@@ -54,6 +60,8 @@ class Record:
     run_seconds: float | None = None
     cache_hit: bool | None = None
     metrics: dict[str, Any] | None = None
+    compile_breakdown: dict[str, float] | None = None
+    artifacts: str | None = None
     worker: str = ""
     started_at: str = ""
     finished_at: str = ""

@@ -20,24 +20,35 @@ def label_counts(records: tuple[Record, ...] | list[Record]) -> dict[Label, int]
     return {label: counts[label] for label in Label if counts[label]}
 
 
+def is_compile_pass(results: RunResults) -> bool:
+    """Whether ``results`` is a compile-only pass (``--phase compile``): no verdicts in it."""
+    return results.options.get("phase") == "compile"
+
+
 def verdict_line(results: RunResults) -> str:
-    """``89/96 PASS · 7 COMPILE_TIMEOUT`` (and a warning when the run was interrupted)."""
+    """``89/96 PASS · 7 COMPILE_TIMEOUT`` (and a warning when the run was interrupted); a
+    compile-only pass counts COMPILED instead and says that it judged no numbers."""
     counts = label_counts(results.records)
-    parts = [f"{counts.get(Label.PASS, 0)}/{len(results.records)} PASS"]
-    parts += [f"{n} {label.value}" for label, n in counts.items() if label is not Label.PASS]
+    head = Label.COMPILED if is_compile_pass(results) else Label.PASS
+    parts = [f"{counts.get(head, 0)}/{len(results.records)} {head.value}"]
+    parts += [f"{n} {label.value}" for label, n in counts.items() if label is not head]
+    if head is Label.COMPILED:
+        parts.append("compile-only pass, numbers not judged")
     if not results.complete:
         parts.append("run INCOMPLETE")
     return " · ".join(parts)
 
 
 def conforms(results: RunResults) -> bool:
-    """dEQP rule: a run conforms when it is complete and every label is acceptable."""
-    return results.complete and all(r.label.acceptable for r in results.records)
+    """dEQP rule: a run conforms when it is complete and every label is acceptable. A
+    compile-only pass never conforms: it judged no numbers."""
+    return (results.complete and not is_compile_pass(results)
+            and all(r.label.acceptable for r in results.records))
 
 
 def non_passing(results: RunResults) -> list[Record]:
-    """Every record whose label is not PASS, in case order."""
-    return [r for r in results.records if r.label is not Label.PASS]
+    """Every record whose label is not PASS (nor COMPILED), in case order."""
+    return [r for r in results.records if r.label not in (Label.PASS, Label.COMPILED)]
 
 
 def rerun_command(results: RunResults, case_id: str) -> str:

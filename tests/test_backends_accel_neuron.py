@@ -1,51 +1,81 @@
-"""The neuron backend, proven with the stand-in torch_neuronx of tests/standin_neuron.
+"""The neuron backend against the stand-in of the Neuron SDK as published (tests/standin_neuron).
 
-Unit tests check availability, version capture, core pinning and the child environment. The
-end-to-end tests run real supervised children through the Executor (as pytest workers do) with
-the real Neuron backend code, its tensors on the CPU (or on ``meta``, a device type upstream
-flex_attention rejects); the stand-in compile backend records what each compile saw.
+Unit tests: availability (the real package, PyPI's placeholder, a mismatched release), the
+environment record, NeuronCores in their documented forms, the child's environment, the device
+check. End-to-end tests run real supervised children through the Executor (as pytest workers
+do) with the real Neuron backend code on CPU tensors; the stand-in's compile backend models the
+SDK's caches, artefacts, metrics, fallbacks and asynchronous compilation.
 """
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 from cases import variants
 from cases.model import Case, Shape
+from conformance.backends import device_check
+from conformance.backends import neuron_sdk as sdk
 from conformance.backends.base import WorkerSlot
-from conformance.backends.neuron import (CORES_PER_WORKER_ENV, FALLBACK_ENV, Neuron,
-                                         cores_for_worker, parse_cores)
+from conformance.backends.neuron import Neuron
 from conformance.backends.registry import BackendError, resolve_backend
 from conformance.executor import Executor, Settings
 from conformance.reference_cache import ReferenceCache
 from reports.results import Label
-from tests.standin_neuron import STANDIN_BIN, STANDIN_DIR
+from tests.standin_neuron import PLACEHOLDER_DIR, STANDIN_BIN, STANDIN_DIR
 
+REPO = Path(__file__).resolve().parent.parent
 TINY = Shape(1, 2, 2, 64, 64, 16)
 CAUSAL = Case(variants.causal(), TINY, "fp32")
 ALIBI = Case(variants.alibi(), TINY, "fp32")
+ON_CPU = "tests.standin_neuron:NeuronOnCpu"
+STOCK_SENTENCE = ("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
+                  "Found input tensors on {} device.")
+_STANDIN_ENV = ("STANDIN_NEURON_FAIL_COMPILE", "STANDIN_NEURON_FALLBACK_OPS",
+                "STANDIN_NEURON_EXEC_TIMEOUT_AT", "STANDIN_NEURON_NO_SYNC",
+                "STANDIN_NEURON_REJECT_DEVICE", "STANDIN_NEURON_COMPILE_SECONDS",
+                sdk.CORES_PER_WORKER_ENV, sdk.DEVICE_CHECK_ENV, sdk.VISIBLE_CORES_ENV,
+                *sdk.RECORDED_ENV)
+
+
+def _without_torch_neuronx(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p not in (str(STANDIN_DIR), str(PLACEHOLDER_DIR))])
+    sdk._probe.cache_clear()
 
 
 @pytest.fixture
 def no_standin(monkeypatch):
-    monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(STANDIN_DIR)])
+    _without_torch_neuronx(monkeypatch)
+
+
+@pytest.fixture
+def placeholder(monkeypatch):
+    """PyPI's torch-neuronx 1.0 'installed' (importable here and in children)."""
+    _without_torch_neuronx(monkeypatch)
+    monkeypatch.syspath_prepend(str(PLACEHOLDER_DIR))
 
 
 @pytest.fixture
 def standin(monkeypatch, tmp_path):
-    """The stand-in importable here and in children; its compile record at the returned path."""
+    """The stand-in importable here and in children, its host-wide /tmp moved into tmp_path;
+    returns the path of its compile record."""
+    _without_torch_neuronx(monkeypatch)
     monkeypatch.syspath_prepend(str(STANDIN_DIR))
     monkeypatch.setenv("PATH", f"{STANDIN_BIN}{os.pathsep}{os.environ['PATH']}")
+    for name in _STANDIN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "host").mkdir()
+    monkeypatch.setenv("STANDIN_NEURON_HOST_TMP", str(tmp_path / "host"))
     record = tmp_path / "compiles.jsonl"
     monkeypatch.setenv("STANDIN_NEURON_RECORD", str(record))
-    for name in (CORES_PER_WORKER_ENV, "NEURON_RT_VISIBLE_CORES", "STANDIN_NEURON_FAIL_COMPILE"):
-        monkeypatch.delenv(name, raising=False)
     return record
 
 
@@ -53,9 +83,11 @@ def _compiles(record) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
 
 
-def _run(spec: str, cases, slot=WorkerSlot(0, 1), **settings):
+def _run(cases, tmp_path, spec: str = ON_CPU, slot=WorkerSlot(0, 1), **settings):
     from conformance.backends.registry import load_backend
 
+    settings.setdefault("artifacts_dir", str(tmp_path / "report" / "artifacts"))
+    settings.setdefault("warm_cache_dir", str(tmp_path / "warm"))
     executor = Executor(load_backend(spec), spec, slot,
                         Settings(compile_timeout=120.0, run_timeout=60.0, **settings),
                         ReferenceCache(None, 0), worker="test")
@@ -65,81 +97,349 @@ def _run(spec: str, cases, slot=WorkerSlot(0, 1), **settings):
         executor.close()
 
 
-# -- availability, versions, environment ----------------------------------------------------
+def _labels(records) -> list[Label]:
+    return [r.label for r in records]
+
+
+# -- availability --------------------------------------------------------------------------
 def test_unavailable_without_torch_neuronx_says_how_to_install(no_standin):
     availability = Neuron().availability()
     assert not availability.available
-    assert availability.reason.startswith("torch_neuronx is not installed; install the Neuron SDK")
-    assert "pip install torch-neuronx --extra-index-url https://pip.repos.neuron.amazonaws.com" \
-        in availability.reason
+    major, minor = torch.__version__.split(".")[:2]
+    assert availability.reason.startswith("torch_neuronx is not installed; install it on a "
+                                          "Trainium host (Trn2/Trn3, Python 3.12-3.14)")
+    assert (f"pip install 'torch-neuronx=={major}.{minor}.*' --extra-index-url "
+            "https://pip.repos.neuron.amazonaws.com") in availability.reason
     with pytest.raises(BackendError, match="'neuron' is not available here: torch_neuronx is not"):
         resolve_backend("neuron")
     assert resolve_backend("auto").name != "neuron"  # auto skips it
 
 
-def test_versions_captured_from_the_installed_packages(standin):
+def test_pypi_placeholder_is_refused_with_the_fix(placeholder):
+    availability = Neuron().availability()
+    assert not availability.available
+    assert availability.reason.startswith("the installed torch-neuronx is PyPI's placeholder (its "
+                                          "import says 'ImportError: WRONG PACKAGE.")
+    assert "pip uninstall torch-neuronx, then install the real one" in availability.reason
+    assert "torch-neuronx==" in availability.reason and "3.12-3.14" in availability.reason
+    assert resolve_backend("auto").name == "cpu-inductor"  # auto skips the placeholder
+
+
+def test_flexconf_backends_with_the_placeholder_installed_says_why(placeholder):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLACEHOLDER_DIR), str(REPO)]))
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "backends"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("neuron ")]
+    assert "unavailable" in line and "PyPI's placeholder" in line and "WRONG PACKAGE" in line
+    assert "--backend auto picks: cpu-inductor" in proc.stdout
+
+
+@pytest.mark.parametrize("probe, torch_version, expected", [
+    (sdk.PackageProbe(True, version="2.14.3.0"), "2.13.0+cpu",
+     "torch-neuronx 2.14.3.0 does not match torch 2.13.0+cpu (torch-neuronx 2.14 needs torch 2.14)"),
+    (sdk.PackageProbe(True, version="2.1.2.2.3.0"), "2.1.2",
+     "torch-neuronx 2.1.2.2.3.0 is older than the native backend the suite drives"),
+    (sdk.PackageProbe(True, error="OSError: libnrt.so.1: cannot open shared object file"),
+     "2.13.0", "torch_neuronx cannot be imported (OSError: libnrt.so.1: cannot open shared"),
+])
+def test_only_a_real_matching_release_is_available(probe, torch_version, expected):
+    assert sdk.unavailable_reason(probe, torch_version).startswith(expected)
+
+
+def test_matching_release_is_available():
+    assert sdk.unavailable_reason(sdk.PackageProbe(True, version="2.13.3.0"), "2.13.0+cpu") is None
+
+
+# -- environment -----------------------------------------------------------------------------
+def test_environment_records_versions_tools_settings_and_sources(standin, monkeypatch):
+    monkeypatch.setenv("NEURON_RT_EXEC_TIMEOUT", "120")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")
     assert Neuron().availability().available
     env = Neuron().environment()
-    assert env["torch_neuronx"] == "2.13.0+standin"
-    assert env["neuronx_cc"] == "2.21.0+standin"
-    assert env["neuron_runtime"] == "2.27.23.0-standin"
-    assert env["device"] == "neuron" and env["neuron_cores_per_worker"] == 1
-    assert env["fallback_execution"] == f"disabled ({FALLBACK_ENV}=1)"
+    assert env["torch_neuronx"].endswith(".3.0+standin")  # from the import, not the metadata
+    assert env["neuronx_cc"] == "NeuronX Compiler version 2.28.7631.0+standin"
+    assert env["neuron_runtime"] == "2.35.30.0-standin"
+    assert env["neuron_driver"] == "2.26.5.0-standin"
+    assert env["neuron_ls"].startswith("instance-type: trn2.3xlarge (stand-in)")
+    assert env["NEURON_RT_EXEC_TIMEOUT"] == "120"
+    assert env["NEURON_CC_FLAGS"] == "--model-type=transformer"
+    assert env["NEURON_COMPILER_OPT_LEVEL"] == "not set (-O2 for torch.compile)"
+    assert env["NEURON_LOGICAL_NC_CONFIG"].startswith("not set (Trn2 default: LNC=2")
+    assert env["neuron_core_indices"].startswith("logical NeuronCores")
+    assert env["cache_hit_source"].startswith("torch_neuronx._C._get_compilation_cache_stats")
+    assert env["compile_breakdown_source"] == "torch_neuronx.get_dynamo_metrics()"
+    assert env["fallback_ops_check"] == "torch_neuronx.get_fallback_ops()"
+    # stock torch rejects 'neuron': the default is to lift that one check, and to say so
+    assert env["device_check"].startswith(f"device check bypassed for neuron (torch "
+                                          f"{torch.__version__}: flex_attention rejects it: "
+                                          + STOCK_SENTENCE.format("neuron"))
+    strict = Neuron(device_check_mode="strict").environment()["device_check"]
+    assert strict.startswith("kept (--neuron-device-check strict)")
 
 
-def test_versions_tolerate_absence(no_standin, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no dpkg-query, no rpm
+def test_environment_tolerates_absent_tools(no_standin, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no neuronx-cc, neuron-ls, dpkg-query, rpm
     env = Neuron().environment()
-    assert env["torch_neuronx"] == "not installed" and env["neuronx_cc"] == "not installed"
+    assert env["torch_neuronx"] == "not installed"
+    assert env["neuronx_cc"] == "not installed (neuronx-cc not on PATH)"
+    assert env["neuron_ls"] == "not installed (neuron-ls not on PATH)"
     assert env["neuron_runtime"].startswith("unknown (aws-neuronx-runtime-lib not found")
+    assert env["neuron_driver"].startswith("unknown (")
+    assert env["cache_hit_source"].startswith("none: ")
 
 
-def test_core_pinning_per_worker(monkeypatch):
-    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
-    assert [cores_for_worker(WorkerSlot(i, 8), 1) for i in (0, 3, 7)] == ["0", "3", "7"]
-    assert cores_for_worker(WorkerSlot(1, 4), 4) == "4-7"
-    assert cores_for_worker(WorkerSlot(1, 2), 4, "8-15") == "12-15"  # from the caller's cores
-    assert cores_for_worker(WorkerSlot(1, 2), 2, "0,2,4,6") == "4,6"
-    assert parse_cores("0-3,8") == [0, 1, 2, 3, 8]
+# -- cores and the child's environment ---------------------------------------------------------
+def test_cores_only_in_their_documented_forms():
+    assert [sdk.cores_for_worker(i, 8, 1) for i in (0, 3, 7)] == ["0", "3", "7"]
+    assert sdk.cores_for_worker(1, 4, 4) == "4-7"
+    assert sdk.cores_for_worker(1, 2, 4, "8-15") == "12-15"  # from the caller's cores
+    assert sdk.parse_cores("3") == [3] and sdk.parse_cores("0-3") == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"NEURON_RT_VISIBLE_CORES='0,2,4,6' is not one of its "
+                                         r"documented forms, one index or an inclusive range"):
+        sdk.parse_cores("0,2,4,6")
     with pytest.raises(ValueError, match=r"worker 2 of 3 needs NeuronCores 8\.\.11 of "
                                          r"NEURON_RT_VISIBLE_CORES='8-15'.*use fewer workers"):
-        cores_for_worker(WorkerSlot(2, 3), 4, "8-15")
-    with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES='0-x' is not a core list"):
-        parse_cores("0-x")
+        sdk.cores_for_worker(2, 3, 4, "8-15")
+    with pytest.raises(ValueError, match="are not one index or one range"):
+        sdk.format_cores([0, 2])
 
 
-def test_child_env_forces_the_fallback_guard_and_pins_cores(monkeypatch, tmp_path):
-    monkeypatch.setenv(FALLBACK_ENV, "0")  # a caller who allows fallbacks does not get them
-    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
-    monkeypatch.setenv(CORES_PER_WORKER_ENV, "4")
-    cold = Neuron().child_env(WorkerSlot(1, 2), None)
-    assert cold == {FALLBACK_ENV: "1", "NEURON_RT_VISIBLE_CORES": "4-7"}
-    warm = Neuron(cores_per_worker=2).child_env(WorkerSlot(1, 2), str(tmp_path))
-    assert warm["NEURON_RT_VISIBLE_CORES"] == "2-3"
-    assert warm["TORCH_NEURONX_DEBUG_DIR"] == str(tmp_path / "neuron-debug")
-    assert warm["NEURON_COMPILE_CACHE_URL"] == str(tmp_path / "neuron-cache")
-    monkeypatch.setenv(CORES_PER_WORKER_ENV, "two")
-    with pytest.raises(ValueError, match="FLEXCONF_NEURON_CORES_PER_WORKER='two' is not a "
-                                         "positive whole number"):
-        Neuron().child_env(WorkerSlot(0, 1), None)
+def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
+               NEURON_RT_VISIBLE_CORES="0-3")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider", "-n", "2",
+         "--backend", ON_CPU, "--neuron-cores-per-worker", "4", "--profile", "smoke",
+         "--report-dir", str(tmp_path / "report")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ("ERROR: worker 1 of 2 needs NeuronCores 4..7 of NEURON_RT_VISIBLE_CORES='0-3', "
+            "which has 4; use fewer workers") in proc.stderr
+    assert not (tmp_path / "report" / "results.json").exists()  # nothing ran
 
 
+def test_child_env_forces_the_guards_and_keeps_settings_read_once_per_process(monkeypatch, tmp_path):
+    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")  # a caller who allows fallbacks does not get them
+    monkeypatch.delenv(sdk.VISIBLE_CORES_ENV, raising=False)
+    backend = Neuron(cores_per_worker=4)
+    assert backend.child_env(WorkerSlot(1, 2), None) == {
+        sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1", sdk.VISIBLE_CORES_ENV: "4-7"}
+    cold = backend.process_cache_env(str(tmp_path), cold=True)
+    assert cold["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == cold["TORCH_NEURONX_DISABLE_NEFF_CACHE"] == "1"
+    assert cold[sdk.NEFF_CACHE_DIR_ENV] == str(tmp_path / "neff")  # never /tmp/neff_cache
+    warm = backend.process_cache_env(str(tmp_path), cold=False)
+    assert warm["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "0"
+    assert warm[sdk.NEFF_LOCAL_CACHE_DIR_ENV] == str(tmp_path / "neff-local")
+    assert backend.artifact_env("/x") == {"TORCH_NEURONX_DEBUG_DIR": "/x",
+                                          "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1"}
+    assert "NEURON_COMPILE_CACHE_URL" not in {**cold, **warm}  # the XLA-era variable
+
+
+def test_runtime_timeouts_are_recognised():
+    backend = Neuron()
+    assert backend.is_execution_timeout(RuntimeError("nrt_execute: NRT status 5 (NRT_TIMEOUT)"))
+    assert backend.is_execution_timeout(RuntimeError("execution timeout (30000 ms)"))
+    assert not backend.is_execution_timeout(RuntimeError("NRT status 1204 ... NQ_OVERFLOW"))
+    assert not backend.is_execution_timeout(RuntimeError("NRT status 50"))
+
+
+# -- the device check ----------------------------------------------------------------------------
+def test_stock_torch_rejects_neuron_and_the_bypass_lifts_only_that(monkeypatch):
+    from types import SimpleNamespace
+
+    from torch.nn.attention import flex_attention as module
+
+    monkeypatch.setattr(module, "_validate_device", module._validate_device)  # restored after
+    found = device_check.probe("neuron")
+    assert found == device_check.Probe("rejected", STOCK_SENTENCE.format("neuron"))
+    assert device_check.probe("cuda").verdict == "accepted"
+    assert device_check.apply("neuron", "strict").startswith("kept (--neuron-device-check strict)")
+    with pytest.raises(ValueError, match="Found input tensors on neuron device"):
+        module._validate_device(*[SimpleNamespace(device=SimpleNamespace(type="neuron"),
+                                                  requires_grad=False)] * 3)
+    sentence = device_check.apply("neuron", "bypass")
+    assert sentence.startswith(f"device check bypassed for neuron (torch {torch.__version__}")
+    assert device_check.apply("neuron", "bypass") == sentence  # idempotent
+    neuron = SimpleNamespace(device=SimpleNamespace(type="neuron"), requires_grad=True)
+    assert module._validate_device(neuron, neuron, neuron) is None
+    meta = torch.empty(1, 1, 4, 4, device="meta")
+    with pytest.raises(ValueError, match="Found input tensors on meta device"):
+        module._validate_device(meta, meta, meta)  # every other device keeps the check
+    grad = torch.empty(1, 1, 4, 4, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
+        module._validate_device(grad, grad, grad)  # and every other rule of it
+    with pytest.raises(ValueError, match="--neuron-device-check 'loose' is unknown; use one of: "
+                                         "bypass, strict"):
+        device_check.apply("neuron", "loose")
+
+
+def test_bypassed_device_check_runs_the_cases_and_strict_gives_upstreams_sentence(
+        standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_REJECT_DEVICE", "1")  # CPU rejected as stock torch rejects neuron
+    from tests.standin_neuron import NeuronOnCpu
+
+    assert NeuronOnCpu().environment()["device_check"].startswith("device check bypassed for cpu")
+    records = _run([CAUSAL, ALIBI], tmp_path)
+    assert _labels(records) == [Label.PASS, Label.PASS], [r.message for r in records]
+    monkeypatch.setenv(sdk.DEVICE_CHECK_ENV, "strict")
+    records = _run([CAUSAL, ALIBI], tmp_path)
+    assert _labels(records) == [Label.UNSUPPORTED, Label.UNSUPPORTED]
+    assert {r.message for r in records} == {"ValueError: " + STOCK_SENTENCE.format("cpu")}
+
+
+def test_a_device_flex_attention_rejects_is_unsupported_in_strict_mode(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv(sdk.DEVICE_CHECK_ENV, "strict")
+    (record,) = _run([CAUSAL], tmp_path, spec="tests.standin_neuron:NeuronOnRejectedDevice")
+    assert record.label is Label.UNSUPPORTED
+    assert record.message == "ValueError: " + STOCK_SENTENCE.format("meta")
+    assert [c for c in _compiles(standin)] == []  # rejected before any compile
+
+
+# -- caches ------------------------------------------------------------------------------------
+def _fill_host_cache(cases, tmp_path) -> None:
+    """Compile ``cases`` the way another job on the host would: the stand-in with the SDK's
+    defaults (its NEFF cache is the host-wide one)."""
+    script = (
+        "import sys, json, torch, torch_neuronx\n"
+        "from cases.model import Case\nfrom cases.inputs import make_inputs\n"
+        "from cases.variants import build_mods\nfrom conformance import compat\n"
+        "from torch.nn.attention.flex_attention import flex_attention\n"
+        "for spec in json.loads(sys.argv[1]):\n"
+        "    case = Case.from_json(spec); torch._dynamo.reset()\n"
+        "    x = make_inputs(case, 0); mods = build_mods(case.variant, case.shape, 'cpu')\n"
+        "    mask = compat.block_mask(mods.mask_mod, None, None, case.shape.Sq, case.shape.Skv, 'cpu') if mods.mask_mod else None\n"
+        "    compat.attention(torch.compile(flex_attention, backend='neuron', fullgraph=True, dynamic=False, options={'fallback_execution': False}), x.q, x.k, x.v, mods.score_mod, mask)\n"
+        "    torch.neuron.synchronize()\n"
+        "print(json.dumps(torch_neuronx._C._get_compilation_cache_stats()))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]))
+    for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_DISABLE_CACHE"):
+        env.pop(name, None)
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps([c.to_json() for c in cases])],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["persistent_misses"] == len(cases)
+    assert len(list((tmp_path / "host" / "neff_cache").iterdir())) == len(cases)
+
+
+def test_cold_never_hits_a_cache_and_warm_uses_its_own(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "0.3")
+    _fill_host_cache([CAUSAL, ALIBI], tmp_path)  # what the old NEURON_COMPILE_CACHE_URL missed
+    standin.unlink()
+    cold = _run([CAUSAL, ALIBI], tmp_path)
+    assert _labels(cold) == [Label.PASS, Label.PASS], [r.message for r in cold]
+    assert [r.cache_hit for r in cold] == [False, False]
+    assert all(r.compile_breakdown["neuronx-cc"] >= 0.3 for r in cold)  # really compiled
+    seen = [c["env"] for c in _compiles(standin)]
+    assert all(e["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "1" for e in seen)
+    first_warm = _run([CAUSAL, ALIBI], tmp_path, compile_cache="warm")
+    second_warm = _run([CAUSAL, ALIBI], tmp_path, compile_cache="warm")
+    assert [r.cache_hit for r in first_warm] == [False, False]  # the host cache is not ours
+    assert [r.cache_hit for r in second_warm] == [True, True]  # ours serves the next run
+    assert all(r.compile_breakdown["neuronx-cc"] == 0 for r in second_warm)
+    assert len(list((tmp_path / "warm" / "neff").iterdir())) == 3  # warm-up and two cases
+
+
+def test_the_compile_phase_waits_for_the_async_compile_and_is_split_by_stage(standin, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "0.4")
+    records = _run([CAUSAL], tmp_path)
+    (record,) = records
+    assert record.label is Label.PASS, record.message
+    stages = record.compile_breakdown
+    assert set(stages) == {"fx_passes", "stablehlo_lowering", "neuronx-cc", "other"}
+    assert stages["neuronx-cc"] >= 0.4
+    assert record.compile_seconds >= stages["neuronx-cc"]  # synchronize ran inside the phase
+    assert sum(stages.values()) == pytest.approx(record.compile_seconds, abs=1e-5)
+
+
+def test_without_synchronize_every_case_is_a_harness_error(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_NO_SYNC", "1")
+    records = _run([CAUSAL, ALIBI], tmp_path)
+    assert _labels(records) == [Label.HARNESS_ERROR, Label.HARNESS_ERROR]
+    assert "neither torch.neuron.synchronize nor torch.accelerator.synchronize" in records[0].message
+
+
+def test_the_placeholder_in_the_child_is_a_harness_error_not_a_backend_label(placeholder, tmp_path):
+    records = _run([CAUSAL, ALIBI], tmp_path)
+    assert _labels(records) == [Label.HARNESS_ERROR, Label.HARNESS_ERROR]
+    assert "the child cannot import torch_neuronx: the installed torch-neuronx is PyPI's " \
+           "placeholder" in records[0].message
+
+
+# -- artefacts, fallbacks, runtime timeouts --------------------------------------------------------
+def test_failed_cases_keep_their_artifacts_in_the_report_dir(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")
+    monkeypatch.setenv("STANDIN_NEURON_FAIL_COMPILE", "1")
+    (failed,) = _run([CAUSAL], tmp_path)
+    assert failed.label is Label.COMPILE_ERROR, failed.message
+    assert "neuronx-cc (stand-in) failed to compile the graph: injected failure" in failed.message
+    kept = tmp_path / "report" / failed.artifacts
+    assert failed.artifacts.startswith("artifacts/causal__b1-h2x2-s64x64-d16__fp32__fwd-")
+    names = {p.relative_to(kept).parts[0] for p in kept.rglob("*") if p.is_file()}
+    assert names == {"fx_graphs", "stablehlo", "raw", "neff", "child.log"}
+    assert "injected failure" in (kept / "child.log").read_text()
+
+
+def test_passing_cases_leave_no_artifacts_unless_kept(standin, tmp_path):
+    (passed,) = _run([CAUSAL], tmp_path)
+    assert passed.label is Label.PASS and passed.artifacts is None
+    assert not (tmp_path / "report" / "artifacts").exists()
+    (kept,) = _run([ALIBI], tmp_path, keep_artifacts=True)
+    files = list((tmp_path / "report" / kept.artifacts).rglob("*.stablehlo.mlir"))
+    assert kept.label is Label.PASS and len(files) == 1
+
+
+def test_a_timed_out_compile_keeps_its_artifacts(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "120")
+    monkeypatch.setenv("STANDIN_NEURON_SLOW_FROM", "2")  # the warm-up compiles at once
+    from conformance.backends.registry import load_backend
+
+    executor = Executor(load_backend(ON_CPU), ON_CPU, WorkerSlot(0, 1),
+                        Settings(compile_timeout=3.0, run_timeout=60.0,
+                                 artifacts_dir=str(tmp_path / "report" / "artifacts")),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        record = executor.execute(CAUSAL)
+    finally:
+        executor.close()
+    assert record.label is Label.COMPILE_TIMEOUT, record.message
+    assert record.artifacts and list((tmp_path / "report" / record.artifacts).rglob("*.fx.txt"))
+
+
+def test_an_op_that_fell_back_to_the_cpu_fails_the_case(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_FALLBACK_OPS", "aten::_safe_softmax,aten::where")
+    (record,) = _run([CAUSAL], tmp_path)
+    assert record.label is Label.COMPILE_ERROR
+    assert "fell back to the CPU instead of running on the device: aten::_safe_softmax, " \
+           "aten::where" in record.message
+
+
+def test_a_runtime_execution_timeout_is_a_run_timeout(standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_NEURON_EXEC_TIMEOUT_AT", "3")  # warm-up, first call, then a run
+    (record,) = _run([CAUSAL], tmp_path)
+    assert record.label is Label.RUN_TIMEOUT, record.message
+    assert "NRT_TIMEOUT" in record.message
+
+
+# -- the fallback guard ---------------------------------------------------------------------------
 def test_prepare_refuses_to_run_with_fallback_allowed(standin, monkeypatch):
     from tests.standin_neuron import NeuronOnCpu
 
-    monkeypatch.setenv(FALLBACK_ENV, "0")
+    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")
     with pytest.raises(RuntimeError, match="TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION is '0' in "
                                            "the child; it must be 1"):
         NeuronOnCpu().prepare(CAUSAL)
 
 
 def test_without_the_guard_a_failed_compile_passes_silently(standin, monkeypatch):
-    """The trap the guard closes: the stand-in, like older SDKs, falls back to eager."""
+    """The trap the guard closes: the stand-in, like SDKs before 2.33, falls back to eager."""
     import torch_neuronx
     from torch.nn.attention.flex_attention import flex_attention
 
     monkeypatch.setenv("STANDIN_NEURON_FAIL_COMPILE", "1")
-    monkeypatch.delenv(FALLBACK_ENV, raising=False)
+    monkeypatch.delenv(sdk.FALLBACK_ENV, raising=False)
     q = torch.randn(1, 2, 64, 16)
     torch._dynamo.reset()
     with warnings.catch_warnings(record=True) as caught:
@@ -151,55 +451,11 @@ def test_without_the_guard_a_failed_compile_passes_silently(standin, monkeypatch
     assert torch_neuronx.STANDIN and _compiles(standin)[0]["failing"]
 
 
-# -- end to end: supervised children ----------------------------------------------------------
-def test_cold_run_pins_cores_forces_the_guard_and_gives_each_case_its_dirs(standin, monkeypatch):
-    monkeypatch.setenv(FALLBACK_ENV, "0")
-    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", "/var/tmp/neuron-compile-cache")  # caller's
-    monkeypatch.setenv(CORES_PER_WORKER_ENV, "2")
-    records = _run("tests.standin_neuron:NeuronOnCpu", [CAUSAL, ALIBI], slot=WorkerSlot(1, 2))
-    assert [r.label for r in records] == [Label.PASS, Label.PASS], [r.message for r in records]
-    assert all(r.compile_seconds is not None and r.run_seconds is not None for r in records)
-    warm_up, *compiles = _compiles(standin)  # the child's warm-up compile, then the cases'
-    assert "compile-cache-warm-up" in warm_up["env"]["TORCH_NEURONX_DEBUG_DIR"]
-    assert len(compiles) == 2 and len({c["pid"] for c in [warm_up, *compiles]}) == 1  # one child
-    for seen in [warm_up, *compiles]:
-        assert seen["env"]["NEURON_RT_VISIBLE_CORES"] == "2-3"
-        assert seen["env"][FALLBACK_ENV] == "1" and seen["fallback_disabled"]
-        assert seen["env"]["NEURON_COMPILE_CACHE_URL"] != "/var/tmp/neuron-compile-cache"
-        assert len(seen["artefacts"]) == 2  # one in the debug dir, one in the cache
-    debug_dirs = [c["env"]["TORCH_NEURONX_DEBUG_DIR"] for c in compiles]
-    cache_dirs = [c["env"]["NEURON_COMPILE_CACHE_URL"] for c in compiles]
-    assert len(set(debug_dirs)) == 2 and len(set(cache_dirs)) == 2  # per case when cold
-    assert not any(os.path.exists(d) for d in debug_dirs)  # and removed after the case
-
-
-def test_warm_run_shares_the_dirs(standin, tmp_path):
-    warm = tmp_path / "warm"
-    records = _run("tests.standin_neuron:NeuronOnCpu", [CAUSAL, ALIBI],
-                   compile_cache="warm", warm_cache_dir=str(warm))
-    assert [r.label for r in records] == [Label.PASS, Label.PASS], [r.message for r in records]
-    compiles = _compiles(standin)
-    assert {c["env"]["TORCH_NEURONX_DEBUG_DIR"] for c in compiles} == {str(warm / "neuron-debug")}
-    assert {c["env"]["NEURON_COMPILE_CACHE_URL"] for c in compiles} == {str(warm / "neuron-cache")}
-    assert len(compiles) == 3  # warm-up and two cases
-    assert len(list((warm / "neuron-cache").iterdir())) == 3  # every compile kept
-
-
-def test_failed_compile_is_a_compile_error_even_if_the_caller_allows_fallback(standin, monkeypatch):
-    monkeypatch.setenv(FALLBACK_ENV, "0")
+def test_a_failed_compile_is_a_compile_error_even_if_the_caller_allows_fallback(
+        standin, tmp_path, monkeypatch):
+    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")
     monkeypatch.setenv("STANDIN_NEURON_FAIL_COMPILE", "1")
-    (record,) = _run("tests.standin_neuron:NeuronOnCpu", [CAUSAL])
+    (record,) = _run([CAUSAL], tmp_path)
     assert record.label is Label.COMPILE_ERROR, record.message
-    assert "neuronx-cc (stand-in) failed to compile the graph: injected failure" in record.message
-
-
-def test_rejected_device_is_unsupported_with_the_exact_message(standin):
-    q = torch.randn(1, 1, 16, 16, device="meta")
-    with pytest.raises(ValueError) as upstream:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        flex_attention(q, q, q)
-    (record,) = _run("tests.standin_neuron:NeuronOnRejectedDevice", [CAUSAL])
-    assert record.label is Label.UNSUPPORTED
-    assert record.message == f"ValueError: {upstream.value}"
-    assert _compiles(standin) == []  # rejected before any compile
+    seen = _compiles(standin)
+    assert seen and all(c["fallback_disabled"] and c["env"][sdk.FALLBACK_ENV] == "1" for c in seen)

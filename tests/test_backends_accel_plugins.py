@@ -55,7 +55,7 @@ def test_this_machine_lists_every_backend_with_an_honest_reason(capsys, monkeypa
             assert "CUDA" in statuses[name].detail and "install" in statuses[name].detail \
                 or "torch.cuda.is_available() is False" in statuses[name].detail
     assert not statuses["neuron"].available
-    assert "pip install torch-neuronx" in statuses["neuron"].detail
+    assert "torch-neuronx==" in statuses["neuron"].detail and "--extra-index-url" in statuses["neuron"].detail
     example = statuses["example-eager"]
     if example.origin.startswith("plugin "):  # installed here (as .ci/run does after the tests)
         assert example.available

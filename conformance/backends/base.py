@@ -13,6 +13,12 @@ from typing import Any, Callable
 from cases.model import Case
 
 
+class FatalSetupError(RuntimeError):
+    """Raised by ``warm_up`` when no case can be run or timed honestly in this child (the
+    backend's package cannot be imported, it offers no way to wait for the device). Every
+    case of the child is then HARNESS_ERROR with this message, never a backend label."""
+
+
 @dataclass(frozen=True)
 class Availability:
     available: bool
@@ -63,6 +69,10 @@ class Backend:
             "platform": platform.platform(),
         }
 
+    def check_worker_count(self, count: int) -> None:
+        """In the controller, before anything runs: raise ValueError (one line) when
+        ``count`` workers cannot each get their slice of the device."""
+
     def unsupported_reason(self, case: Case) -> str | None:
         """None when the backend runs ``case``; otherwise why not (becomes UNSUPPORTED)."""
         return None
@@ -72,13 +82,26 @@ class Backend:
         thread count, compiler cache directory; ``cache_dir`` None means the default)."""
         return {}
 
+    def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
+        """Environment variables for a compiler that reads its cache settings once per
+        process: with ``cold``, no cache may serve any case of the child; otherwise the
+        shared cache ``cache_dir`` (never a host-wide default). {}: nothing of the kind."""
+        return {}
+
     def device(self) -> str:
         """The torch device string the child runs on (after child_env took effect)."""
         return self.device_type
 
+    def artifact_env(self, directory: str) -> dict[str, str]:
+        """Environment variables that make a child keep its compile artefacts in
+        ``directory`` (one per child process; {}: this backend keeps none). The executor files
+        each case's new artefacts under the report directory when the case fails."""
+        return {}
+
     def warm_up(self) -> None:
         """In the child, once at start: pay one-time start-up costs (compiler initialisation)
-        so that no case's compile seconds include them. Errors here are logged, not fatal."""
+        so that no case's compile seconds include them. Errors here are logged, not fatal,
+        except FatalSetupError (every case of the child becomes HARNESS_ERROR)."""
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
         """In the child, before each case: forget everything compiled for earlier cases (each
@@ -96,3 +119,20 @@ class Backend:
     def cache_hit(self) -> bool | None:
         """In the child, after the first call: whether the compile hit a cache (None: unknown)."""
         return None
+
+    def compile_breakdown(self) -> dict[str, float] | None:
+        """In the child, after the first call: its compile stages (name to seconds) as the
+        compiler itself measured them; None when it does not say. The child adds the
+        remainder of the compile phase as ``other``."""
+        return None
+
+    def fallback_ops(self) -> list[str]:
+        """In the child, after the timed runs: operations of the case that ran on the host
+        instead of the device. Any makes the case COMPILE_ERROR: a computation that fell
+        back is not the backend's."""
+        return []
+
+    def is_execution_timeout(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the device runtime's own execution timeout (then RUN_TIMEOUT,
+        not RUNTIME_ERROR)."""
+        return False

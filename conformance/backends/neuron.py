@@ -1,47 +1,44 @@
 """The Trainium backend: flex_attention compiled by the Neuron SDK's native PyTorch backend.
 
-Written against the vendor's documented API (torch-neuronx, "TorchNeuron"): tensors on device
-``neuron``; ``torch.compile(fn, backend="neuron", fullgraph=True)``; Dynamo, AOTAutograd,
-StableHLO, neuronx-cc, NEFF. Tested here only with the stand-in package in
-``tests/standin_neuron`` (docs/backends.md says what has run on real hardware: nothing yet).
+Written against the SDK as published (torch-neuronx 2.13/2.14, Neuron 2.33; the facts and
+their sources are in conformance/backends/neuron_sdk.py and docs/backends.md): tensors on
+device ``neuron``; ``torch.compile(fn, backend="neuron", fullgraph=True)``; Dynamo,
+AOTAutograd, StableHLO, neuronx-cc, NEFF. Tested here with the stand-in package of
+``tests/standin_neuron``, which models that published behaviour; no Trainium host has run it.
 
 What the suite makes sure of:
-- No failure can pass as compiled: ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` is forced in
-  every child (whatever the caller's environment says), the child refuses to run without it,
-  Dynamo's ``suppress_errors`` is forced off, and ``fullgraph=True`` makes a graph break raise.
-- Each pytest worker's child owns its NeuronCores: ``NEURON_RT_VISIBLE_CORES`` is worker
-  ``i``'s slice of ``FLEXCONF_NEURON_CORES_PER_WORKER`` cores (default 1), carved from the
-  caller's own ``NEURON_RT_VISIBLE_CORES`` when that is set.
-- Compile artefacts (``TORCH_NEURONX_DEBUG_DIR``) and the compile cache
-  (``NEURON_COMPILE_CACHE_URL``) live in the case's own directory when the run is cold, in the
-  run's shared directory when warm.
-- Upstream flex_attention's rejection of a device type it does not list is raised as its own
-  exact ValueError (the child labels it UNSUPPORTED), even when Dynamo wrapped it.
+- It runs at all: stock flex_attention rejects device ``neuron``; unless
+  ``--neuron-device-check strict``, that one check is lifted for ``neuron`` in the child, as the
+  SDK's own examples do, and the environment says so (conformance/backends/device_check.py).
+- No failure passes as compiled: fallback execution is disabled (environment and compile
+  option), Dynamo's ``suppress_errors`` is off, ``fullgraph=True``; CPU tensors are never
+  copied to the device silently; any op the SDK reports as fallen back to the CPU fails the case.
+- "Cold" means cold: the NEFF cache, read once per process, is disabled in the children of a
+  cold run and the in-memory cache is cleared before each case; a warm run shares one cache
+  under the suite's cache directory, never the host-wide /tmp/neff_cache. ``cache_hit`` comes
+  from the compilation-cache statistics.
+- Times mean something: compilation and execution are asynchronous until
+  ``torch.neuron.synchronize()``; a child that cannot synchronize refuses to run cases.
+- Compile artefacts are preserved, one debug directory per child (read once per process),
+  and filed under the report directory for failed cases; the compile phase is split into the
+  SDK's own stages (``get_dynamo_metrics``).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import subprocess
-from typing import Any
+from typing import Any, Callable
 
 from cases.model import Case
 from conformance import compat
-from conformance.backends.base import AttentionFn, Availability, Backend, WorkerSlot
+from conformance.backends import device_check
+from conformance.backends import neuron_sdk as sdk
+from conformance.backends.base import (AttentionFn, Availability, Backend, FatalSetupError,
+                                       WorkerSlot)
 
-CORES_PER_WORKER_ENV = "FLEXCONF_NEURON_CORES_PER_WORKER"
-FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
-VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
-DEBUG_DIR_ENV = "TORCH_NEURONX_DEBUG_DIR"
-CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
-INSTALL_HINT = ("install the Neuron SDK's torch-neuronx on a Trainium host: pip install "
-                "torch-neuronx --extra-index-url https://pip.repos.neuron.amazonaws.com "
-                "(docs/backends.md, section Neuron)")
-#: environment() key -> Python distribution whose version it records
-PYTHON_PACKAGES = {"torch_neuronx": "torch-neuronx", "neuronx_cc": "neuronx-cc"}
-RUNTIME_PACKAGE = "aws-neuronx-runtime-lib"  # the Neuron runtime (libnrt), an OS package
 WARM_UP_SHAPE = (1, 1, 128, 16)  # B, H, S, D of the child's one warm-up compile
+#: compile_breakdown stage -> field of torch_neuronx's NeuronCompilationMetrics (microseconds)
+STAGES = {"fx_passes": "torch_neuronx_fx_passes_us", "stablehlo_lowering": "torch_neuronx_lower_us",
+          "neuronx-cc": "torch_neuronx_compile_us"}
 
 
 class Neuron(Backend):
@@ -50,49 +47,113 @@ class Neuron(Backend):
                    "NeuronCores (torch-neuronx native backend, neuronx-cc)")
     device_type = "neuron"
     compiled = True
+    #: the torch device module whose synchronize waits for queued compiles and executions
+    sync_module = "neuron"
 
-    def __init__(self, cores_per_worker: int | None = None):
-        """``cores_per_worker`` None: ``$FLEXCONF_NEURON_CORES_PER_WORKER``, default 1."""
+    def __init__(self, cores_per_worker: int | None = None, device_check_mode: str | None = None):
+        """None: ``$FLEXCONF_NEURON_CORES_PER_WORKER`` (default 1) and
+        ``$FLEXCONF_NEURON_DEVICE_CHECK`` (default bypass), as the plugin sets them."""
         self._cores_per_worker = cores_per_worker
+        self._device_check_mode = device_check_mode
+        self._sync: Callable[[], None] | None = None
+        self._stats_before: dict | None = None
 
     @property
     def cores_per_worker(self) -> int:
         if self._cores_per_worker is not None:
             return _positive(self._cores_per_worker, "cores_per_worker")
-        return _positive(os.environ.get(CORES_PER_WORKER_ENV, "1"), CORES_PER_WORKER_ENV)
+        return _positive(os.environ.get(sdk.CORES_PER_WORKER_ENV, "1"), sdk.CORES_PER_WORKER_ENV)
 
+    @property
+    def device_check_mode(self) -> str:
+        return self._device_check_mode or os.environ.get(sdk.DEVICE_CHECK_ENV, "bypass")
+
+    # -- parent ---------------------------------------------------------------------------
     def availability(self) -> Availability:
-        if importlib.util.find_spec("torch_neuronx") is None:
-            return Availability(False, "torch_neuronx is not installed; " + INSTALL_HINT)
-        return Availability(True)
+        import torch
+
+        reason = sdk.unavailable_reason(sdk.probe_package(self.device_type), torch.__version__)
+        return Availability(reason is None, reason or "")
+
+    def check_worker_count(self, count: int) -> None:
+        allowed = os.environ.get(sdk.VISIBLE_CORES_ENV)
+        for index in range(count):
+            sdk.cores_for_worker(index, count, self.cores_per_worker, allowed)
 
     def environment(self) -> dict[str, Any]:
+        import torch
+
         env = super().environment()
-        env.update({key: package_version(dist) for key, dist in PYTHON_PACKAGES.items()})
-        env.update(device="neuron", compiler="neuronx-cc (torch-neuronx native backend)",
-                   neuron_runtime=runtime_version(), device_name=instance_type(),
-                   neuron_cores_per_worker=self.cores_per_worker,
-                   fallback_execution=f"disabled ({FALLBACK_ENV}=1)")
+        found = sdk.probe_package(self.device_type)
+        apis = found.apis
+        # what the child will meet: the check as it stands once torch_neuronx is imported
+        seen = (device_check.Probe(*found.device_check) if found.device_check
+                else device_check.probe(self.device_type))
+        _, check = device_check.decision(self.device_type, self.device_check_mode, seen,
+                                         torch.__version__)
+        logical = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+        env.update({
+            "device": self.device_type, "device_name": sdk.instance_type(),
+            "compiler": "neuronx-cc (torch-neuronx native backend)",
+            "torch_neuronx": found.version or ("not installed" if not found.found else
+                                               f"unknown ({found.error})"),
+            "neuronx_cc": sdk.tool_output(["neuronx-cc", "--version"]),
+            "neuron_runtime": sdk.runtime_version(), "neuron_driver": sdk.driver_version(),
+            "neuron_ls": sdk.tool_output(["neuron-ls"], lines=6),
+            "device_check": check,
+            "neuron_cores_per_worker": self.cores_per_worker,
+            "neuron_core_indices": ("logical NeuronCores (NEURON_LOGICAL_NC_CONFIG="
+                                    f"{logical or 'default: 2 on Trn2'})"),
+            "fallback_execution": f"disabled ({sdk.FALLBACK_ENV}=1, fallback_execution=False)",
+            "cache_hit_source": ("torch_neuronx._C._get_compilation_cache_stats (a private API)"
+                                 if apis.get("cache_stats") else
+                                 "none: the cache statistics API is absent, cache_hit is unknown"),
+            "compile_breakdown_source": ("torch_neuronx.get_dynamo_metrics()"
+                                         if apis.get("get_dynamo_metrics") else
+                                         "none: get_dynamo_metrics is absent"),
+            "fallback_ops_check": ("torch_neuronx.get_fallback_ops()"
+                                   if apis.get("get_fallback_ops") else
+                                   "none: get_fallback_ops is absent, fallbacks cannot be seen"),
+        })
+        env.update({name: os.environ.get(name) or unset for name, unset in sdk.RECORDED_ENV.items()})
         return env
 
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
-        env = {FALLBACK_ENV: "1",
-               VISIBLE_CORES_ENV: cores_for_worker(slot, self.cores_per_worker,
-                                                   os.environ.get(VISIBLE_CORES_ENV))}
-        if cache_dir:
-            env.update(compile_dirs(cache_dir))
+        return {sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1",
+                sdk.VISIBLE_CORES_ENV: sdk.cores_for_worker(
+                    slot.index, slot.count, self.cores_per_worker,
+                    os.environ.get(sdk.VISIBLE_CORES_ENV))}
+
+    def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
+        # the NEFF cache is configured once per process: a cold child may use none at all
+        env = {sdk.NEFF_CACHE_DIR_ENV: os.path.join(cache_dir, "neff"),
+               sdk.NEFF_LOCAL_CACHE_DIR_ENV: os.path.join(cache_dir, "neff-local")}
+        env.update({name: "1" if cold else "0" for name in sdk.NEFF_DISABLE_CACHE_ENVS})
         return env
 
+    def artifact_env(self, directory: str) -> dict[str, str]:
+        return {sdk.DEBUG_DIR_ENV: directory, sdk.PRESERVE_ENV: "1"}
+
+    # -- child ----------------------------------------------------------------------------
     def device(self) -> str:
-        import_torch_neuronx()
+        torch_neuronx = _import_torch_neuronx()
+        device_check.apply(self.device_type, self.device_check_mode)
+        set_metrics = getattr(getattr(torch_neuronx, "_C", None), "_neuron_set_metrics_enabled", None)
+        if set_metrics is not None:  # the cache statistics count only while metrics are on
+            set_metrics(True)
         return self.device_type
 
     def warm_up(self) -> None:
         import torch
 
+        try:
+            self.device()
+        except RuntimeError as exc:
+            raise FatalSetupError(str(exc)) from None
+        self._sync = _synchronizer(self.sync_module)
         # One tiny compile and run: the runtime on this child's cores and the compiler's
         # one-time start-up are paid here, not by the first case.
-        q = torch.randn(*WARM_UP_SHAPE, device=self.device())
+        q = torch.randn(*WARM_UP_SHAPE, device=self.device_type)
         compat.validate_device(q, q, q)
         self._compile()(q, q, q)
         self.synchronize()
@@ -101,13 +162,17 @@ class Neuron(Backend):
         import torch
 
         torch._dynamo.reset()  # every case compiles for its own static shape
-        if cache_dir:
-            for name, path in compile_dirs(cache_dir).items():
-                os.makedirs(path, exist_ok=True)
-                os.environ[name] = path
+        torch_neuronx = _import_torch_neuronx()
+        _call_if_present(torch_neuronx, "reset_dynamo_metrics")
+        _call_if_present(torch_neuronx, "clear_op_tracking")
+        if cold:  # the in-memory NEFF cache outlives dynamo.reset(); a cold case may not use it
+            _call_if_present(getattr(torch_neuronx, "_C", None), "_clear_compilation_memory_cache")
+        self._stats_before = _cache_stats(torch_neuronx)
 
     def prepare(self, case: Case) -> AttentionFn:
         compiled = self._compile()
+        if self._sync is None:  # warm-up failed before it found one: refuse, never skip
+            self._sync = _synchronizer(self.sync_module)
         gqa = case.shape.Hq != case.shape.Hkv
         lse = case.mode == "fwd+lse"
 
@@ -125,112 +190,108 @@ class Neuron(Backend):
         return neuron
 
     def synchronize(self) -> None:
-        import torch
+        if self._sync is None:
+            raise RuntimeError("no synchronize function was found at warm-up; times would not "
+                               "cover the queued device work")
+        self._sync()
 
-        sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
-        if sync is not None:
-            sync()
+    def cache_hit(self) -> bool | None:
+        after = _cache_stats(_import_torch_neuronx())
+        if after is None or self._stats_before is None:
+            return None
+        hits = after.get("cache_hits", 0) - self._stats_before.get("cache_hits", 0)
+        misses = after.get("cache_misses", 0) - self._stats_before.get("cache_misses", 0)
+        if hits > 0:
+            return True  # some layer of the cache served (part of) the compile
+        return False if misses > 0 else None
+
+    def compile_breakdown(self) -> dict[str, float] | None:
+        metrics = getattr(_import_torch_neuronx(), "get_dynamo_metrics", None)
+        if metrics is None:
+            return None
+        graphs = list(metrics())  # it synchronizes, so the async neuronx-cc time is in
+        if not graphs:
+            return None
+        return {stage: sum(float(getattr(g, field, 0) or 0) for g in graphs) / 1e6
+                for stage, field in STAGES.items()}
+
+    def fallback_ops(self) -> list[str]:
+        ops = getattr(_import_torch_neuronx(), "get_fallback_ops", None)
+        return list(ops()) if ops is not None else []
+
+    def is_execution_timeout(self, exc: BaseException) -> bool:
+        current: BaseException | None = exc
+        while current is not None:
+            if sdk.EXEC_TIMEOUT_RE.search(str(current)):
+                return True
+            current = current.__cause__
+        return False
 
     def _compile(self):
         """flex_attention compiled by the neuron backend, with every fallback ruled out."""
         import torch
         from torch.nn.attention.flex_attention import flex_attention
 
-        if os.environ.get(FALLBACK_ENV) != "1":
-            raise RuntimeError(f"{FALLBACK_ENV} is {os.environ.get(FALLBACK_ENV)!r} in the child; "
-                               "it must be 1 so a failed compile cannot run eagerly (the suite "
-                               "sets it: run through the suite's executor)")
-        import_torch_neuronx()
+        if os.environ.get(sdk.FALLBACK_ENV) != "1":
+            raise RuntimeError(f"{sdk.FALLBACK_ENV} is {os.environ.get(sdk.FALLBACK_ENV)!r} in "
+                               "the child; it must be 1 so a failed compile cannot run eagerly "
+                               "(the suite sets it: run through the suite's executor)")
+        _import_torch_neuronx()
         torch._dynamo.config.suppress_errors = False
-        return torch.compile(flex_attention, backend="neuron", fullgraph=True, dynamic=False)
+        return torch.compile(flex_attention, backend="neuron", fullgraph=True, dynamic=False,
+                             options={"fallback_execution": False})
 
 
-def import_torch_neuronx():
-    """Import torch_neuronx (registers the device and the ``neuron`` compile backend)."""
+def _import_torch_neuronx():
+    """torch_neuronx (importing it registers the device and the ``neuron`` backend)."""
     try:
         import torch_neuronx
-    except ImportError as exc:
-        raise RuntimeError(f"cannot import torch_neuronx ({exc}); {INSTALL_HINT}") from None
+    except Exception as exc:  # noqa: BLE001 - PyPI's placeholder raises ImportError on import
+        found = sdk.PackageProbe(True, error=f"{type(exc).__name__}: {exc}")
+        raise RuntimeError("the child cannot import torch_neuronx: "
+                           f"{sdk.unavailable_reason(found, _torch_version())}") from None
     return torch_neuronx
 
 
-def compile_dirs(cache_dir: str) -> dict[str, str]:
-    """The Neuron compile-artefact and compile-cache directories under ``cache_dir``."""
-    return {DEBUG_DIR_ENV: os.path.join(cache_dir, "neuron-debug"),
-            CACHE_URL_ENV: os.path.join(cache_dir, "neuron-cache")}
+def _synchronizer(device_type: str) -> Callable[[], None]:
+    """``torch.neuron.synchronize`` ([SDK] profiling guide: the forward call only queues work),
+    else ``torch.accelerator.synchronize`` when the accelerator is this device; else the
+    suite refuses to time anything (FatalSetupError)."""
+    import torch
+
+    sync = getattr(getattr(torch, device_type, None), "synchronize", None)
+    if callable(sync):
+        return sync
+    accelerator = getattr(torch, "accelerator", None)
+    current = getattr(accelerator, "current_accelerator", lambda: None)() if accelerator else None
+    if current is not None and getattr(current, "type", None) == device_type \
+            and callable(getattr(accelerator, "synchronize", None)):
+        return accelerator.synchronize
+    raise FatalSetupError(f"neither torch.{device_type}.synchronize nor torch.accelerator."
+                          f"synchronize (for {device_type}) exists, so compile and run times "
+                          "would not include the queued device work; install a torch-neuronx "
+                          "that registers torch.neuron")
 
 
-def cores_for_worker(slot: WorkerSlot, per_worker: int, allowed: str | None = None) -> str:
-    """NEURON_RT_VISIBLE_CORES for worker ``slot``: its ``per_worker`` cores, taken in order
-    from ``allowed`` (the caller's NEURON_RT_VISIBLE_CORES) or from core 0 up."""
-    first = slot.index * per_worker
-    if allowed is None or not allowed.strip():
-        cores = list(range(first, first + per_worker))
-    else:
-        pool = parse_cores(allowed)
-        cores = pool[first:first + per_worker]
-        if len(cores) < per_worker:
-            raise ValueError(
-                f"worker {slot.index} of {slot.count} needs NeuronCores {first}..{first + per_worker - 1}"
-                f" of {VISIBLE_CORES_ENV}={allowed!r}, which has {len(pool)}; use fewer workers "
-                f"(-n) or fewer cores per worker ({CORES_PER_WORKER_ENV})")
-    return format_cores(cores)
-
-
-def parse_cores(text: str) -> list[int]:
-    """'0-3,8' -> [0, 1, 2, 3, 8]."""
-    cores: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        low, sep, high = part.partition("-")
-        try:
-            cores.extend(range(int(low), int(high) + 1) if sep else [int(low)])
-        except ValueError:
-            raise ValueError(f"{VISIBLE_CORES_ENV}={text!r} is not a core list; write e.g. "
-                             "0-3 or 0,1,2,3") from None
-    return cores
-
-
-def format_cores(cores: list[int]) -> str:
-    """[4, 5, 6, 7] -> '4-7'; [3] -> '3'; anything else as a comma list."""
-    if len(cores) > 1 and cores == list(range(cores[0], cores[-1] + 1)):
-        return f"{cores[0]}-{cores[-1]}"
-    return ",".join(str(c) for c in cores)
-
-
-def package_version(distribution: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
+def _cache_stats(torch_neuronx) -> dict | None:
+    """The compilation-cache counters, or None where the (private) API is absent or fails."""
+    stats = getattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_stats", None)
     try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return "not installed"
+        return dict(stats()) if stats is not None else None
+    except Exception:  # noqa: BLE001 - a private API that moved leaves cache_hit unknown
+        return None
 
 
-def runtime_version() -> str:
-    """The Neuron runtime's version from the OS package manager (tolerant of absence)."""
-    queries = (("dpkg-query", "-W", "-f=${Version}", RUNTIME_PACKAGE),
-               ("rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", RUNTIME_PACKAGE))
-    for query in queries:
-        tool = shutil.which(query[0])
-        if not tool:
-            continue
-        try:
-            out = subprocess.run([tool, *query[1:]], capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    return f"unknown ({RUNTIME_PACKAGE} not found by dpkg or rpm)"
+def _call_if_present(owner, name: str) -> None:
+    fn = getattr(owner, name, None)
+    if fn is not None:
+        fn()
 
 
-def instance_type() -> str:
-    """The EC2 instance type (e.g. trn2.48xlarge) from DMI, or 'unknown'."""
-    try:
-        with open("/sys/devices/virtual/dmi/id/product_name") as f:
-            return f.read().strip() or "unknown"
-    except OSError:
-        return "unknown"
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 def _positive(value, what: str) -> int:
@@ -240,5 +301,5 @@ def _positive(value, what: str) -> int:
         number = 0
     if number < 1:
         raise ValueError(f"{what}={value!r} is not a positive whole number of NeuronCores per "
-                         f"worker; write e.g. {CORES_PER_WORKER_ENV}=1")
+                         f"worker; write e.g. --neuron-cores-per-worker 1")
     return number

@@ -1,82 +1,349 @@
 """A stand-in for the Neuron SDK's ``torch_neuronx``, used ONLY by the suite's tests.
 
 It is never installed: tests put ``tests/standin_neuron`` on ``sys.path`` (and so on the
-``PYTHONPATH`` of the children they start). It imitates what the ``neuron`` backend of the
-suite relies on, over the CPU:
+``PYTHONPATH`` of the children they start). It models the SDK as published, over the CPU;
+each behaviour names its source (keys as in conformance/backends/neuron_sdk.py):
 
-- importing it registers a ``torch.compile`` backend named ``neuron`` (AOTAutograd, then
-  eager kernels: a real compile pipeline, but a CPU one);
-- ``__version__`` and the ``torch-neuronx`` / ``neuronx-cc`` distribution records beside this
-  package (``*.dist-info``) give versions to capture; ``bin/dpkg-query`` answers for the
-  runtime package;
-- every compile appends one JSON line to ``$STANDIN_NEURON_RECORD`` (when set) with the Neuron
-  environment variables it saw, and writes an artefact into ``$TORCH_NEURONX_DEBUG_DIR`` and
-  ``$NEURON_COMPILE_CACHE_URL`` (when set), so tests see where compiles went;
-- ``STANDIN_NEURON_FAIL_COMPILE=1`` makes every compile fail, as a neuronx-cc error would. Like
-  SDKs before 2.33, the stand-in then falls back to eager execution (a warning, and a correct
-  output) unless ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: that is the trap the suite's
-  guard must close.
+- importing it names PrivateUse1 ``neuron`` and registers ``torch.neuron`` with
+  ``synchronize`` [SRC torch._register_device_module; SDK profiling guide], and a
+  ``torch.compile`` backend named ``neuron`` [SRC entry point]. ``STANDIN_NEURON_NO_SYNC=1``
+  registers neither (a build the suite cannot synchronize with);
+- settings are read once per process, at the first compile: the debug directory (lru_cache
+  in config.py) and the NEFF cache directories and switch (the C++ CompilationCache
+  singleton) [SRC]; later changes to ``os.environ`` are not seen;
+- artefacts go to ``$TORCH_NEURONX_DEBUG_DIR`` (default ``/tmp/neuron_backend_<random>``) in
+  the published layout ``fx_graphs/``, ``stablehlo/``, ``raw/``, ``neff/`` (``proc_0/...``),
+  and the directory is deleted after every compile unless
+  ``TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1`` [ENV; SRC managed_artifacts_directory];
+- NEFFs are cached in memory and in ``$TORCH_NEURONX_NEFF_CACHE_DIR``, whose default is the
+  host-wide ``/tmp/neff_cache``, so a later run is served from it [SRC];
+  ``TORCH_NEURONX_NEFF_DISABLE_CACHE=1`` turns the persistent cache off [SRC code spelling].
+  Tests move the host-wide default with ``STANDIN_NEURON_HOST_TMP`` (a stand-in-only knob, so
+  they never write to the real /tmp/neff_cache);
+- ``_C._get_compilation_cache_stats()`` counts in-memory and persistent hits and misses
+  [SRC NeuronBindings.cpp], ``_C._clear_compilation_memory_cache()`` empties the in-memory one;
+- compilation is asynchronous: the first call queues neuronx-cc on a worker thread and returns;
+  only ``synchronize`` waits for it [SRC _C.compile_graph on the CompilationWorker].
+  ``STANDIN_NEURON_COMPILE_SECONDS`` is how long that stand-in neuronx-cc takes (from the
+  process's ``STANDIN_NEURON_SLOW_FROM``-th real compile on, default the first);
+- ``get_dynamo_metrics()`` lists per-graph fx-pass, lowering and neuronx-cc microseconds and
+  synchronizes first; ``reset_dynamo_metrics()`` [SRC metrics.py];
+- ``get_fallback_ops()`` / ``clear_op_tracking()`` [SRC __init__.py]; the ops named in
+  ``STANDIN_NEURON_FALLBACK_OPS`` are reported as fallen back each time a graph runs;
+- a compile failure (``STANDIN_NEURON_FAIL_COMPILE=1``) raises when fallback execution is
+  disabled (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` or the ``fallback_execution``
+  compile option False), and otherwise falls back to eager with a warning, as SDKs before 2.33
+  did by default [SRC backend.py; ENV]: the trap the suite's guard closes;
+- ``STANDIN_NEURON_EXEC_TIMEOUT_AT=N``: the N-th execution raises the runtime's timeout
+  (NRT_TIMEOUT, status 5 [NRT]);
+- ``STANDIN_NEURON_REJECT_DEVICE=1`` makes flex_attention's device check treat the CPU (where
+  the stand-in's tensors live) the way stock torch treats ``neuron`` [PT]: same function, same
+  sentence. It lets the tests prove the bypass on real computation.
+
+Every compile appends one JSON line to ``$STANDIN_NEURON_RECORD`` (when set) with what it saw.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import queue
+import tempfile
+import threading
+import time
+import types
 import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.registry import lookup_backend
 
-__version__ = "2.13.0+standin"
+__version__ = "{}.{}.3.0+standin".format(*torch.__version__.split(".")[:2])
 STANDIN = True
 
-RECORD_ENV = "STANDIN_NEURON_RECORD"
-FAIL_ENV = "STANDIN_NEURON_FAIL_COMPILE"
 FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
-WATCHED_ENV = ("NEURON_RT_VISIBLE_CORES", FALLBACK_ENV, "TORCH_NEURONX_DEBUG_DIR",
-               "NEURON_COMPILE_CACHE_URL")
 
 
 class NeuronCompileError(RuntimeError):
     """What the stand-in raises for a failed compile (fallback disabled)."""
 
 
+# -- settings read once per process ---------------------------------------------------------
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true")
+
+
+def _host_tmp() -> str:
+    return os.environ.get("STANDIN_NEURON_HOST_TMP") or "/tmp"
+
+
+@lru_cache(maxsize=1)
+def artifacts_directory() -> Path:
+    configured = os.environ.get("TORCH_NEURONX_DEBUG_DIR")
+    return Path(configured) if configured else Path(tempfile.mkdtemp(prefix="neuron_backend_",
+                                                                     dir=_host_tmp()))
+
+
+@dataclass(frozen=True)
+class _CacheConfig:
+    directory: Path
+    local_directory: Path
+    disabled: bool
+
+
+@lru_cache(maxsize=1)
+def _cache_config() -> _CacheConfig:
+    return _CacheConfig(
+        Path(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or f"{_host_tmp()}/neff_cache"),
+        Path(os.environ.get("TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR") or f"{_host_tmp()}/local_cache"),
+        _flag("TORCH_NEURONX_NEFF_DISABLE_CACHE"))
+
+
+# -- the compilation cache and its counters --------------------------------------------------
+_memory_cache: dict[str, bytes] = {}
+_counters = {"in_memory_hits": 0, "in_memory_misses": 0, "persistent_hits": 0,
+             "persistent_misses": 0, "total_compilations": 0}
+_lock = threading.Lock()
+
+
+def _get_compilation_cache_stats() -> dict:
+    with _lock:
+        stats = dict(_counters)
+        stats["cache_hits"] = stats["in_memory_hits"] + stats["persistent_hits"]
+        stats["cache_misses"] = stats["in_memory_misses"] + stats["persistent_misses"]
+        stats["total_entries"] = len(_memory_cache)
+    return stats
+
+
+def _clear_compilation_memory_cache() -> None:
+    with _lock:
+        _memory_cache.clear()
+
+
+def _neuron_set_metrics_enabled(enabled: bool) -> None:
+    """Counted always here; present because the real API needs it on."""
+
+
+_fallback_ops: list[str] = []
+
+
+def _get_fallback_ops() -> list[str]:
+    return list(_fallback_ops)
+
+
+def get_fallback_ops() -> list:
+    return _C._get_fallback_ops()
+
+
+def clear_op_tracking() -> None:
+    _fallback_ops.clear()
+
+
+_C = types.SimpleNamespace(
+    _get_compilation_cache_stats=_get_compilation_cache_stats,
+    _clear_compilation_memory_cache=_clear_compilation_memory_cache,
+    _neuron_set_metrics_enabled=_neuron_set_metrics_enabled,
+    _get_fallback_ops=_get_fallback_ops,
+)
+
+
+# -- asynchronous compilation ----------------------------------------------------------------
+_work: "queue.Queue[tuple]" = queue.Queue()
+
+
+def _worker() -> None:
+    while True:
+        job, done = _work.get()
+        try:
+            job()
+        finally:
+            done.set()
+
+
+threading.Thread(target=_worker, name="standin-compilation-worker", daemon=True).start()
+_pending: list[threading.Event] = []
+
+
+def synchronize(device=None) -> None:
+    """Wait until every queued compilation (and execution) has finished."""
+    while _pending:
+        _pending.pop(0).wait()
+
+
+def _submit(job) -> None:
+    done = threading.Event()
+    _pending.append(done)
+    _work.put((job, done))
+
+
+# -- metrics -------------------------------------------------------------------------------
+@dataclass
+class NeuronCompilationMetrics:
+    graph_id: str
+    graph_name: str = ""
+    torch_neuronx_fx_passes_us: int = 0
+    torch_neuronx_lower_us: int = 0
+    torch_neuronx_compile_us: int = 0
+
+
+_metrics: list[NeuronCompilationMetrics] = []
+
+
+def get_dynamo_metrics() -> list[NeuronCompilationMetrics]:
+    synchronize()
+    return list(_metrics)
+
+
+def reset_dynamo_metrics() -> None:
+    _metrics.clear()
+
+
+# -- the compile backend -------------------------------------------------------------------
+_executions = 0
+_compilations = 0
+
+
 @register_backend(name="neuron")
-def neuron_compiler(gm: torch.fx.GraphModule, example_inputs):
-    failing = os.environ.get(FAIL_ENV) == "1"
-    fallback_disabled = os.environ.get(FALLBACK_ENV) == "1"
-    artefacts = _write_artefacts(gm)
-    _record(failing=failing, fallback_disabled=fallback_disabled, artefacts=artefacts,
-            pid=os.getpid(), env={name: os.environ.get(name) for name in WATCHED_ENV})
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    options = dict(options or {})
+    failing = os.environ.get("STANDIN_NEURON_FAIL_COMPILE") == "1"
+    fallback_disabled = (not options["fallback_execution"]) if "fallback_execution" in options \
+        else _flag(FALLBACK_ENV)
+    start = time.perf_counter()
+    graph_text = gm.print_readable(print_output=False)  # the stand-in's "FX passes"
+    fx_us = int((time.perf_counter() - start) * 1e6)
+    key = hashlib.sha256((gm.code + repr([(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", "")))
+                                          for x in example_inputs])).encode()).hexdigest()[:20]
+    artefacts = _write_artefacts(key, graph_text)
+    _record(failing=failing, fallback_disabled=fallback_disabled, pid=os.getpid(), key=key,
+            artefacts=artefacts, env={k: v for k, v in os.environ.items()
+                                      if k.startswith(("NEURON_", "TORCH_NEURONX_"))})
     if failing:
+        _cleanup_artefacts()
         error = NeuronCompileError("neuronx-cc (stand-in) failed to compile the graph: "
                                    "injected failure")
         if fallback_disabled:
             raise error
         warnings.warn(f"{error}; falling back to eager execution")
         return gm.forward  # the graph runs eagerly, as if nothing had failed
-    return lookup_backend("aot_eager")(gm, example_inputs)
+    start = time.perf_counter()
+    runnable = lookup_backend("aot_eager")(gm, example_inputs)  # the stand-in's "lowering"
+    metrics = NeuronCompilationMetrics(key, f"flex_{len(_metrics)}", fx_us,
+                                       int((time.perf_counter() - start) * 1e6))
+    _metrics.append(metrics)
+    state = {"compiled": False}
+
+    def execute(*args):
+        global _executions
+        if not state["compiled"]:
+            state["compiled"] = True
+            _submit(lambda: _neuronx_cc(key, metrics))
+        _executions += 1
+        timeout_at = int(os.environ.get("STANDIN_NEURON_EXEC_TIMEOUT_AT", "0") or 0)
+        if timeout_at and _executions >= timeout_at:
+            raise RuntimeError("nrt_execute failed: NRT status 5 (NRT_TIMEOUT): execution "
+                               "timeout (30000 ms)")
+        _fallback_ops.extend(op for op in os.environ.get("STANDIN_NEURON_FALLBACK_OPS", "")
+                             .split(",") if op)
+        return runnable(*args)
+
+    _cleanup_artefacts()
+    return execute
 
 
-def _write_artefacts(gm: torch.fx.GraphModule) -> list[str]:
-    code = gm.code
-    key = hashlib.sha256(code.encode()).hexdigest()[:16]
+def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
+    """The queued compile: served by the in-memory cache, then the persistent one, else it
+    'compiles' (sleeps) and fills both."""
+    config = _cache_config()
+    neff = config.directory / f"{key}.neff"
+    with _lock:
+        if key in _memory_cache:
+            _counters["in_memory_hits"] += 1
+            return
+        _counters["in_memory_misses"] += 1
+        if not config.disabled and neff.exists():
+            _counters["persistent_hits"] += 1
+            _memory_cache[key] = neff.read_bytes()
+            return
+        _counters["persistent_misses"] += 1
+    start = time.perf_counter()
+    global _compilations
+    _compilations += 1
+    if _compilations >= int(os.environ.get("STANDIN_NEURON_SLOW_FROM", "1") or 1):
+        time.sleep(float(os.environ.get("STANDIN_NEURON_COMPILE_SECONDS", "0") or 0))
+    blob = f"NEFF stand-in {key}".encode()
+    metrics.torch_neuronx_compile_us = int((time.perf_counter() - start) * 1e6)
+    with _lock:
+        _counters["total_compilations"] += 1
+        _memory_cache[key] = blob
+    if not config.disabled:
+        config.directory.mkdir(parents=True, exist_ok=True)
+        config.local_directory.mkdir(parents=True, exist_ok=True)
+        neff.write_bytes(blob)
+
+
+def _write_artefacts(key: str, graph_text: str) -> list[str]:
+    root = artifacts_directory()
+    stamp = time.strftime("%Y%m%d_%H%M%S") + f"_{key[:8]}"
+    files = {f"fx_graphs/proc_0/flex_{stamp}.fx.txt": graph_text,
+             f"raw/proc_0/flex_{stamp}.torch_raw.mlir": f"// stand-in torch-mlir of {key}\n",
+             f"stablehlo/proc_0/flex_{stamp}.stablehlo.mlir": f"// stand-in StableHLO of {key}\n",
+             f"neff/proc_0/flex_{stamp}.neff": f"NEFF stand-in {key}\n"}
     written = []
-    for env, name in (("TORCH_NEURONX_DEBUG_DIR", f"graph-{key}.py"),
-                      ("NEURON_COMPILE_CACHE_URL", f"MODULE_{key}.neff")):
-        directory = os.environ.get(env)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-            path = os.path.join(directory, name)
-            with open(path, "w") as f:
-                f.write(code)
-            written.append(path)
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(str(path))
     return written
 
 
+def _cleanup_artefacts() -> None:
+    if not _flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS"):
+        import shutil
+
+        shutil.rmtree(artifacts_directory(), ignore_errors=True)
+
+
 def _record(**entry) -> None:
-    path = os.environ.get(RECORD_ENV)
+    path = os.environ.get("STANDIN_NEURON_RECORD")
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+# -- the device ----------------------------------------------------------------------------
+def _register_device() -> None:
+    if os.environ.get("STANDIN_NEURON_NO_SYNC") == "1":
+        return  # a build that registers neither torch.neuron nor an accelerator to sync
+    if torch._C._get_privateuse1_backend_name() == "privateuseone":
+        torch.utils.rename_privateuse1_backend("neuron")
+    if not hasattr(torch, "neuron"):
+        # no tensor can live on the stand-in's "neuron": it reports no device, so torch's
+        # own machinery (Dynamo's device queries) leaves it alone; synchronize is what it models
+        torch._register_device_module("neuron", types.SimpleNamespace(
+            synchronize=synchronize, is_available=lambda: False, device_count=lambda: 0,
+            current_device=lambda: 0))
+
+
+def _model_stock_device_check() -> None:
+    """Stock torch's rejection of 'neuron' [PT], applied to the CPU the stand-in runs on."""
+    from torch.nn.attention import flex_attention as module
+
+    stock = module._validate_device
+
+    def _validate_device(query, key, value):
+        if query.device.type == "cpu":
+            raise ValueError("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
+                             f"Found input tensors on {query.device.type} device.")
+        return stock(query, key, value)
+
+    module._validate_device = _validate_device
+
+
+_register_device()
+if os.environ.get("STANDIN_NEURON_REJECT_DEVICE") == "1":
+    _model_stock_device_check()
