@@ -20,7 +20,8 @@ from typing import Sequence
 from reports.results import Record, RunResults
 
 #: Options that must agree (they change which cases ran, or what a label means).
-SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout")
+SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",
+                "phase")
 #: Environment entries that must agree: torch and the compiler/SDK versions.
 SAME_VERSIONS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc", "neuron_runtime")
 

@@ -30,10 +30,20 @@ METRIC_ORDER = (
 
 #: Environment and option keys shown first, in this order; the rest follow sorted.
 ENVIRONMENT_ORDER = (
-    "backend", "device", "torch", "torch_neuronx", "neuronx_cc", "neuron_sdk", "cuda",
-    "triton", "compiler", "python", "host", "platform", "profile", "compile_timeout",
-    "run_timeout", "compile_cache", "seed", "suite_version", "git_revision",
+    "backend", "device", "torch", "torch_neuronx", "neuronx_cc", "neuron_sdk", "device_check",
+    "cuda", "triton", "compiler", "python", "host", "platform", "profile", "phase",
+    "compile_timeout", "run_timeout", "compile_cache", "seed", "suite_version", "git_revision",
 )
+
+
+def breakdown_text(stages: dict[str, float] | None) -> str:
+    """``neuronx-cc 41.2 · stablehlo_lowering 3.10 · other 0.52`` (seconds, largest stage
+    first, the remainder last); empty when the compiler reported no stages."""
+    if not stages:
+        return ""
+    named = sorted((k for k in stages if k != "other"), key=lambda k: -stages[k])
+    order = named + (["other"] if "other" in stages else [])
+    return " · ".join(f"{name} {fmt_seconds(stages[name])}" for name in order)
 
 
 def fmt_seconds(seconds: float | None) -> str:

@@ -8,6 +8,7 @@ sorting and filtering; nothing is fetched.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -16,8 +17,8 @@ import jinja2
 
 from reports.chart import compile_chart
 from reports.compare import Comparison, compare_runs, side_by_side
-from reports.formatting import (environment_facts, fmt_seconds, metric_text, metrics_items,
-                                run_title, truncate)
+from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
+                                metrics_items, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
 from reports.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, label_counts, non_passing,
@@ -50,6 +51,11 @@ LABEL_HELP = {
 }
 
 
+#: What Record.artifacts may be for the report to link it: a directory the suite named
+#: (conformance/artifacts.py), never a URL a doctored results file slipped in.
+_ARTIFACTS_LINK = re.compile(r"artifacts/[A-Za-z0-9._+=-]+")
+
+
 @dataclass(frozen=True)
 class FailureView:
     record: Record
@@ -57,6 +63,7 @@ class FailureView:
     message: str
     message_cut: bool
     rerun: str
+    artifacts_href: str | None = None  # the case's compile artefacts, relative to the report
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ def _template() -> jinja2.Template:
         autoescape=True, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True)
     env.globals.update(fmt_seconds=fmt_seconds, metric_text=metric_text,
+                       breakdown_text=breakdown_text,
                        seq_text=seq_text, codes={k.value: v for k, v in LABEL_CODES.items()})
     return env.get_template("index.html.j2")
 
@@ -98,8 +106,9 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
     failures = []
     for rec in failing:
         message, cut = truncate(rec.message, MESSAGE_LIMIT)
+        link = rec.artifacts if rec.artifacts and _ARTIFACTS_LINK.fullmatch(rec.artifacts) else None
         failures.append(FailureView(rec, metrics_items(rec.metrics), message, cut,
-                                    rerun_command(main, rec.case_id)))
+                                    rerun_command(main, rec.case_id), link))
     rows = side_by_side([r.results for r in runs]) if len(runs) > 1 else []
     return _template().render(
         title=run_title(main), runs=runs, main=runs[-1], baseline=baseline,

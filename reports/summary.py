@@ -122,7 +122,8 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
             lines += ["", f"... and {len(failing) - SUMMARY_MAX_FAILURES} more: see index.html."]
         lines.append("")
     env = results.environment
-    facts = [f"{key} {env[key]}" for key in ("device", "torch", "host") if env.get(key)]
+    facts = [f"{key} {env[key]}" for key in ("device", "torch", "torch_neuronx", "device_check",
+                                             "host") if env.get(key)]
     if facts:
         lines += [md_text(" · ".join(str(f) for f in facts)), ""]
     return "\n".join(lines)

@@ -141,3 +141,41 @@ def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     assert "[MISMATCH] known MISMATCH: row doubled on purpose" in proc.stdout
     results = load_results(tmp_path / "report" / "results.json")
     assert [r.label for r in results.records] == [Label.PASS, Label.MISMATCH]
+
+
+def test_a_compile_only_pass_fills_the_warm_cache_that_the_next_run_hits(tmp_path):
+    from conformance.cli import main
+
+    cases = CASES[1:3]
+    env = clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"))  # the suite's warm cache lives here
+    proc = run(pytest_args(tmp_path, "cpu-inductor", cases, "--phase", "compile"), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    compiled = load_results(tmp_path / "report" / "results.json")
+    assert compiled.options["phase"] == "compile" and compiled.options["compile_cache"] == "warm"
+    assert [r.label for r in compiled.records] == [Label.COMPILED, Label.COMPILED]
+    assert all(r.compile_seconds and r.run_seconds is None and r.metrics is None
+               for r in compiled.records)  # no timed runs, no verdict
+    assert "2/2 COMPILED · compile-only pass, numbers not judged" in proc.stdout + \
+        (tmp_path / "report" / "summary.md").read_text()
+    passes = tmp_path / "compile-pass.json"
+    (tmp_path / "report" / "results.json").rename(passes)
+    assert main(["gate", "--baseline", str(passes), "--candidate", str(passes)]) == 2
+    proc = run(pytest_args(tmp_path, "cpu-inductor", cases, "--compile-cache", "warm"), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    warm = load_results(tmp_path / "report" / "results.json")
+    assert [r.label for r in warm.records] == [Label.PASS, Label.PASS]
+    assert [r.cache_hit for r in warm.records] == [True, True]
+
+
+def test_bad_phase_and_device_check_values_are_usage_errors(tmp_path):
+    for option, value, expected in (
+            ("--phase", "link", "--phase 'link' is unknown; use one of: all, compile"),
+            ("--neuron-device-check", "off", "--neuron-device-check 'off' is unknown; use one "
+                                             "of: bypass, strict")):
+        proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], option, value))
+        assert proc.returncode == 4 and f"ERROR: {expected}" in proc.stderr, proc.stderr[-2000:]
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--phase", "compile",
+                           "--compile-cache", "cold"))
+    assert proc.returncode == 4
+    assert "--phase compile fills the warm cache, but --compile-cache is cold" in proc.stderr
+    assert not (tmp_path / "report" / "results.json").exists()

@@ -30,7 +30,7 @@ def report(tmp_path_factory):
 def test_verdict_line_counts_every_label_in_enum_order():
     line = verdict_line(doctored_run())
     others = " · ".join(f"1 {label.value}" for label in Label if label is not Label.PASS)
-    assert line == f"2/11 PASS · {others}"
+    assert line == f"2/12 PASS · {others}"
     assert verdict_line(run([record(case_id())], complete=False)) == "1/1 PASS · run INCOMPLETE"
 
 
@@ -51,7 +51,7 @@ def test_grid_has_one_coloured_linked_cell_per_case(report):
     records = doctored_run().records
     assert set(titles) >= {r.case_id for r in records}
     for rec in records:
-        failing = rec.label is not Label.PASS
+        failing = rec.label not in (Label.PASS, Label.COMPILED)  # COMPILED: no verdict to fail
         assert titles[rec.case_id]["href"] == ("#fail:" if failing else "#") + rec.case_id
     cell_classes = [a["class"] for t, a in page.tags if t == "td" and
                     a.get("class", "").startswith("l-")]
@@ -62,7 +62,8 @@ def test_grid_has_one_coloured_linked_cell_per_case(report):
 def test_failure_table_lists_each_non_passing_case_with_metrics_and_rerun(report):
     _, page, _ = report
     failing = {a["id"][len("fail:"):] for a in page.find("tr") if a.get("id", "").startswith("fail:")}
-    assert failing == {cid for label, cid in LABEL_CASES.items() if label is not Label.PASS}
+    assert failing == {cid for label, cid in LABEL_CASES.items()
+                       if label not in (Label.PASS, Label.COMPILED)}
     text = "".join(page.texts)
     mismatch = LABEL_CASES[Label.MISMATCH]
     for fragment in ("error ratio: 3.25", "max abs err: 0.5", "worst row at: b0 h3 q17",
@@ -86,7 +87,7 @@ def test_hostile_text_is_shown_as_text_never_as_markup(report):
 def test_summary_markdown_is_short_and_escaped(report):
     _, _, summary = report
     assert "<script>" not in summary and "&lt;script&gt;" in summary
-    assert "2/11 PASS" in summary and "does not conform" in summary
+    assert "2/12 PASS" in summary and "does not conform" in summary
     for label in Label:
         assert f"| {label.value} | " in summary
     assert summary.count(f"`{LABEL_CASES[Label.CRASH]}`") == 1
@@ -186,3 +187,18 @@ def test_reports_never_import_torch():
             "reports.cmd_report, reports.cmd_gate, reports.cmd_expectations, reports.junit, "
             "reports.synthetic; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_failure_rows_link_artifacts_and_show_compile_stages(tmp_path):
+    stages = {"neuronx-cc": 41.25, "stablehlo_lowering": 3.1, "fx_passes": 0.2, "other": 0.5}
+    failed = replace(record(case_id("alibi"), Label.COMPILE_ERROR, message="neuronx-cc failed"),
+                     compile_breakdown=stages, artifacts="artifacts/alibi__b1-9f00ba4")
+    doctored = replace(record(case_id("causal"), Label.COMPILE_TIMEOUT),
+                       artifacts="javascript:alert(1)")  # from a doctored results file
+    passed = replace(record(case_id("full")), compile_breakdown={"neuronx-cc": 2.0, "other": 0.1})
+    write_report(run([failed, doctored, passed]), tmp_path)
+    page = Page((tmp_path / "index.html").read_text())
+    assert page.find("a", class_="artifacts") == [{"class": "artifacts",
+                                                   "href": "artifacts/alibi__b1-9f00ba4/"}]
+    assert "neuronx-cc 41.2 · stablehlo_lowering 3.10 · fx_passes 0.20 · other 0.50" in page.texts
+    assert "neuronx-cc 2.00 · other 0.10" in "".join(page.texts)  # every case, in the table
