@@ -327,12 +327,18 @@ def test_cold_never_hits_a_cache_and_warm_uses_its_own(standin, tmp_path, monkey
     monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "0.3")
     _fill_host_cache([CAUSAL, ALIBI], tmp_path)  # what the old NEURON_COMPILE_CACHE_URL missed
     standin.unlink()
-    cold = _run([CAUSAL, ALIBI], tmp_path)
+    monkeypatch.setenv(sdk.CORES_PER_WORKER_ENV, "2")
+    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")  # the caller's; the children never see it
+    cold = _run([CAUSAL, ALIBI], tmp_path, slot=WorkerSlot(1, 2))
     assert _labels(cold) == [Label.PASS, Label.PASS], [r.message for r in cold]
     assert [r.cache_hit for r in cold] == [False, False]
     assert all(r.compile_breakdown["neuronx-cc"] >= 0.3 for r in cold)  # really compiled
     seen = [c["env"] for c in _compiles(standin)]
-    assert all(e["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "1" for e in seen)
+    assert len(seen) == 3 and len({c["pid"] for c in _compiles(standin)}) == 1  # one child
+    for env in seen:  # warm-up and both cases: one child, its settings fixed at its start
+        assert env["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "1"
+        assert env[sdk.VISIBLE_CORES_ENV] == "2-3" and env[sdk.FALLBACK_ENV] == "1"
+        assert env[sdk.AUTOCOPY_ENV] == "1" and "NEURON_COMPILE_CACHE_URL" not in env
     first_warm = _run([CAUSAL, ALIBI], tmp_path, compile_cache="warm")
     second_warm = _run([CAUSAL, ALIBI], tmp_path, compile_cache="warm")
     assert [r.cache_hit for r in first_warm] == [False, False]  # the host cache is not ours

@@ -42,8 +42,9 @@ def record(label: Label, message: str = "") -> Record:
                   compile_seconds=1.5, run_seconds=0.25)
 
 
-def test_pass_passes():
+def test_pass_passes_and_so_does_a_compiled_case_of_a_compile_only_pass():
     assert outcome(record(Label.PASS)) is None
+    assert outcome(record(Label.COMPILED)) is None
 
 
 def test_unsupported_skips_with_the_reason():
@@ -51,7 +52,8 @@ def test_unsupported_skips_with_the_reason():
         outcome(record(Label.UNSUPPORTED, "no backward on CPU"))
 
 
-@pytest.mark.parametrize("label", [l for l in Label if l not in (Label.PASS, Label.UNSUPPORTED)])
+@pytest.mark.parametrize("label", [l for l in Label
+                                   if l not in (Label.PASS, Label.UNSUPPORTED, Label.COMPILED)])
 def test_every_other_label_fails_with_the_label_first(label):
     with pytest.raises(pytest.fail.Exception) as failed:
         outcome(record(label, "what happened\ntraceback line"))
