@@ -18,7 +18,7 @@ import sys
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from cases.catalog import check_profile
+from cases.catalog import PROFILES, check_profile, matrix
 from cases.model import Case
 from cases import variants
 
@@ -94,7 +94,34 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
             raise ValueError(f"case {case.id!r} is defined twice by the case modules "
                              f"{', '.join(names)}; give each case a distinct variant or shape")
         seen.add(case.id)
+    _refuse_catalog_ids(collected, names)
     return collected
+
+
+def _refuse_catalog_ids(collected: list[Case], names: list[str]) -> None:
+    """An id means one case forever: a custom case may not reuse a catalog case's id (a
+    record of it would be read as the catalog's case by the report, the gate and repro)."""
+    if not collected:
+        return
+    catalog = {case.id: f"the catalog's {'core' if 'core' in case.tags else 'extended'} matrix "
+                        f"({profile} profile)"
+               for profile in PROFILES for case in matrix(profile, "all")}
+    for case in collected:
+        if case.id in catalog:
+            owner = _REGISTERED_BY.get(case.variant.name) or " or ".join(names)
+            raise ValueError(f"case {case.id!r} of case module {owner!r} has the id of a case "
+                             f"of {catalog[case.id]}; give the custom case another variant "
+                             "name, parameters or shape")
+
+
+def select_cases(profile: str, matrix_name: str, modules: list[str]) -> list[Case]:
+    """The cases of one run: the catalog's matrix ``matrix_name`` (none for ``custom``)
+    followed by the cases of the case modules. ``custom`` without a case module is a
+    ValueError: it would run nothing."""
+    if matrix_name == "custom" and not modules:
+        raise ValueError("--matrix custom runs only the cases of case modules, and none is "
+                         "given; pass --cases-module MODULE (docs/cases.md)")
+    return matrix(profile, matrix_name) + load_case_modules(modules, profile)
 
 
 def defining_module(variant_name: str) -> str:

@@ -23,7 +23,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--profile", "full", "matrix profile: full (default; the gating sizes) or smoke "
      "(lengths / 8, for CI and quick checks)"),
     ("--matrix", "core", "which cases: core (default; the 96 gating cases), extended (dtypes, "
-     "GQA, head dims, odd lengths, cross attention, lse, backward, ...) or all"),
+     "GQA, head dims, odd lengths, cross attention, lse, backward, ...), all, or custom (only "
+     "the cases of --cases-module and installed case modules)"),
     ("--case-file", None, "run the cases of a JSON file (one case spec or a list, as written "
      "by Case.to_json) instead of the profile's matrix"),
     ("--compile-timeout", "600", "seconds allowed for the compile phase of a case "

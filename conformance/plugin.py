@@ -195,15 +195,13 @@ def _build_runner(options: opts.RunOptions, workerinput: dict | None):
 
 
 def _select_cases(options: opts.RunOptions) -> list:
-    from cases.catalog import matrix
-    from cases.custom import import_case_modules, load_case_modules
+    from cases.custom import import_case_modules, select_cases
 
     if options.case_file:  # a spec may name a custom variant: register its module first
         import_case_modules(list(options.cases_modules))
         cases = opts.load_case_file(options.case_file)
     else:
-        cases = matrix(options.profile, options.matrix)
-        cases += load_case_modules(list(options.cases_modules), options.profile)
+        cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
     if options.shard is None:
         return cases
     try:
