@@ -94,6 +94,7 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     from cases.inputs import make_grad_output, make_inputs
     from cases.model import Case
     from cases.variants import build_mods
+    from conformance.contract import check_gradients, check_result
 
     emit(event="phase", phase="setup")
     start = time.perf_counter()
@@ -111,14 +112,15 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     fn = _guard("setup", lambda: backend.prepare(case))
     timings["setup_seconds"] = time.perf_counter() - start
 
-    def call():
+    def call():  # every result is checked: a wrong structure is the call's phase's error
         if not backward:
             result = fn(inputs.q, inputs.k, inputs.v, mods.score_mod, mask)
             backend.synchronize()
-            return result
+            return check_result(case, result, inputs.q.dtype, device)
         q, k, v = (t.detach().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
-        out = _as_tensor(fn(q, k, v, mods.score_mod, mask))
-        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        out = check_result(case, fn(q, k, v, mods.score_mod, mask), inputs.q.dtype, device)
+        grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+        check_gradients(case, grads)
         backend.synchronize()
         return out, dict(zip(("dq", "dk", "dv"), grads))
 
@@ -171,18 +173,15 @@ def _block_mask(case, mods, device):
 
 
 def _observed(case, result) -> dict:
-    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs."""
+    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs
+    (``result`` has passed conformance.contract.check_result)."""
     if case.mode == "fwd+bwd":
         out, grads = result
         return {"out": out.detach().cpu(), "grads": {k: g.detach().cpu() for k, g in grads.items()}}
     if case.mode == "fwd+lse":
         out, lse = result
         return {"out": out.detach().cpu(), "lse": lse.detach().cpu()}
-    return {"out": _as_tensor(result).detach().cpu()}
-
-
-def _as_tensor(out):
-    return out[0] if isinstance(out, (tuple, list)) else out
+    return {"out": result.detach().cpu()}
 
 
 def _die_with_parent() -> None:
