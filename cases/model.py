@@ -21,6 +21,11 @@ MODES = ("fwd", "fwd+lse", "fwd+bwd")
 _SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
 
 
+def file_stem(case_id: str) -> str:
+    """A file name for a case id (its ``/`` and any other unsafe character become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", case_id)
+
+
 @dataclass(frozen=True)
 class Shape:
     """Attention shape: batch, query heads, key/value heads, query and key lengths, head dim.

@@ -19,6 +19,7 @@ from pathlib import Path
 from cases.model import Case
 from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
 from conformance.estimates import case_peak_bytes
+from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
 from conformance.observation import Observation, label_of
 from conformance.reference_cache import ReferenceCache
@@ -36,6 +37,7 @@ class Settings:
     timed_runs: int = 3
     reference_device: str = "cpu"
     cases_modules: tuple[str, ...] = ()  # imported by the child: custom variants' builders
+    keep: KeepPolicy = KeepPolicy()  # which cases' tensors are saved (--keep-outputs)
 
 
 def now_iso() -> str:
@@ -131,11 +133,14 @@ class Executor:
         try:
             verdict = judge(case, golden, baseline, observed)
         except Exception as exc:  # noqa: BLE001
-            return self._record(case, Label.HARNESS_ERROR,
-                                f"the verdict failed: {_one_line(exc)}", started_at, obs)
-        label = Label.PASS if verdict.passed else Label.MISMATCH
-        return self._record(case, label, "" if verdict.passed else verdict.summary,
-                            started_at, obs, verdict.metrics)
+            record = self._record(case, Label.HARNESS_ERROR,
+                                  f"the verdict failed: {_one_line(exc)}", started_at, obs)
+        else:
+            label = Label.PASS if verdict.passed else Label.MISMATCH
+            record = self._record(case, label, "" if verdict.passed else verdict.summary,
+                                  started_at, obs, verdict.metrics)
+        return keep_outputs(self.settings.keep, case, self.settings.seed, record, observed,
+                            golden, baseline)
 
     def _record(self, case: Case, label: Label, message: str, started_at: str,
                 obs: Observation | None = None, metrics: dict | None = None) -> Record:

@@ -9,7 +9,6 @@ no example database).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Callable
 from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
-from cases.model import Case
+from cases.model import Case, file_stem
 from conformance import fuzz_grammar
 from reports.results import Record
 
@@ -77,7 +76,7 @@ def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int
     """Write the failing case as a case spec file that ``--case-file`` runs again; returns it."""
     directory = Path(report_dir) / FAILURES_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / (re.sub(r"[^A-Za-z0-9._+-]+", "_", record.case_id) + ".json")
+    path = directory / (file_stem(record.case_id) + ".json")
     spec = {"cases": [record.case],
             "fuzz": {"label": record.label.value, "message": record.message,
                      "backend": backend, "seed": seed}}

@@ -46,6 +46,10 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
      "(hypothesis, repeatable with --seed); default 0: fuzzing skipped"),
     ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
      "backend); default 1"),
+    ("--keep-outputs", "failed", "save each case's inputs, output, golden and baseline to "
+     "<report-dir>/outputs/ (reference.load_case_outputs reads them): none, failed (default) or all"),
+    ("--keep-outputs-cap", "256M", "the most bytes one case's kept outputs may take; a larger "
+     "case is not saved and its record says so; default 256M"),
     ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
      "its expected label is xfail, any other failure still fails"),
 )
@@ -71,6 +75,8 @@ class RunOptions:
     cases_modules: tuple[str, ...] = ()  # --cases-module, then installed entry points
     fuzz_examples: int = 0
     neuron_cores_per_worker: int = 1
+    keep_outputs: str = "failed"
+    keep_outputs_cap: int = 256 << 20
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -96,6 +102,7 @@ def parse(get, base_dir: Path) -> RunOptions:
     """Options from ``get(name)`` (pytest's config.getoption); raises ValueError, one line."""
     from cases.catalog import MATRICES, PROFILES
     from cases.custom import entry_point_case_modules
+    from conformance.kept_outputs import check_keep
 
     profile = get("--profile")
     if profile not in PROFILES:
@@ -137,6 +144,8 @@ def parse(get, base_dir: Path) -> RunOptions:
         fuzz_examples=parse_count("--fuzz-examples", get("--fuzz-examples"), minimum=0),
         neuron_cores_per_worker=parse_count("--neuron-cores-per-worker",
                                             get("--neuron-cores-per-worker"), minimum=1),
+        keep_outputs=check_keep(get("--keep-outputs")),
+        keep_outputs_cap=parse_size("--keep-outputs-cap", get("--keep-outputs-cap")),
     )
 
 

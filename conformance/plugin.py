@@ -145,10 +145,12 @@ class ConformanceSession:
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
+        from conformance.kept_outputs import clear_outputs
         from conformance.record_store import clear_records
 
         self._started_at = now_iso()
         clear_records(self.options.report_dir)
+        clear_outputs(self.options.report_dir)
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
@@ -174,6 +176,9 @@ class ConformanceSession:
         self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        from conformance.kept_outputs import summary_lines
+
+        self.summary_lines.extend(summary_lines(results.records, report_dir))
         self.summary_lines.extend(_render_report(results, report_dir))
 
     # -- worker ---------------------------------------------------------------------------

@@ -65,6 +65,7 @@ class Runner:
 
         from conformance.backends.registry import resolve_backend
         from conformance.executor import Executor, Settings
+        from conformance.kept_outputs import KeepPolicy
         from conformance.memory_gate import MemoryGate
         from conformance.record_store import RecordWriter, records_dir
         from conformance.reference_cache import ReferenceCache
@@ -79,7 +80,9 @@ class Runner:
             compile_cache=options.compile_cache,
             warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
             seed=options.seed, reference_device=options.reference_device,
-            cases_modules=options.cases_modules)
+            cases_modules=options.cases_modules,
+            keep=KeepPolicy(options.keep_outputs, options.keep_outputs_cap,
+                            str(options.report_dir)))
         self.backend_name = backend.name
         self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
