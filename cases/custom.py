@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 
 from cases.catalog import PROFILES, check_profile, matrix
-from cases.model import Case
+from cases.model import Case, Variant
 from cases import variants
 
 ENTRY_POINT_GROUP = "flexattention_conformance.cases"
@@ -135,3 +135,35 @@ def defining_module(variant_name: str) -> str:
         raise ValueError(f"unknown variant {variant_name!r}; pass its case module with "
                          "--cases-module (docs/cases.md)")
     return build.__module__
+
+
+def fuzz_variant_sources(names: list[str]) -> list:
+    """The ``fuzz_variants(shape) -> list[Variant]`` hooks of the case modules that define one
+    (docs/cases.md), each checked as it is called: ValueError, one line, naming the module,
+    when it returns something else than variants with a registered builder."""
+    sources = []
+    for name, module in zip(names, import_case_modules(names)):
+        hook = getattr(module, "fuzz_variants", None)
+        if hook is None:
+            continue
+        if not callable(hook):
+            raise ValueError(f"case module {name!r}: fuzz_variants is not a function; define "
+                             "fuzz_variants(shape) -> list[Variant] (docs/cases.md)")
+        sources.append(_checked_source(name, hook))
+    return sources
+
+
+def _checked_source(name: str, hook):
+    def variants_for(shape) -> list:
+        found = list(hook(shape))
+        for variant in found:
+            if not isinstance(variant, Variant):
+                raise ValueError(f"case module {name!r}: fuzz_variants returned a "
+                                 f"{type(variant).__name__}; return cases.model.Variant objects")
+            if variant.name not in variants.registered_variants():
+                raise ValueError(f"case module {name!r}: fuzz_variants returned variant "
+                                 f"{variant.name!r}, which has no builder; decorate its builder "
+                                 f"with @cases.variants.builder({variant.name!r})")
+        return found
+
+    return variants_for

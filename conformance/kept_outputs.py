@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cases.model import Case, file_stem
+from cases.model import Case, file_stem, split_origin
 from reports.results import Record
 
 KEEP_CHOICES = ("none", "failed", "all")
@@ -40,9 +40,10 @@ def check_keep(text: str) -> str:
     return text
 
 
-def outputs_path(report_dir: str | Path, case_id: str) -> Path:
-    """Where the kept outputs of ``case_id`` go (the record's case id, ``fuzz/`` included)."""
-    return Path(report_dir) / OUTPUTS_DIR / f"{file_stem(case_id)}.pt"
+def outputs_path(report_dir: str | Path, record_id: str) -> Path:
+    """Where the kept outputs of a record's case go: named by the case id (a fuzzed example's
+    ``fuzz/`` prefix dropped: the same case has the same tensors)."""
+    return Path(report_dir) / OUTPUTS_DIR / f"{file_stem(split_origin(record_id)[1])}.pt"
 
 
 def clear_outputs(report_dir: str | Path) -> None:

@@ -43,7 +43,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--reference-device", "cpu", "where the float64 golden is computed: cpu (default) or cuda"),
     ("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated cost), e.g. 2/4"),
     ("--fuzz-examples", "0", "run N fuzzed variants through conformance/test_fuzz.py "
-     "(hypothesis, repeatable with --seed); default 0: fuzzing skipped"),
+     "(hypothesis, repeatable with --seed; records under fuzz/ in results.json; -v prints "
+     "each); default 0: fuzzing skipped"),
     ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
      "backend); default 1"),
     ("--keep-outputs", "failed", "save each case's inputs, output, golden and baseline to "

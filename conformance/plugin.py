@@ -48,6 +48,12 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
+def conformance_options(request) -> opts.RunOptions:
+    """The run's parsed options (conformance/options.py)."""
+    return request.config.stash[_STATE].options
+
+
+@pytest.fixture(scope="session")
 def conformance_runner(request):
     """The worker's runner: executes a case, records it, and turns its label into an outcome."""
     return request.config.stash[_STATE].runner()
