@@ -94,8 +94,9 @@ def _shape_of(out) -> str:
     return f"a {type(out).__name__}"
 
 
-def mask_dependence(mask_mod: Callable) -> frozenset[str]:
-    """The index arguments (``INDEX_NAMES``) the value of ``mask_mod`` depends on.
+def mask_dependence(mask_mod: Callable, device: torch.device | str = "cpu") -> frozenset[str]:
+    """The index arguments (``INDEX_NAMES``) the value of ``mask_mod`` depends on (its
+    captured tensors on ``device``).
 
     Why it is exact: ``make_fx`` traces the scalar mod on 0-d int64 fake tensors, recording
     every tensor operation, including indexing (under flex_attention's ``TransformGetItemToIndex``).
@@ -107,7 +108,7 @@ def mask_dependence(mask_mod: Callable) -> frozenset[str]:
     correctness. A mod that cannot be traced at all (an operation without a fake kernel)
     counts as depending on everything, for the same reason.
     """
-    args = [torch.zeros((), dtype=torch.int64) for _ in INDEX_NAMES]
+    args = [torch.zeros((), dtype=torch.int64, device=device) for _ in INDEX_NAMES]
     try:
         with TransformGetItemToIndex():
             graph = make_fx(mask_mod, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
