@@ -153,22 +153,20 @@ def _cache_hit(backend) -> bool | None:
 
 
 def _block_mask(case, mods, device):
-    """The case's BlockMask, or None. Built per batch and head only when the mask depends on
-    them; per batch when key/value are broadcast over the batch (flex_attention requires a
+    """The case's BlockMask, or None. Built per batch or per head only when the mask depends
+    on them; per batch when key/value are broadcast over the batch (flex_attention requires a
     block mask of the query batch then, so an unmasked variant gets a no-op one)."""
     from torch.nn.attention.flex_attention import noop_mask
 
+    from cases.pointwise import mask_dependence
     from conformance import compat
+    from conformance.estimates import block_mask_batch_heads
 
     shape = case.shape
-    broadcast = shape.Bkv != shape.B
-    mask_mod = mods.mask_mod or (noop_mask if broadcast else None)
+    mask_mod = mods.mask_mod or (noop_mask if shape.Bkv != shape.B else None)
     if mask_mod is None:
         return None
-    if mods.per_batch_head:
-        b, h = shape.B, shape.Hq
-    else:
-        b, h = (shape.B if broadcast else None), None
+    b, h = block_mask_batch_heads(shape, mask_dependence(mask_mod, device))
     return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
 
 

@@ -70,7 +70,13 @@ class Executor:
         reason = self.backend.unsupported_reason(case)
         if reason:
             return self._record(case, Label.UNSUPPORTED, reason, started_at)
-        estimate = case_peak_bytes(case, self.backend.compiled)
+        from cases.pointwise import PointwiseModError  # torch: imported once a case runs
+
+        try:
+            mask_depends_on = _mask_dependence(case)
+        except PointwiseModError as exc:  # a mod flex_attention cannot run either
+            return self._record(case, Label.HARNESS_ERROR, str(exc), started_at)
+        estimate = case_peak_bytes(case, self.backend.compiled, mask_depends_on)
         if self.gate is None:
             return self._execute(case, started_at)
         with self.gate.reserve(estimate, f"{self.worker} {case.id}"):
@@ -151,6 +157,20 @@ class Executor:
             run_seconds=_seconds(obs and obs.run_seconds),
             cache_hit=obs.cache_hit if obs else None, metrics=metrics,
             worker=self.worker, started_at=started_at, finished_at=now_iso())
+
+
+def _mask_dependence(case: Case) -> frozenset[str]:
+    """What the case's mask depends on (b, h, q_idx, kv_idx), for the memory estimate, after
+    checking that its mods run point by point (PointwiseModError, one line, when not)."""
+    from cases.pointwise import check_mods, mask_dependence
+    from cases.variants import build_mods
+
+    try:
+        mods = build_mods(case.variant, case.shape)
+    except Exception:  # noqa: BLE001 - the child reports it, before it allocates any grid
+        return frozenset()
+    check_mods(mods.mask_mod, mods.score_mod, case.variant.token)
+    return mask_dependence(mods.mask_mod) if mods.mask_mod else frozenset()
 
 
 def _seconds(value) -> float | None:
