@@ -56,7 +56,8 @@ def core_matrix(profile: str = "full") -> list[Case]:
     return cases
 
 
-MATRICES = ("core", "extended", "all")
+#: ``custom`` holds no catalog case: it selects the cases of case modules alone (cases/custom.py).
+MATRICES = ("core", "extended", "all", "custom")
 
 #: The extended matrix's base shape (batch, heads, sequence, head dim) before the profile's
 #: length divisor; each axis below changes one thing of it.
@@ -108,7 +109,10 @@ def extended_matrix(profile: str = "full") -> list[Case]:
 
 
 def matrix(profile: str = "full", name: str = "core") -> list[Case]:
-    """All cases of matrix ``name`` (core, extended or all) in ``profile``."""
+    """All catalog cases of matrix ``name`` (core, extended, all, or custom: none) in ``profile``."""
+    if name == "custom":
+        check_profile(profile)
+        return []
     if name == "core":
         return core_matrix(profile)
     if name == "extended":

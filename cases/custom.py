@@ -18,8 +18,8 @@ import sys
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from cases.catalog import check_profile
-from cases.model import Case
+from cases.catalog import PROFILES, check_profile, matrix
+from cases.model import Case, Variant
 from cases import variants
 
 ENTRY_POINT_GROUP = "flexattention_conformance.cases"
@@ -94,7 +94,34 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
             raise ValueError(f"case {case.id!r} is defined twice by the case modules "
                              f"{', '.join(names)}; give each case a distinct variant or shape")
         seen.add(case.id)
+    _refuse_catalog_ids(collected, names)
     return collected
+
+
+def _refuse_catalog_ids(collected: list[Case], names: list[str]) -> None:
+    """An id means one case forever: a custom case may not reuse a catalog case's id (a
+    record of it would be read as the catalog's case by the report, the gate and repro)."""
+    if not collected:
+        return
+    catalog = {case.id: f"the catalog's {'core' if 'core' in case.tags else 'extended'} matrix "
+                        f"({profile} profile)"
+               for profile in PROFILES for case in matrix(profile, "all")}
+    for case in collected:
+        if case.id in catalog:
+            owner = _REGISTERED_BY.get(case.variant.name) or " or ".join(names)
+            raise ValueError(f"case {case.id!r} of case module {owner!r} has the id of a case "
+                             f"of {catalog[case.id]}; give the custom case another variant "
+                             "name, parameters or shape")
+
+
+def select_cases(profile: str, matrix_name: str, modules: list[str]) -> list[Case]:
+    """The cases of one run: the catalog's matrix ``matrix_name`` (none for ``custom``)
+    followed by the cases of the case modules. ``custom`` without a case module is a
+    ValueError: it would run nothing."""
+    if matrix_name == "custom" and not modules:
+        raise ValueError("--matrix custom runs only the cases of case modules, and none is "
+                         "given; pass --cases-module MODULE (docs/cases.md)")
+    return matrix(profile, matrix_name) + load_case_modules(modules, profile)
 
 
 def defining_module(variant_name: str) -> str:
@@ -108,3 +135,35 @@ def defining_module(variant_name: str) -> str:
         raise ValueError(f"unknown variant {variant_name!r}; pass its case module with "
                          "--cases-module (docs/cases.md)")
     return build.__module__
+
+
+def fuzz_variant_sources(names: list[str]) -> list:
+    """The ``fuzz_variants(shape) -> list[Variant]`` hooks of the case modules that define one
+    (docs/cases.md), each checked as it is called: ValueError, one line, naming the module,
+    when it returns something else than variants with a registered builder."""
+    sources = []
+    for name, module in zip(names, import_case_modules(names)):
+        hook = getattr(module, "fuzz_variants", None)
+        if hook is None:
+            continue
+        if not callable(hook):
+            raise ValueError(f"case module {name!r}: fuzz_variants is not a function; define "
+                             "fuzz_variants(shape) -> list[Variant] (docs/cases.md)")
+        sources.append(_checked_source(name, hook))
+    return sources
+
+
+def _checked_source(name: str, hook):
+    def variants_for(shape) -> list:
+        found = list(hook(shape))
+        for variant in found:
+            if not isinstance(variant, Variant):
+                raise ValueError(f"case module {name!r}: fuzz_variants returned a "
+                                 f"{type(variant).__name__}; return cases.model.Variant objects")
+            if variant.name not in variants.registered_variants():
+                raise ValueError(f"case module {name!r}: fuzz_variants returned variant "
+                                 f"{variant.name!r}, which has no builder; decorate its builder "
+                                 f"with @cases.variants.builder({variant.name!r})")
+        return found
+
+    return variants_for

@@ -21,6 +21,28 @@ MODES = ("fwd", "fwd+lse", "fwd+bwd")
 _SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
 
 
+#: The id of a fuzzed example's record: ``fuzz/`` then the case's own id. The case (and so its
+#: inputs, golden and spec) is the same as without the prefix; the prefix says where the
+#: record came from, so a fuzzed example never passes for a matrix case.
+FUZZ_PREFIX = "fuzz/"
+
+
+def fuzz_id(case: "Case") -> str:
+    return FUZZ_PREFIX + case.id
+
+
+def split_origin(record_id: str) -> tuple[str, str]:
+    """(origin, case id) of a record id: ("fuzz", id) for a fuzzed example, ("", id) else."""
+    if record_id.startswith(FUZZ_PREFIX):
+        return FUZZ_PREFIX.rstrip("/"), record_id[len(FUZZ_PREFIX):]
+    return "", record_id
+
+
+def file_stem(case_id: str) -> str:
+    """A file name for a case id (its ``/`` and any other unsafe character become ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", case_id)
+
+
 @dataclass(frozen=True)
 class Shape:
     """Attention shape: batch, query heads, key/value heads, query and key lengths, head dim.

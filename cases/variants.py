@@ -3,14 +3,16 @@
 A constructor returns a ``Variant`` (name + parameters) and is what the matrix uses.
 A builder turns that data into FlexAttention mods for one shape on one device:
 ``mask_mod(b, h, q_idx, kv_idx) -> bool`` and ``score_mod(score, b, h, q_idx, kv_idx)``,
-where ``score`` is the already scaled ``q.k / sqrt(D)``. The mods are plain tensor code,
-so they run under FlexAttention (vmap / compile) and, broadcast, in the float64 golden.
+where ``score`` is the already scaled ``q.k / sqrt(D)``. Each mod is a function of one point:
+0-d tensors in, a 0-d tensor out. FlexAttention evaluates it batched with torch.vmap, and so
+does the float64 golden (cases/pointwise.py); it need not be correct on broadcast grids.
 
 Adding a variant is one edit in this file: a constructor, a builder with ``@builder``.
 Never change what an existing name and its parameters compute: ids must keep their meaning.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,13 +28,20 @@ ScoreMod = Callable[..., torch.Tensor]
 class Mods:
     """The callables of one variant on one shape.
 
-    ``per_batch_head`` says whether the mask depends on b or h (it decides whether the block
-    mask is built per batch and head, which costs B*H times the memory).
+    ``per_batch_head`` is deprecated and ignored: what the mask depends on (b, h) is read off
+    the mask itself (cases.pointwise.mask_dependence), for the block mask and the memory
+    estimate alike.
     """
 
     mask_mod: MaskMod | None
     score_mod: ScoreMod | None
     per_batch_head: bool = False
+
+    def __post_init__(self) -> None:
+        if self.per_batch_head:
+            warnings.warn("Mods(per_batch_head=True) is deprecated and ignored: the suite "
+                          "finds what the mask depends on by itself; drop the argument",
+                          DeprecationWarning, stacklevel=3)
 
 
 Builder = Callable[[Variant, Shape, torch.device], Mods]

@@ -114,6 +114,7 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     from cases.inputs import make_grad_output, make_inputs
     from cases.model import Case
     from cases.variants import build_mods
+    from conformance.contract import check_gradients, check_result
 
     emit(event="phase", phase="setup")
     start = time.perf_counter()
@@ -131,14 +132,15 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     fn = _guard("setup", lambda: backend.prepare(case))
     timings["setup_seconds"] = time.perf_counter() - start
 
-    def call():
+    def call():  # every result is checked: a wrong structure is the call's phase's error
         if not backward:
             result = fn(inputs.q, inputs.k, inputs.v, mods.score_mod, mask)
             backend.synchronize()
-            return result
+            return check_result(case, result, inputs.q.dtype, device)
         q, k, v = (t.detach().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
-        out = _as_tensor(fn(q, k, v, mods.score_mod, mask))
-        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        out = check_result(case, fn(q, k, v, mods.score_mod, mask), inputs.q.dtype, device)
+        grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+        check_gradients(case, grads)
         backend.synchronize()
         return out, dict(zip(("dq", "dk", "dv"), grads))
 
@@ -203,38 +205,33 @@ def _refuse_fallbacks(backend, phase: str) -> None:
 
 
 def _block_mask(case, mods, device):
-    """The case's BlockMask, or None. Built per batch and head only when the mask depends on
-    them; per batch when key/value are broadcast over the batch (flex_attention requires a
+    """The case's BlockMask, or None. Built per batch or per head only when the mask depends
+    on them; per batch when key/value are broadcast over the batch (flex_attention requires a
     block mask of the query batch then, so an unmasked variant gets a no-op one)."""
     from torch.nn.attention.flex_attention import noop_mask
 
+    from cases.pointwise import mask_dependence
     from conformance import compat
+    from conformance.estimates import block_mask_batch_heads
 
     shape = case.shape
-    broadcast = shape.Bkv != shape.B
-    mask_mod = mods.mask_mod or (noop_mask if broadcast else None)
+    mask_mod = mods.mask_mod or (noop_mask if shape.Bkv != shape.B else None)
     if mask_mod is None:
         return None
-    if mods.per_batch_head:
-        b, h = shape.B, shape.Hq
-    else:
-        b, h = (shape.B if broadcast else None), None
+    b, h = block_mask_batch_heads(shape, mask_dependence(mask_mod, device))
     return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
 
 
 def _observed(case, result) -> dict:
-    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs."""
+    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs
+    (``result`` has passed conformance.contract.check_result)."""
     if case.mode == "fwd+bwd":
         out, grads = result
         return {"out": out.detach().cpu(), "grads": {k: g.detach().cpu() for k, g in grads.items()}}
     if case.mode == "fwd+lse":
         out, lse = result
         return {"out": out.detach().cpu(), "lse": lse.detach().cpu()}
-    return {"out": _as_tensor(result).detach().cpu()}
-
-
-def _as_tensor(out):
-    return out[0] if isinstance(out, (tuple, list)) else out
+    return {"out": result.detach().cpu()}
 
 
 def _die_with_parent() -> None:

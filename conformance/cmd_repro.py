@@ -18,7 +18,15 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from conformance.repro import write_repro
 
+    from pathlib import Path
+
+    from conformance.kept_outputs import outputs_path
+
     path = write_repro(args.results, args.case_id, args.output, args.backend, args.cases_module)
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB); run it with: "
           f"python {shlex.quote(str(path))}")
+    kept = outputs_path(Path(args.results).parent, args.case_id)
+    if kept.exists():
+        print(f"the run kept this case's outputs: {kept}; compare with: "
+              f"python {shlex.quote(str(path))} --compare {shlex.quote(str(kept))}")
     return 0

@@ -135,6 +135,29 @@ UNSUPPORTED_SENTENCES = (
 )
 
 
+#: What CPU flex_attention refuses in every torch from MIN_TORCH to NEWEST_CHECKED_TORCH, in
+#: upstream's words (matched by UNSUPPORTED_SENTENCES): backends declare these before running
+#: (``unsupported_reason``), so the fuzzer never spends an example on them. A newer torch runs
+#: the case, and its own error (or its success) decides.
+NEWEST_CHECKED_TORCH = (2, 13)
+CPU_BACKWARD_SENTENCE = ("FlexAttention does not support backward on CPU. Please set the input "
+                         "requires_grad to False or use another device.")
+CPU_COMPILED_LSE_SENTENCE = ("torch.compile on CPU only supports inference and `return_lse` is "
+                             "not supported yet.")
+
+
+def known_cpu_refusal(mode: str, compiled: bool, version: tuple[int, int] | None = None) -> str | None:
+    """Upstream's sentence refusing ``mode`` on the CPU (eager or compiled) in this torch (or
+    ``version``), when it is a version this suite has checked; else None."""
+    if (version or torch_version()) > NEWEST_CHECKED_TORCH:
+        return None
+    if mode == "fwd+bwd":
+        return CPU_BACKWARD_SENTENCE
+    if mode == "fwd+lse" and compiled:
+        return CPU_COMPILED_LSE_SENTENCE
+    return None
+
+
 def unsupported_sentence(exc: BaseException) -> str | None:
     """Upstream's exact sentence declaring the case unsupported, if ``exc`` carries one in its
     text (also as Dynamo or Inductor word a wrapped error) or in an exception it was raised

@@ -4,11 +4,12 @@ Rough on purpose, and erring high: a case counts what its child allocates (input
 block mask, the score matrix an unfused eager path materialises, compiler working memory)
 plus what the parent holds for the verdict (float64 golden, baseline, observed output, and the
 reference's bounded chunk workspace). ``create_block_mask`` evaluates the mask over the whole
-[B?, H?, Sq, Skv] grid in several temporaries, measured here at ~9 bytes per element.
+[B?, H?, Sq, Skv] grid in several temporaries, measured here at ~9 bytes per element; which
+of B and H the grid has follows what the mask depends on (``block_mask_batch_heads``).
 """
 from __future__ import annotations
 
-from cases.model import Case
+from cases.model import Case, Shape
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -29,11 +30,26 @@ def tensor_bytes(case: Case) -> tuple[int, int, int]:
     return q, kv, scores
 
 
-def child_peak_bytes(case: Case, compiled: bool, per_batch_head: bool = False) -> int:
+def block_mask_batch_heads(shape: Shape,
+                           mask_depends_on: frozenset[str]) -> tuple[int | None, int | None]:
+    """B and H to pass to create_block_mask (None: one mask shared by every batch or head).
+
+    The batch when the mask depends on ``b``, or when key/value are broadcast over the batch
+    (flex_attention then requires a block mask of the query batch); the query heads when the
+    mask depends on ``h``. ``mask_depends_on`` is cases.pointwise.mask_dependence's answer.
+    """
+    batch = shape.B if "b" in mask_depends_on or shape.Bkv != shape.B else None
+    heads = shape.Hq if "h" in mask_depends_on else None
+    return batch, heads
+
+
+def child_peak_bytes(case: Case, compiled: bool,
+                     mask_depends_on: frozenset[str] = frozenset()) -> int:
     q, kv, scores = tensor_bytes(case)
     s = case.shape
     item = _DTYPE_BYTES[case.dtype]
-    mask_grid = (s.B * s.Hq if per_batch_head else 1) * s.Sq * s.Skv
+    batch, heads = block_mask_batch_heads(s, mask_depends_on)
+    mask_grid = (batch or 1) * (heads or 1) * s.Sq * s.Skv
     total = (2 * q + kv) * item + mask_grid * _MASK_BYTES_PER_ELEMENT
     if compiled:
         total += _COMPILER_BYTES
@@ -50,9 +66,11 @@ def parent_peak_bytes(case: Case) -> int:
     return (2 * q + kv) * 8 + q * (4 + _DTYPE_BYTES[case.dtype]) + _REFERENCE_WORKSPACE
 
 
-def case_peak_bytes(case: Case, compiled: bool, per_batch_head: bool = False) -> int:
-    """Estimated bytes a case needs at its peak, child and parent together."""
-    return child_peak_bytes(case, compiled, per_batch_head) + parent_peak_bytes(case)
+def case_peak_bytes(case: Case, compiled: bool,
+                    mask_depends_on: frozenset[str] = frozenset()) -> int:
+    """Estimated bytes a case needs at its peak, child and parent together; ``mask_depends_on``
+    are the index arguments its mask depends on (cases.pointwise.mask_dependence)."""
+    return child_peak_bytes(case, compiled, mask_depends_on) + parent_peak_bytes(case)
 
 
 def relative_cost(case: Case) -> float:

@@ -22,6 +22,7 @@ from cases.model import Case
 from conformance.artifacts import file_case_artifacts
 from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
 from conformance.estimates import case_peak_bytes
+from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
 from conformance.observation import Observation, label_of
 from conformance.reference_cache import ReferenceCache
@@ -42,6 +43,8 @@ class Settings:
     compile_only: bool = False  # --phase compile: first call only, label COMPILED
     artifacts_dir: str | None = None  # where failed cases' compile artefacts are filed
     keep_artifacts: bool = False  # file every case's artefacts, not only failed ones
+    keep: KeepPolicy = KeepPolicy()  # which cases' tensors are saved (--keep-outputs)
+
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -78,7 +81,13 @@ class Executor:
         reason = self.backend.unsupported_reason(case)
         if reason:
             return self._record(case, Label.UNSUPPORTED, reason, started_at)
-        estimate = case_peak_bytes(case, self.backend.compiled)
+        from cases.pointwise import PointwiseModError  # torch: imported once a case runs
+
+        try:
+            mask_depends_on = _mask_dependence(case)
+        except PointwiseModError as exc:  # a mod flex_attention cannot run either
+            return self._record(case, Label.HARNESS_ERROR, str(exc), started_at)
+        estimate = case_peak_bytes(case, self.backend.compiled, mask_depends_on)
         if self.gate is None:
             return self._execute(case, started_at)
         with self.gate.reserve(estimate, f"{self.worker} {case.id}"):
@@ -167,11 +176,14 @@ class Executor:
         try:
             verdict = judge(case, golden, baseline, observed)
         except Exception as exc:  # noqa: BLE001
-            return self._record(case, Label.HARNESS_ERROR,
-                                f"the verdict failed: {_one_line(exc)}", started_at, obs)
-        label = Label.PASS if verdict.passed else Label.MISMATCH
-        return self._record(case, label, "" if verdict.passed else verdict.summary,
-                            started_at, obs, verdict.metrics)
+            record = self._record(case, Label.HARNESS_ERROR,
+                                  f"the verdict failed: {_one_line(exc)}", started_at, obs)
+        else:
+            label = Label.PASS if verdict.passed else Label.MISMATCH
+            record = self._record(case, label, "" if verdict.passed else verdict.summary,
+                                  started_at, obs, verdict.metrics)
+        return keep_outputs(self.settings.keep, case, self.settings.seed, record, observed,
+                            golden, baseline)
 
     def _record(self, case: Case, label: Label, message: str, started_at: str,
                 obs: Observation | None = None, metrics: dict | None = None) -> Record:
@@ -187,6 +199,20 @@ class Executor:
 
 def _breakdown(stages: dict | None) -> dict[str, float] | None:
     return {name: _seconds(value) for name, value in stages.items()} if stages else None
+
+
+def _mask_dependence(case: Case) -> frozenset[str]:
+    """What the case's mask depends on (b, h, q_idx, kv_idx), for the memory estimate, after
+    checking that its mods run point by point (PointwiseModError, one line, when not)."""
+    from cases.pointwise import check_mods, mask_dependence
+    from cases.variants import build_mods
+
+    try:
+        mods = build_mods(case.variant, case.shape)
+    except Exception:  # noqa: BLE001 - the child reports it, before it allocates any grid
+        return frozenset()
+    check_mods(mods.mask_mod, mods.score_mod, case.variant.token)
+    return mask_dependence(mods.mask_mod) if mods.mask_mod else frozenset()
 
 
 def _seconds(value) -> float | None:

@@ -9,20 +9,22 @@ no example database).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
-from cases.model import Case
+from cases.composed import composed
+from cases.model import DTYPES, MODES, Case, Shape, file_stem
 from conformance import fuzz_grammar
 from reports.results import Record
 
 FAILURES_DIR = "fuzz-failures"
+#: The tiny case ``runnable`` asks the backend about, in each mode and dtype.
+PROBE_SHAPE = Shape(1, 1, 1, 16, 16, 16)
 
 
 @dataclass
@@ -39,18 +41,55 @@ class CaseFailed(Exception):
         self.record = record
 
 
+@dataclass(frozen=True)
+class Runnable:
+    """The modes and dtypes a backend runs, and why it does not run the others."""
+
+    modes: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    refused: dict[str, str]  # "mode/dtype" -> the backend's reason
+
+    def refusals(self) -> list[str]:
+        """One line per distinct reason: ``fwd+bwd/bf16, fwd+bwd/fp16: <reason>``."""
+        by_reason: dict[str, list[str]] = {}
+        for key, reason in self.refused.items():
+            by_reason.setdefault(reason, []).append(key)
+        return [f"{', '.join(keys)}: {reason}" for reason, keys in by_reason.items()]
+
+
+def runnable(unsupported: Callable[[Case], str | None], modes: tuple[str, ...] = MODES,
+             dtypes: tuple[str, ...] = DTYPES) -> Runnable:
+    """Ask ``unsupported`` (the backend's unsupported_reason) about a tiny case of each mode and
+    dtype, so the fuzzer draws only what the backend can run instead of spending examples on
+    UNSUPPORTED. A mode (a dtype) is kept when some dtype (some mode) runs with it; a pair the
+    backend refuses among those kept is drawn again, like a case it refuses for its shape."""
+    refused = {}
+    for mode in modes:
+        for dtype in dtypes:
+            reason = unsupported(Case(composed(), PROBE_SHAPE, dtype, mode))
+            if reason:
+                refused[f"{mode}/{dtype}"] = reason
+    runs = [(m, d) for m in modes for d in dtypes if f"{m}/{d}" not in refused]
+    return Runnable(tuple(m for m in modes if any(m == r for r, _ in runs)),
+                    tuple(d for d in dtypes if any(d == r for _, r in runs)), refused)
+
+
 def search(execute: Callable[[Case], Record], examples: int, seed: int,
            modes: tuple[str, ...] = ("fwd",),
-           unsupported: Callable[[Case], str | None] = lambda case: None) -> FuzzResult:
+           unsupported: Callable[[Case], str | None] = lambda case: None,
+           dtypes: tuple[str, ...] = DTYPES,
+           sources: Sequence[fuzz_grammar.VariantSource] = (),
+           with_composed: bool = True) -> FuzzResult:
     """Run ``examples`` drawn cases (those ``unsupported`` names a reason for are drawn again);
-    on the first failure, shrink it and return the minimal one in ``FuzzResult.failure``."""
+    on the first failure, shrink it and return the minimal one in ``FuzzResult.failure``.
+    ``sources`` and ``with_composed`` choose the variants (fuzz_grammar.cases)."""
     result = FuzzResult()
 
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
               phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(seed)
-    @given(case=fuzz_grammar.cases(modes))
+    @given(case=fuzz_grammar.cases(modes, dtypes, sources, with_composed))
     def run_one(case: Case) -> None:
         if unsupported(case):
             reject()
@@ -77,7 +116,7 @@ def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int
     """Write the failing case as a case spec file that ``--case-file`` runs again; returns it."""
     directory = Path(report_dir) / FAILURES_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / (re.sub(r"[^A-Za-z0-9._+-]+", "_", record.case_id) + ".json")
+    path = directory / (file_stem(record.case_id) + ".json")
     spec = {"cases": [record.case],
             "fuzz": {"label": record.label.value, "message": record.message,
                      "backend": backend, "seed": seed}}

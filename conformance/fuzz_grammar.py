@@ -9,16 +9,21 @@ any process. The grammar (see cases/composed.py for what each atom computes):
     score  := a sequence of distinct scale{f} | alibi{m} | cap{c} | bias{c}  (<= 3)
     shape  := B in {1, 2}, Hkv in {1, 2}, Hq = Hkv * {1, 2, 4} (GQA), Sq and Skv from
               ``LENGTHS`` (odd lengths, one block +- 1), D from ``HEAD_DIMS``
+    case   := shape, then a composed variant or a case module's variant for that shape
+              (``fuzz_variants(shape)``, docs/cases.md), dtype, mode, input scale
 
 Each choice lists its simplest value first: hypothesis shrinks towards the first element, so a
 failure shrinks to no mask, no score mod, one batch, one head, short and equal lengths.
 """
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from cases.composed import MASK_ATOMS, SCORE_ATOMS, And, Atom, Not, Or, composed
-from cases.model import DTYPES, Case, Shape
+from cases.model import DTYPES, Case, Shape, Variant
 
 #: Values of each atom, simplest first. Lengths are chosen against ``LENGTHS``.
 MASK_VALUES: dict[str, tuple[int, ...]] = {
@@ -70,8 +75,27 @@ def shapes(draw) -> Shape:
                  Sq=sq, Skv=skv, D=draw(st.sampled_from(HEAD_DIMS)))
 
 
-def cases(modes: tuple[str, ...] = ("fwd",), dtypes: tuple[str, ...] = DTYPES) -> st.SearchStrategy[Case]:
-    """Fuzzed cases in ``modes`` and ``dtypes`` (the first of each is where failures shrink to)."""
-    variants = st.builds(composed, masks(), score_chains())
-    return st.builds(Case, variants, shapes(), st.sampled_from(dtypes), st.sampled_from(modes),
-                     st.sampled_from(INPUT_SCALES))
+#: A case module's hook (docs/cases.md): the variants the fuzzer may draw for a shape.
+VariantSource = Callable[[Shape], Sequence[Variant]]
+
+
+def cases(modes: tuple[str, ...] = ("fwd",), dtypes: tuple[str, ...] = DTYPES,
+          sources: Sequence[VariantSource] = (),
+          with_composed: bool = True) -> st.SearchStrategy[Case]:
+    """Fuzzed cases in ``modes`` and ``dtypes`` (the first of each is where failures shrink
+    to). The variant is a drawn ``composed`` one (unless ``with_composed`` is False) or one of
+    the variants a source gives for the drawn shape (case modules' ``fuzz_variants``)."""
+    composed_variants = [st.builds(composed, masks(), score_chains())] if with_composed else []
+
+    @st.composite
+    def drawn(draw) -> Case:
+        shape = draw(shapes())
+        choices = composed_variants + [st.sampled_from(found) for found in
+                                       (list(source(shape)) for source in sources) if found]
+        if not choices:  # no source has a variant for this shape: draw another one
+            reject()
+        variant = draw(st.one_of(choices))
+        return Case(variant, shape, draw(st.sampled_from(dtypes)), draw(st.sampled_from(modes)),
+                    draw(st.sampled_from(INPUT_SCALES)))
+
+    return drawn()

@@ -25,7 +25,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--profile", "full", "matrix profile: full (default; the gating sizes) or smoke "
      "(lengths / 8, for CI and quick checks)"),
     ("--matrix", "core", "which cases: core (default; the 96 gating cases), extended (dtypes, "
-     "GQA, head dims, odd lengths, cross attention, lse, backward, ...) or all"),
+     "GQA, head dims, odd lengths, cross attention, lse, backward, ...), all, or custom (only "
+     "the cases of --cases-module and installed case modules)"),
     ("--case-file", None, "run the cases of a JSON file (one case spec or a list, as written "
      "by Case.to_json) instead of the profile's matrix"),
     ("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
@@ -48,12 +49,17 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--reference-device", "cpu", "where the float64 golden is computed: cpu (default) or cuda"),
     ("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated cost), e.g. 2/4"),
     ("--fuzz-examples", "0", "run N fuzzed variants through conformance/test_fuzz.py "
-     "(hypothesis, repeatable with --seed); default 0: fuzzing skipped"),
+     "(hypothesis, repeatable with --seed; records under fuzz/ in results.json; -v prints "
+     "each); default 0: fuzzing skipped"),
     ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
      "backend); default 1"),
     ("--neuron-device-check", "bypass", "bypass (default): where flex_attention rejects "
      "device 'neuron', lift that one check for 'neuron' as the Neuron SDK's examples do "
      "(recorded in the environment); strict: keep upstream's check (every case UNSUPPORTED)"),
+    ("--keep-outputs", "failed", "save each case's inputs, output, golden and baseline to "
+     "<report-dir>/outputs/ (reference.load_case_outputs reads them): none, failed (default) or all"),
+    ("--keep-outputs-cap", "256M", "the most bytes one case's kept outputs may take; a larger "
+     "case is not saved and its record says so; default 256M"),
     ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
      "its expected label is xfail, any other failure still fails"),
 )
@@ -82,6 +88,8 @@ class RunOptions:
     phase: str = "all"  # all | compile (compile-only pass)
     neuron_device_check: str = "bypass"  # bypass | strict
     keep_artifacts: bool = False  # file every case's compile artefacts, not only failed ones
+    keep_outputs: str = "failed"
+    keep_outputs_cap: int = 256 << 20
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -110,6 +118,7 @@ def parse(get, base_dir: Path) -> RunOptions:
     """Options from ``get(name)`` (pytest's config.getoption); raises ValueError, one line."""
     from cases.catalog import MATRICES, PROFILES
     from cases.custom import entry_point_case_modules
+    from conformance.kept_outputs import check_keep
 
     profile = get("--profile")
     if profile not in PROFILES:
@@ -166,6 +175,8 @@ def parse(get, base_dir: Path) -> RunOptions:
         phase=phase,
         neuron_device_check=device_check,
         keep_artifacts=bool(get("--keep-artifacts")),
+        keep_outputs=check_keep(get("--keep-outputs")),
+        keep_outputs_cap=parse_size("--keep-outputs-cap", get("--keep-outputs-cap")),
     )
 
 

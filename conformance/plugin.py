@@ -49,6 +49,12 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
+def conformance_options(request) -> opts.RunOptions:
+    """The run's parsed options (conformance/options.py)."""
+    return request.config.stash[_STATE].options
+
+
+@pytest.fixture(scope="session")
 def conformance_runner(request):
     """The worker's runner: executes a case, records it, and turns its label into an outcome."""
     return request.config.stash[_STATE].runner()
@@ -147,10 +153,12 @@ class ConformanceSession:
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
+        from conformance.kept_outputs import clear_outputs
         from conformance.record_store import clear_records
 
         self._started_at = now_iso()
         clear_records(self.options.report_dir)
+        clear_outputs(self.options.report_dir)
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
@@ -176,6 +184,9 @@ class ConformanceSession:
         self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        from conformance.kept_outputs import summary_lines
+
+        self.summary_lines.extend(summary_lines(results.records, report_dir))
         self.summary_lines.extend(_render_report(results, report_dir))
 
     # -- worker ---------------------------------------------------------------------------
@@ -197,15 +208,13 @@ def _build_runner(options: opts.RunOptions, workerinput: dict | None):
 
 
 def _select_cases(options: opts.RunOptions) -> list:
-    from cases.catalog import matrix
-    from cases.custom import import_case_modules, load_case_modules
+    from cases.custom import import_case_modules, select_cases
 
     if options.case_file:  # a spec may name a custom variant: register its module first
         import_case_modules(list(options.cases_modules))
         cases = opts.load_case_file(options.case_file)
     else:
-        cases = matrix(options.profile, options.matrix)
-        cases += load_case_modules(list(options.cases_modules), options.profile)
+        cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
     if options.shard is None:
         return cases
     try:

@@ -47,8 +47,10 @@ class RecordWriter:
     def environment(self, environment: dict[str, Any]) -> None:
         self._write({"event": "environment", "environment": environment})
 
-    def started(self, case: Case, worker: str, started_at: str) -> None:
-        self._write({"event": "started", "case_id": case.id, "case": case.to_json(),
+    def started(self, case: Case, worker: str, started_at: str,
+                record_id: str | None = None) -> None:
+        """``record_id``: the id the record will have (a fuzzed example's ``fuzz/...``)."""
+        self._write({"event": "started", "case_id": record_id or case.id, "case": case.to_json(),
                      "worker": worker, "started_at": started_at})
 
     def finished(self, record: Record) -> None:

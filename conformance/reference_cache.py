@@ -43,16 +43,6 @@ def _on_cpu(ref):
     return Reference(ref.out.cpu(), ref.lse.cpu() if ref.lse is not None else None, grads)
 
 
-def _to_dict(ref) -> dict:
-    return {"out": ref.out, "lse": ref.lse, "grads": ref.grads}
-
-
-def _from_dict(data: dict):
-    from reference.golden import Reference
-
-    return Reference(data["out"], data.get("lse"), data.get("grads"))
-
-
 class ReferenceCache:
     def __init__(self, directory: str | Path | None, max_bytes: int):
         self.directory = Path(directory) if directory else None
@@ -64,18 +54,21 @@ class ReferenceCache:
             return compute_reference(case, seed, device)
         import torch
 
+        from reference.outputs import reference_from_dict, reference_to_dict
+
         key = cache_key(case.id, seed, device, _variant_module(case))
         path = self.directory / f"{key}.pt"
         try:
             data = torch.load(path, weights_only=True)
             os.utime(path)  # recently used
-            return _from_dict(data["golden"]), _from_dict(data["baseline"])
+            return reference_from_dict(data["golden"]), reference_from_dict(data["baseline"])
         except (FileNotFoundError, RuntimeError, KeyError, EOFError):
             pass  # absent, or torn by a crash: compute again
         golden, baseline = compute_reference(case, seed, device)
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        torch.save({"golden": _to_dict(golden), "baseline": _to_dict(baseline)}, tmp)
+        torch.save({"golden": reference_to_dict(golden), "baseline": reference_to_dict(baseline)},
+                   tmp)
         tmp.replace(path)
         self._evict()
         return golden, baseline

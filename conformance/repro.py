@@ -20,7 +20,8 @@ from reports.results import Record, load_results
 SUITE_PACKAGES = ("cases", "reference", "conformance", "reports")
 #: The modules the runtime needs whatever the backend; the backend's module is added.
 ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.observation",
-         "conformance.reference_cache", "conformance.backends.registry", "reference.verdict")
+         "conformance.reference_cache", "conformance.backends.registry", "reference.verdict",
+         "reference.outputs")
 
 
 def write_repro(results_path: str | Path, case_id: str, output: str | Path,
@@ -158,6 +159,8 @@ def _script(record: Record, backend: str, seed: int, case_modules: list[str],
         '"""Reproduction of one FlexAttention conformance case (written by `flexconf repro`).',
         "",
         "    python repro.py     # needs torch; prints the phases, the error metrics and the label",
+        "    python repro.py --save-outputs out.pt   # also saves inputs, output, golden, baseline",
+        "    python repro.py --compare KEPT.pt       # and compares with the run's kept output",
         "",
         f"case       {record.case_id}",
         f"backend    {backend}",
@@ -226,9 +229,18 @@ class EmbeddedSuite(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def main():
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Reproduce one FlexAttention conformance case.")
+    parser.add_argument("--save-outputs", metavar="FILE", help="save the inputs, the output, "
+                        "the golden and the baseline (reference.load_case_outputs reads it)")
+    parser.add_argument("--compare", metavar="KEPT", help="a file the run kept for this case "
+                        "(REPORT_DIR/outputs/...pt): print how this output differs from it")
+    args = parser.parse_args()
     sys.meta_path.insert(0, EmbeddedSuite())
     from conformance.repro_runtime import reproduce
 
-    return reproduce(CASE, BACKEND, SEED, RUNS, tuple(CASE_MODULES), RECORDED)
+    return reproduce(CASE, BACKEND, SEED, RUNS, tuple(CASE_MODULES), RECORDED,
+                     args.save_outputs, args.compare)
 
 '''

@@ -18,8 +18,13 @@ from pathlib import Path
 
 
 def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
-              case_modules: tuple[str, ...] = (), recorded: str = "") -> int:
-    """Run the case, print the phases, the error metrics and the label; 0 when it passes."""
+              case_modules: tuple[str, ...] = (), recorded: str = "",
+              save_outputs: str | None = None, compare: str | None = None) -> int:
+    """Run the case, print the phases, the error metrics and the label; 0 when it passes.
+
+    ``save_outputs``: write the inputs, the output, the golden and the baseline there (the
+    format of ``--keep-outputs``, reference/outputs.py). ``compare``: a file kept by the run
+    (``<report-dir>/outputs/...pt``); print how far this output is from the run's."""
     from conformance.backends.base import WorkerSlot
     from conformance.backends.registry import load_backend
 
@@ -40,10 +45,50 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     reason = backend.unsupported_reason(case)
     if reason:
         return _finish("UNSUPPORTED", reason)
-    label, message, metrics = _run(backend, case, seed, runs, workdir)
+    kept = None
+    if compare:
+        from reference.outputs import load_case_outputs
+
+        kept = load_case_outputs(compare)
+        if kept.case.id != case.id or kept.seed != seed:
+            raise SystemExit(f"{compare} holds {kept.case.id} seed {kept.seed}, not this case "
+                             f"({case.id} seed {seed}); pass the file kept for this case")
+    label, message, metrics, tensors = _run(backend, case, seed, runs, workdir)
     if metrics:
         print("metrics   " + json.dumps(metrics, indent=None, default=str))
+    if tensors is not None and save_outputs:
+        from reference.outputs import save_case_outputs
+
+        print(f"saved     {save_outputs}")
+        save_case_outputs(_case_outputs(case, seed, label, message, tensors), save_outputs)
+    if kept is not None:
+        print(f"compared  {compare}: {_difference(tensors, kept)}")
     return _finish(label, message)
+
+
+def _case_outputs(case, seed: int, label: str, message: str, tensors):
+    from cases.inputs import make_grad_output, make_inputs
+    from reference.outputs import CaseOutputs
+
+    observed, golden, baseline = tensors
+    return CaseOutputs(case=case, seed=seed, label=label, message=message,
+                       inputs=make_inputs(case, seed),
+                       grad_out=make_grad_output(case, seed) if case.mode == "fwd+bwd" else None,
+                       observed=observed, golden=golden, baseline=baseline)
+
+
+def _difference(tensors, kept) -> str:
+    """How this run's output compares with the kept one (bit-identical, or the largest gap)."""
+    import torch
+
+    if tensors is None:
+        return f"no output here to compare (the run's was {kept.label})"
+    out, theirs = tensors[0].out.double(), kept.observed.out.double()
+    if torch.equal(tensors[0].out, kept.observed.out):
+        return "the output is bit-identical to the run's"
+    gap = (out - theirs).abs().nan_to_num(float("inf"))
+    where = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    return f"the output differs from the run's: max |diff| {gap.max().item():.3g} at {where}"
 
 
 def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, dict]:
@@ -73,13 +118,13 @@ def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, 
     print(f"seconds   {seconds}")
     if final["event"] == "error":
         observation = Observation(final["kind"], final["phase"], final["message"])
-        return label_of(observation).value, final["message"], {}
+        return label_of(observation).value, final["message"], {}, None
     golden, baseline = compute_reference(case, seed, "cpu")
-    observed = torch.load(final["output_path"], weights_only=True)
-    if isinstance(observed, dict) and "out" in observed:  # an output with lse or gradients
-        observed = Reference(observed["out"], observed.get("lse"), observed.get("grads"))
+    saved = torch.load(final["output_path"], weights_only=True)
+    observed = Reference(saved["out"], saved.get("lse"), saved.get("grads"))
     verdict = judge(case, golden, baseline, observed)
-    return ("PASS" if verdict.passed else "MISMATCH"), verdict.summary, verdict.metrics
+    return (("PASS" if verdict.passed else "MISMATCH"), verdict.summary, verdict.metrics,
+            (observed, golden, baseline))
 
 
 def _finish(label: str, message: str) -> int:

@@ -66,10 +66,12 @@ class Runner:
 
         from conformance.backends.registry import resolve_backend
         from conformance.executor import Executor, Settings
+        from conformance.kept_outputs import KeepPolicy
         from conformance.memory_gate import MemoryGate
         from conformance.record_store import RecordWriter, records_dir
         from conformance.reference_cache import ReferenceCache
 
+        self.options = options
         self.slot, self.worker = worker_slot(workerinput)
         self.slot, self._slot_lock = claim_slot(records_dir(options.report_dir), self.slot)
         backend = resolve_backend(options.backend)
@@ -82,7 +84,9 @@ class Runner:
             seed=options.seed, reference_device=options.reference_device,
             cases_modules=options.cases_modules, compile_only=options.phase == "compile",
             artifacts_dir=str(options.report_dir / ARTIFACTS_DIRNAME),
-            keep_artifacts=options.keep_artifacts)
+            keep_artifacts=options.keep_artifacts,
+            keep=KeepPolicy(options.keep_outputs, options.keep_outputs_cap,
+                            str(options.report_dir)))
         self.backend_name = backend.name
         self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
@@ -96,22 +100,31 @@ class Runner:
         """Run ``case`` and turn its label into the pytest outcome (see ``outcome``);
         ``properties`` (the test item's user_properties) get the label and the times, so
         ``pytest --junitxml`` carries them."""
+        record = self.record_case(case)
+        if properties is not None:
+            from reports.junit import junit_properties
+
+            properties.extend(junit_properties(record))
+        outcome(record, self._xfail_reason(record))
+        return record
+
+    def record_case(self, case: Case, record_id: str | None = None) -> Record:
+        """Run ``case`` and write its record (under ``record_id``, default the case id)."""
+        from dataclasses import replace
+
         from conformance.executor import now_iso
 
         started_at = now_iso()
-        self.writer.started(case, self.worker, started_at)
+        self.writer.started(case, self.worker, started_at, record_id)
         try:
             record = self.executor.execute(case, started_at)
         except Exception as exc:  # noqa: BLE001 - a bug of ours must still leave a record
             record = Record(case_id=case.id, label=Label.HARNESS_ERROR, case=case.to_json(),
                             message=f"the harness failed: {type(exc).__name__}: {exc}",
                             worker=self.worker, started_at=started_at, finished_at=now_iso())
+        if record_id:
+            record = replace(record, case_id=record_id)
         self.writer.finished(record)
-        if properties is not None:
-            from reports.junit import junit_properties
-
-            properties.extend(junit_properties(record))
-        outcome(record, self._xfail_reason(record))
         return record
 
     def _xfail_reason(self, record: Record) -> str | None:

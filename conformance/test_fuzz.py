@@ -1,53 +1,50 @@
-"""Fuzzing: ``pytest conformance/ --fuzz-examples N`` draws N composed variants on odd shapes
-(conformance/fuzz_grammar.py) and runs each through this worker's supervised executor and the
-verdict, like a matrix case. A failure is shrunk to a minimal case and saved as a case spec
-under ``<report-dir>/fuzz-failures/``; the failure message gives the command that reruns it.
-Without ``--fuzz-examples`` (or with 0) the test is skipped. ``--seed`` makes a run repeatable.
-
-Fuzzed cases are not matrix cases: they are not written into results.json.
+"""Fuzzing: ``pytest conformance/ --fuzz-examples N`` draws N variants on odd shapes
+(conformance/fuzz_grammar.py: composed variants, and the variants case modules give through
+``fuzz_variants``; with ``--matrix custom`` only the latter) in the modes and dtypes the backend
+runs, and runs each through this worker's supervised executor and the verdict, like a matrix
+case. Each example is a record of results.json under the id ``fuzz/<case id>``; ``-v`` prints
+each one's id and label as it goes (without ``-n``: xdist workers have no terminal). A failure
+is shrunk to a minimal case (the shrinking's executions are not recorded, the minimal case is)
+and saved as a case spec under ``<report-dir>/fuzz-failures/``; the failure message gives the
+command that reruns it. Without ``--fuzz-examples`` (or with 0) the test is skipped.
+``--seed`` makes a run repeatable.
 """
-from pathlib import Path
-
 import pytest
 
-from cases.model import MODES
 
-
-def _option(config, name: str, default):
-    value = config.getoption(name, default=default)
-    return default if value is None else value
-
-
-def test_fuzz(request):
-    config = request.config
-    text = _option(config, "--fuzz-examples", 0)
-    try:
-        examples = int(text)
-    except (TypeError, ValueError):
-        pytest.fail(f"--fuzz-examples {text!r} is not a whole number; write e.g. "
-                    "--fuzz-examples 50", pytrace=False)
-    if examples <= 0:
+def test_fuzz(request, conformance_options):
+    options = conformance_options
+    if options.fuzz_examples <= 0:
         pytest.skip("fuzzing is off; pass --fuzz-examples N (N > 0) to run N drawn variants")
-    from conformance.fuzz import rerun_command, save_failure, search
+    from cases.custom import fuzz_variant_sources
+    from conformance.fuzz import rerun_command, runnable, save_failure, search
+    from conformance.fuzz_log import FuzzLog
 
+    sources = fuzz_variant_sources(list(options.cases_modules))
+    only_custom = options.matrix == "custom"
+    if only_custom and not sources:
+        pytest.fail("--matrix custom fuzzes only case modules' variants, and no case module "
+                    "defines fuzz_variants(shape); define one (docs/cases.md)", pytrace=False)
     runner = request.getfixturevalue("conformance_runner")
-    executor = runner.executor
-    seed = int(_option(config, "--seed", 0))
-    backend = str(_option(config, "--backend", "auto"))
-    if backend == "auto":
-        backend = runner.backend_name
-    result = search(executor.execute, examples, seed, modes=MODES,
-                    unsupported=executor.backend.unsupported_reason)
+    backend = runner.backend_name if options.backend == "auto" else options.backend
+    can_run = runnable(runner.executor.backend.unsupported_reason)
+    log = FuzzLog(request.config, runner)
+    log.start(options.fuzz_examples, runner.backend_name, can_run)
+    if not can_run.modes:
+        pytest.skip(f"{runner.backend_name} runs no mode or dtype the fuzzer draws: "
+                    + "; ".join(can_run.refusals()))
+    result = search(log.execute, options.fuzz_examples, options.seed, modes=can_run.modes,
+                    unsupported=runner.executor.backend.unsupported_reason,
+                    dtypes=can_run.dtypes, sources=sources, with_composed=not only_custom)
+    log.finish(result)
     if result.failure is None:
         return
     record = result.failure
-    report_dir = Path(config.invocation_params.dir) / str(_option(config, "--report-dir",
-                                                                   "reports/latest"))
-    spec = save_failure(record, report_dir, backend, seed)
+    spec = save_failure(record, options.report_dir, backend, options.seed)
     first = (record.message or "").splitlines()[0] if record.message else ""
     lines = [f"[{record.label.value}] fuzzed case {record.case_id}: {first}".rstrip(": "),
              f"minimal case after {result.examples_run} executions: {spec}",
-             f"run it again: {rerun_command(spec, backend, seed)}"]
+             f"run it again: {rerun_command(spec, backend, options.seed)}"]
     if result.flaky:
         lines.append(f"note: the failure did not repeat when replayed ({result.flaky})")
     pytest.fail("\n".join(lines), pytrace=False)

@@ -7,6 +7,10 @@ query head h reads key/value head h // (Hq / Hkv); with Bkv = 1, every batch rea
 
 Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
 mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0).
+Mods are evaluated as flex_attention defines them, point by point (cases/pointwise.py): the
+score_mod and mask_mod of each chunk run under flex_attention's four nested torch.vmap over the
+chunk's b, h, q_idx and kv_idx, never once on broadcast index grids.
+
 The same kernel run as fused attention kernels run it is the baseline, what a careful
 implementation in the case dtype achieves: inputs in the dtype, float32 scores, softmax and
 accumulation, the probabilities rounded to the dtype for the P.V product (as FlashAttention,
@@ -21,10 +25,12 @@ import torch
 
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
+from cases.pointwise import check_mods, evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
 
 #: Version of the reference computation; part of every reference cache key.
-REFERENCE_VERSION = 1
+#: 2: mods evaluated point by point (torch.vmap), no longer on broadcast index grids.
+REFERENCE_VERSION = 2
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements.
 _CHUNK_SCORE_ELEMENTS = 8 * 1024 * 1024
@@ -121,8 +127,8 @@ def chunked_gradients(
 
 @dataclass(frozen=True)
 class _Chunk:
-    """One query chunk of one batch: its rows, operands in the compute dtype, mask, index
-    tensors for the mods, and the key columns any of its rows may see."""
+    """One query chunk of one batch: its rows, operands in the compute dtype, mask, the index
+    vectors the mods are evaluated on, and the key columns any of its rows may see."""
 
     b: int
     kv_batch: int
@@ -132,9 +138,9 @@ class _Chunk:
     v: torch.Tensor
     mask: torch.Tensor | None  # broadcastable to [Hq, n, Skv]
     keys: slice | torch.Tensor
-    batch: torch.Tensor  # b, as the mods receive it
-    heads: torch.Tensor  # [Hq, 1, 1]
-    q_idx: torch.Tensor  # [n, 1]
+    batch: torch.Tensor  # [1]: b
+    heads: torch.Tensor  # [Hq]
+    q_idx: torch.Tensor  # [n]
     scale: float
     group: int  # query heads per key/value head
 
@@ -145,16 +151,17 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     when asked, so autograd can run through one chunk at a time)."""
     s = case.shape
     device = inputs.q.device
+    check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
     rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
-    heads = torch.arange(s.Hq, device=device).view(s.Hq, 1, 1)
+    heads = torch.arange(s.Hq, device=device)
     all_keys = torch.arange(s.Skv, device=device)
     for b in range(s.B):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        batch = torch.tensor(b, device=device)
+        batch = torch.tensor([b], device=device)
         for q0 in range(0, s.Sq, rows):
-            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device).view(-1, 1)
+            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device)
             span = slice(q0, q0 + len(q_idx))
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
@@ -163,13 +170,19 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
 
 
 def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
-    """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked."""
+    """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked.
+
+    A head or row dimension the mask does not depend on comes back from vmap expanded (stride
+    0): it is kept at size 1, a view, so the key-range scans below read each distinct row once.
+    The key dimension keeps its length: it says which columns exist.
+    """
     if mods.mask_mod is None:
         return None
-    mask = torch.as_tensor(mods.mask_mod(b, h, q_idx, kv_idx), dtype=torch.bool,
-                           device=kv_idx.device)
-    # a mask that ignores kv_idx (or q_idx) still covers every key and row (a view, no copy)
-    return mask.broadcast_to(torch.broadcast_shapes(mask.shape, (1, len(q_idx), len(kv_idx))))
+    mask = evaluate_mask(mods.mask_mod, b, h, q_idx, kv_idx)[0]
+    for dim in range(mask.dim() - 1):
+        if mask.stride(dim) == 0:  # every entry along dim is the same one
+            mask = mask.narrow(dim, 0, 1)
+    return mask
 
 
 def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor:
@@ -217,8 +230,9 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     scores.mul_(chunk.scale)
     if mods.score_mod is not None:
         kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
-        modded = mods.score_mod(scores, chunk.batch, chunk.heads, chunk.q_idx, kv_idx)
-        scores = modded.to(q.dtype).expand(hq, n, m).contiguous()
+        modded = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
+                                chunk.q_idx, kv_idx)[0]
+        scores = modded.to(q.dtype).contiguous()
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
     # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cases.model import Shape
+from cases.model import Shape, split_origin
 from reports.results import Label, Record
 
 
@@ -60,8 +60,12 @@ def seq_text(seq: tuple[int, int]) -> str:
 
 
 def coordinates(record: Record) -> Coordinates | None:
-    """Where ``record`` sits in the matrix, or None when its id has no known form."""
-    parts = record.case_id.split("/")
+    """Where ``record`` sits in the matrix, or None when its id has no known form.
+
+    Fuzzed examples (``fuzz/`` ids) have a grid per dtype and mode: their heads and head dims
+    vary from example to example, so those go in the row with the variant."""
+    origin, case_id = split_origin(record.case_id)
+    parts = case_id.split("/")
     if len(parts) < 4:
         return None
     variant_token, shape_token, dtype, mode, *rest = parts  # rest: e.g. input scale "x4"
@@ -75,7 +79,11 @@ def coordinates(record: Record) -> Coordinates | None:
     kv_batch = "" if shape.Bkv == shape.B else " · kv batch 1"
     extra = "".join(f" · inputs {part}" if part.startswith("x") else f" · {part}"
                     for part in rest)
-    group = f"{dtype} · {mode} · h{shape.Hq}x{shape.Hkv} · d{shape.D}{kv_batch}{extra}"
+    heads = f"h{shape.Hq}x{shape.Hkv} · d{shape.D}{kv_batch}{extra}"
+    if origin:
+        row = f"{variant_token} · {heads}"
+        return Coordinates(row, row, shape.B, (shape.Sq, shape.Skv), f"{origin} · {dtype} · {mode}")
+    group = f"{dtype} · {mode} · {heads}"
     return Coordinates(name, variant_token, shape.B, (shape.Sq, shape.Skv), group)
 
 

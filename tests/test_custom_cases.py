@@ -3,6 +3,7 @@ their masks are the ones their docstrings define, the golden and the verdict jud
 unchanged, and bad module names are one-line errors."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,52 @@ def test_entry_points_name_installed_case_modules(tmp_path, monkeypatch):
         "[flexattention_conformance.cases]\nacme = acme_variants.masks\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "acme_variants.masks" in entry_point_case_modules()
+
+
+def test_matrix_custom_lists_and_collects_only_the_modules_cases(monkeypatch, capsys):
+    import subprocess
+    import sys
+
+    from conformance.cli import main
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    assert main(["list", "--profile", "smoke", "--matrix", "custom",
+                 "--cases-module", "my_variants"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [c.id for c in load_case_modules(["my_variants"], "smoke")]
+    assert main(["list", "--profile", "smoke", "--matrix", "core",
+                 "--cases-module", "my_variants"]) == 0
+    assert len(capsys.readouterr().out.split()) == 96 + len(listed)  # added to the 96
+    repo = EXAMPLES.parent.parent
+    env = {"PYTHONPATH": f"{repo}{os.pathsep}{EXAMPLES}", "PATH": os.environ["PATH"]}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--collect-only",
+                           "-q", "-p", "no:cacheprovider", "--profile", "smoke",
+                           "--matrix", "custom", "--cases-module", "my_variants"],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    collected = [line.split("[", 1)[1].rstrip("]") for line in proc.stdout.splitlines()
+                 if line.startswith("conformance/test_matrix.py::test_case[")]
+    assert collected == listed, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_matrix_custom_without_a_case_module_is_a_one_line_error(capsys):
+    from conformance.cli import main
+
+    assert main(["list", "--matrix", "custom"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("flexconf list: error: --matrix custom runs only the cases of case modules, "
+                   "and none is given; pass --cases-module MODULE (docs/cases.md)")
+
+
+def test_a_custom_case_with_a_catalog_id_is_refused_naming_both(tmp_path, monkeypatch):
+    (tmp_path / "steals_an_id.py").write_text(
+        "from cases.model import Case, Shape\n"
+        "from cases.variants import causal\n"
+        "def cases(profile):\n"
+        "    return [Case(causal(), Shape(1, 8, 8, 128, 128, 128))]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as err:
+        load_case_modules(["steals_an_id"], "smoke")
+    assert str(err.value) == (
+        "case 'causal/b1-h8x8-s128x128-d128/bf16/fwd' of case module 'steals_an_id' has the id "
+        "of a case of the catalog's core matrix (smoke profile); give the custom case another "
+        "variant name, parameters or shape")

@@ -185,8 +185,17 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
          "--report-dir", str(tmp_path / "report"), "--reference-cache", "none"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    saved = tmp_path / "report" / "fuzz-failures" / "composed_b1-h2x1-s67x67-d16_bf16_fwd.json"
-    assert f"[MISMATCH] fuzzed case {MINIMAL_FAILING_ID}" in proc.stdout
+    saved = tmp_path / "report" / "fuzz-failures" / "fuzz_composed_b1-h2x1-s67x67-d16_bf16_fwd.json"
+    assert f"[MISMATCH] fuzzed case fuzz/{MINIMAL_FAILING_ID}" in proc.stdout
     assert f"run it again: pytest conformance/ --backend {spec} --case-file {saved} --seed 3" \
         in proc.stdout
     assert json.loads(saved.read_text())["cases"][0]["id"] == MINIMAL_FAILING_ID
+    # results.json: the examples drawn up to the first failure, then the minimal failing case;
+    # the shrinking's executions are not records
+    from reports.results import load_results
+
+    records = load_results(tmp_path / "report" / "results.json").records
+    failed = [r for r in records if r.label is not Label.PASS]
+    assert [r.case_id for r in failed if r.case_id == f"fuzz/{MINIMAL_FAILING_ID}"], failed
+    assert len(failed) <= 2  # the first failing example drawn, and the minimal one
+    assert all(r.case_id.startswith("fuzz/") for r in records)

@@ -160,7 +160,7 @@ def test_masks_that_ignore_kv_idx_or_return_a_constant_cover_every_key():
         "constant": lambda b, h, q_idx, kv_idx: torch.tensor(True),
     }
     for name, mask_mod in masks.items():
-        got, got_lse = chunked_attention(case, inputs, Mods(mask_mod, None, True), torch.float64)
+        got, got_lse = chunked_attention(case, inputs, Mods(mask_mod, None), torch.float64)
         block_mask = create_block_mask(mask_mod, 2, 2, 64, 64, "cpu")
         want, want_lse = flex_attention(q, k, vv, block_mask=block_mask, return_lse=True)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)

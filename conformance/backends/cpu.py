@@ -36,6 +36,10 @@ class CpuEager(Backend):
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ""}  # never touch a GPU by accident
 
+    def unsupported_reason(self, case: Case) -> str | None:
+        # torch's own refusal, said before a child spends a compile on it (conformance/compat.py)
+        return compat.known_cpu_refusal(case.mode, self.compiled)
+
     def warm_up(self) -> None:
         from torch.nn.attention.flex_attention import flex_attention
 

@@ -68,3 +68,12 @@ def cases(profile: str) -> list[Case]:
         for variant in (dilated_sliding_window(512 // div, 4), global_window(256 // div, 16 // div)):
             found.append(Case(variant, shape, "bf16", "fwd", tags=frozenset({"custom", profile})))
     return found
+
+
+def fuzz_variants(shape: Shape) -> list[Variant]:
+    """The variants the fuzzer may draw for a case of ``shape`` (docs/cases.md, "Fuzzing your
+    variants"): windows from one key to the whole key length, the simplest first (a failure
+    shrinks towards the first)."""
+    windows = sorted({1, 4, max(1, shape.Skv // 3), shape.Skv})
+    return ([dilated_sliding_window(w, d) for w in windows for d in (1, 2, 3)]
+            + [global_window(w, g) for w in windows for g in (0, 1, 5)])

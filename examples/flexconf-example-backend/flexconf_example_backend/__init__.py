@@ -34,7 +34,12 @@ class ExampleEager(Backend):
         return env
 
     def unsupported_reason(self, case) -> str | None:
-        if case.mode != "fwd":
+        # Each mode's true reason: what this backend's callable cannot return (the contract
+        # of each mode is in docs/backends.md), or what torch refuses on this device.
+        if case.mode == "fwd+lse":
+            return ("example-eager returns the output only, not the log-sum-exp that fwd+lse "
+                    "checks (a backend that does returns (out, lse): docs/backends.md)")
+        if case.mode == "fwd+bwd":
             return "FlexAttention does not support backward on CPU (torch raises for it)"
         return None
 

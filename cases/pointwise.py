@@ -1,0 +1,125 @@
+"""How a mod is read: point by point, as flex_attention reads it.
+
+flex_attention defines ``mask_mod(b, h, q_idx, kv_idx)`` and ``score_mod(score, b, h, q_idx,
+kv_idx)`` as functions of 0-d tensors, one point of the [B, H, Sq, Skv] grid at a time, and
+evaluates them batched with four nested ``torch.vmap`` (kv_idx innermost, then q_idx, h, b;
+``_vmap_for_bhqkv`` in torch/nn/attention/flex_attention.py) under ``TransformGetItemToIndex``,
+its rule that ``table[idx]`` with tensor indices is ``aten.index`` (not a Python int index).
+Everything here evaluates mods exactly that way, on any sub-grid: vmap applies the mod to each
+point of the grid it is given, so the values on a sub-grid are the values at those points.
+
+A mod that is correct point by point need not be correct on broadcast index grids
+(``table[b, q_idx] == table[b, kv_idx]``, ``torch.where`` on shapes that only line up for
+scalars, a sum over an indexed slice): calling it once on broadcast grids can build another
+mask, or raise. A mod that vmap cannot run (``.item()``, ``int()``, a Python ``if`` on a tensor
+value) is rejected by flex_attention too; ``check_mods`` says so in one line.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+from torch.fx.experimental.proxy_tensor import make_fx
+
+#: The index arguments of a mod, in flex_attention's order (vmapped outermost first).
+INDEX_NAMES = ("b", "h", "q_idx", "kv_idx")
+
+_HOW_TO_WRITE = ("write it as tensor code on 0-d tensors: torch.where(...) instead of a Python "
+                 "if/and/or on a tensor value, no .item(), int() or bool(); flex_attention "
+                 "applies the same rule")
+
+
+class PointwiseModError(ValueError):
+    """A mod that cannot be evaluated point by point (under torch.vmap)."""
+
+
+def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,
+                  kv_idx: torch.Tensor) -> torch.Tensor:
+    """``mask_mod`` at every point of the grid b x h x q_idx x kv_idx (1-d index tensors):
+    a bool tensor [len(b), len(h), len(q_idx), len(kv_idx)]. Dimensions the mask does not
+    depend on come back expanded (stride 0, no copy)."""
+    with TransformGetItemToIndex():
+        mask = _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
+    return mask
+
+
+def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h: torch.Tensor,
+                   q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    """``score_mod`` at every point of the grid: ``score`` is [len(b), len(h), len(q_idx),
+    len(kv_idx)], each point's score in the same place; the result has that shape too."""
+    with TransformGetItemToIndex():
+        return _vmap_bhqkv(score_mod, score=True)(score, b, h, q_idx, kv_idx)
+
+
+def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
+    """``fn`` vmapped over b, h, q_idx and kv_idx as flex_attention does (kv_idx innermost);
+    the score, when there is one, is mapped at every level."""
+    prefix = (0,) if score else ()
+    for level in reversed(range(len(INDEX_NAMES))):  # kv_idx first: the innermost vmap
+        dims = tuple(0 if i == level else None for i in range(len(INDEX_NAMES)))
+        fn = torch.vmap(fn, in_dims=prefix + dims)
+    return fn
+
+
+def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: str,
+               device: torch.device | str = "cpu") -> None:
+    """Raise PointwiseModError (one line: the variant, the reason, how to write it) when a mod
+    cannot be evaluated point by point, or returns something else than a scalar per point
+    (a bool one for the mask). Runs each mod on a one-point grid (all indices 0)."""
+    point = torch.zeros(1, dtype=torch.int64, device=device)
+    for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
+        if mod is None:
+            continue
+        try:
+            if name == "mask_mod":
+                out = evaluate_mask(mod, point, point, point, point)
+            else:
+                score = torch.zeros(1, 1, 1, 1, dtype=torch.float64, device=device)
+                out = evaluate_score(mod, score, point, point, point, point)
+            if not isinstance(out, torch.Tensor) or out.shape != (1, 1, 1, 1):
+                raise TypeError(f"it returned {_shape_of(out)} per point, not a 0-d tensor")
+        except Exception as exc:  # noqa: BLE001 - the user's mod: say which and why
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise PointwiseModError(
+                f"variant {variant!r}: its {name} cannot be evaluated point by point under "
+                f"torch.vmap ({type(exc).__name__}: {reason}); {_HOW_TO_WRITE}") from exc
+
+
+def _shape_of(out) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"shape {tuple(out.shape[4:])}"
+    return f"a {type(out).__name__}"
+
+
+def mask_dependence(mask_mod: Callable, device: torch.device | str = "cpu") -> frozenset[str]:
+    """The index arguments (``INDEX_NAMES``) the value of ``mask_mod`` depends on (its
+    captured tensors on ``device``).
+
+    Why it is exact: ``make_fx`` traces the scalar mod on 0-d int64 fake tensors, recording
+    every tensor operation, including indexing (under flex_attention's ``TransformGetItemToIndex``).
+    Fake tensors carry no values, so a mod whose Python code branches on, or converts, an
+    index's value raises instead of being traced down one path; the graph therefore computes
+    the output for every index value, and an argument whose placeholder has no path to the
+    output cannot change it. The converse need not hold (``q_idx * 0`` counts as a
+    dependence): the answer errs only towards more dimensions, which costs memory, never
+    correctness. A mod that cannot be traced at all (an operation without a fake kernel)
+    counts as depending on everything, for the same reason.
+    """
+    args = [torch.zeros((), dtype=torch.int64, device=device) for _ in INDEX_NAMES]
+    try:
+        with TransformGetItemToIndex():
+            graph = make_fx(mask_mod, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    except Exception:  # noqa: BLE001 - untraceable: assume the worst (see above)
+        return frozenset(INDEX_NAMES)
+    nodes = list(graph.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    reached, stack = set(), [n for n in nodes if n.op == "output"]
+    while stack:
+        for source in stack.pop().all_input_nodes:
+            if source not in reached:
+                reached.add(source)
+                stack.append(source)
+    return frozenset(name for name, node in zip(INDEX_NAMES, placeholders) if node in reached)

@@ -1,0 +1,91 @@
+"""Test-only backends that break the backend contract of a mode (conformance/contract.py), each
+in one way, on every case; their numbers are otherwise flex_attention's own (cpu-eager). Every
+breach must be the backend's error (COMPILE_ERROR on the first call, RUNTIME_ERROR on a later
+one) quoting the contract, never a MISMATCH of a reshaped tensor or a bare unpacking error."""
+from __future__ import annotations
+
+from cases.model import Case
+from conformance.backends.cpu import CpuEager
+
+
+class _Breaks(CpuEager):
+    first_call_keeps_contract = False  # True: the breach starts with the second call (run phase)
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+        calls = [0]
+
+        def breaking(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            result = real(q, k, v, score_mod, block_mask)
+            if calls[0] == 1 and self.first_call_keeps_contract:
+                return result
+            return self.breach(case, result, q, k, v, score_mod, block_mask)
+
+        return breaking
+
+    def breach(self, case, result, *args):
+        raise NotImplementedError
+
+
+class OutputOnlyInLseMode(_Breaks):
+    """fwd+lse: returns the output alone. With B=2, ``out, lse = result`` would 'work' (it
+    splits the batch), and the verdict would judge a wrong 'output'."""
+
+    name = "test-output-only-in-lse-mode"
+
+    def breach(self, case, result, *args):
+        return result[0] if isinstance(result, tuple) else result
+
+
+class TupleInFwdMode(_Breaks):
+    """fwd: returns (out, lse) where the output alone is due."""
+
+    name = "test-tuple-in-fwd-mode"
+
+    def breach(self, case, result, q, k, v, score_mod, block_mask):
+        from conformance import compat
+        from torch.nn.attention.flex_attention import flex_attention
+
+        return compat.attention(flex_attention, q, k, v, score_mod, block_mask,
+                                enable_gqa=case.shape.Hq != case.shape.Hkv, return_lse=True)
+
+
+class HeadsAndRowsSwapped(_Breaks):
+    """fwd: returns the output as [B, Sq, Hq, D] (the same numbers, another layout)."""
+
+    name = "test-heads-and-rows-swapped"
+
+    def breach(self, case, result, *args):
+        return result.transpose(1, 2)
+
+
+class Float32Output(_Breaks):
+    """fwd: returns the output in float32 whatever the inputs' dtype."""
+
+    name = "test-float32-output"
+
+    def breach(self, case, result, *args):
+        return result.float()
+
+
+class ReshapedOnLaterCalls(HeadsAndRowsSwapped):
+    """Keeps the contract on the first call (the compile phase), breaks it from the second on."""
+
+    name = "test-reshaped-on-later-calls"
+    first_call_keeps_contract = True
+
+
+class DetachedInBackwardMode(_Breaks):
+    """fwd+bwd: returns an output computed from detached inputs (no gradient can flow). CPU
+    flex_attention has no backward, so this is also what 'running' it without autograd gives."""
+
+    name = "test-detached-in-backward-mode"
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+
+        def detached(q, k, v, score_mod, block_mask):
+            return real(q.detach(), k.detach(), v.detach(), score_mod, block_mask)
+
+        return detached

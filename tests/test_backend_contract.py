@@ -1,0 +1,82 @@
+"""The backend contract of each mode (conformance/contract.py, docs/backends.md), checked by
+the child: a wrong structure is the backend's error in the phase of the call that broke it,
+with a message quoting the contract; a correct result of every mode passes the check."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cases.model import Case, Shape, Variant
+from conformance import child
+from conformance.backends.cpu import CpuEager
+from conformance.backends.registry import load_backend
+from conformance.contract import CONTRACT, ContractError, check_result
+from conformance.observation import Observation, label_of
+from reports.results import Label
+from tests.test_executor_faults import run_cases
+
+SHAPE = Shape(2, 4, 2, 40, 24, 8)  # B=2: an unchecked ``out, lse = out`` would split the batch
+
+
+def run_in_process(backend, case: Case, tmp_path) -> dict:
+    """The child's phases for one case, in this process: its last event."""
+    events: list[dict] = []
+    child.run_case(backend, {"case": case.to_json(), "output_path": str(tmp_path / "out.pt")},
+                   lambda **event: events.append(event))
+    return events[-1]
+
+
+@pytest.mark.parametrize("backend, mode, phase, problem", [
+    ("OutputOnlyInLseMode", "fwd+lse", "compile", "fwd+lse: fn returned a single tensor;"),
+    ("TupleInFwdMode", "fwd", "compile", "fwd: the output is a tuple, not a tensor;"),
+    ("HeadsAndRowsSwapped", "fwd", "compile",
+     "fwd: the output has shape [2, 40, 4, 8], expected [2, 4, 40, 8];"),
+    ("Float32Output", "fwd", "compile",
+     "fwd: the output has dtype torch.float32, expected torch.bfloat16 (the inputs');"),
+    ("ReshapedOnLaterCalls", "fwd", "run", "fwd: the output has shape [2, 40, 4, 8]"),
+    ("DetachedInBackwardMode", "fwd+bwd", "compile",
+     "fwd+bwd: the output does not require grad (it is not connected to q, k, v);"),
+])
+def test_a_broken_structure_is_the_backends_error_quoting_the_contract(
+        tmp_path, backend, mode, phase, problem):
+    case = Case(Variant("causal"), SHAPE, "bf16", mode)
+    event = run_in_process(load_backend(f"tests.contract_fault_backends:{backend}"), case, tmp_path)
+    assert event["event"] == "error" and event["kind"] == "error", event
+    assert event["phase"] == phase
+    assert event["message"].startswith("ContractError: " + problem), event["message"]
+    assert event["message"].endswith(f"the backend contract (docs/backends.md): {CONTRACT[mode]}")
+    expected = Label.COMPILE_ERROR if phase == "compile" else Label.RUNTIME_ERROR
+    assert label_of(Observation(event["kind"], event["phase"], event["message"])) is expected
+    assert not (tmp_path / "out.pt").exists()  # nothing reaches the verdict
+
+
+def test_the_lse_split_is_a_compile_error_record_and_the_next_case_passes():
+    broken = Case(Variant("causal"), SHAPE, "fp32", "fwd+lse")
+    healthy = Case(Variant("full"), SHAPE, "fp32", "fwd")
+    fault, after = run_cases("tests.contract_fault_backends:OutputOnlyInLseMode", [broken, healthy])
+    assert fault.label is Label.COMPILE_ERROR, fault.message
+    assert fault.message.startswith("compile: ContractError: fwd+lse: fn returned a single tensor")
+    assert fault.metrics is None  # never judged
+    assert after.label is Label.PASS, after.message
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+lse"])
+def test_a_correct_result_of_each_mode_keeps_the_contract(tmp_path, mode):
+    case = Case(Variant("alibi"), SHAPE, "fp16", mode)
+    event = run_in_process(CpuEager(), case, tmp_path)
+    assert event["event"] == "done", event
+    saved = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert saved["out"].shape == (2, 4, 40, 8) and saved["out"].dtype == torch.float16
+    assert ("lse" in saved) is (mode == "fwd+lse")
+
+
+def test_a_differentiable_output_keeps_the_backward_contract():
+    q, k, v = (torch.randn(2, 4, 40, 8, requires_grad=True) for _ in range(3))
+    out = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+    case = Case(Variant("full"), Shape(2, 4, 4, 40, 40, 8), "fp32", "fwd+bwd")
+    assert check_result(case, out, torch.float32, "cpu") is out
+    with pytest.raises(ContractError, match=r"fwd\+bwd: the output is on device meta, expected cpu"):
+        check_result(case, out.to("meta"), torch.float32, "cpu")
+    with pytest.raises(ContractError, match=r"fwd\+lse: fn returned a tuple of 3 items;"):
+        check_result(Case(Variant("full"), case.shape, "fp32", "fwd+lse"), (out, out, out),
+                     torch.float32, "cpu")

@@ -1,0 +1,222 @@
+"""Mods are functions of one point, as flex_attention defines them. Mods written in styles that
+are correct point by point but not on broadcast grids (tests/pointwise_variants.py) mean their
+rule under eager flex_attention in float64; the golden equals eager float64 flex_attention on
+them and on every variant of the suite; the old broadcast evaluation got them wrong or raised;
+what a mask depends on is read off the mask."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cases import variants as v
+from cases.catalog import CORE_VARIANTS
+from cases.composed import And, Atom, Not, Or, composed
+from cases.custom import defining_module
+from cases.inputs import Inputs, make_inputs
+from cases.model import Case, Shape
+from cases.pointwise import INDEX_NAMES, evaluate_mask, evaluate_score, mask_dependence
+from cases.variants import build_mods, registered_variants
+from reference.golden import golden_attention
+from tests import pointwise_variants as pv
+
+#: GQA with equal lengths; then key/value broadcast over the batch with Sq != Skv.
+SHAPES = [Shape(2, 4, 2, 64, 64, 16), Shape(2, 4, 4, 40, 72, 8, Bkv=1)]
+
+
+def eager_flex_float64(case: Case, inputs: Inputs):
+    """Eager flex_attention on the inputs in float64, with a block mask of every batch and
+    head (so nothing depends on our reading of the mask): (out, lse)."""
+    s = case.shape
+    mods = build_mods(case.variant, s)
+    block_mask = None
+    if mods.mask_mod is not None:
+        block_mask = create_block_mask(mods.mask_mod, s.B, s.Hq, s.Sq, s.Skv, "cpu")
+    q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
+    k, vv = k.expand(s.B, -1, -1, -1), vv.expand(s.B, -1, -1, -1)
+    return flex_attention(q, k, vv, score_mod=mods.score_mod, block_mask=block_mask,
+                          enable_gqa=s.Hq != s.Hkv, return_lse=True)
+
+
+# -- the rules, written point by point in plain Python from the docstrings ----------------------
+def sees(name: str, t: dict, b: int, h: int, i: int, j: int) -> bool:
+    if name == "tiles_per_batch":
+        return bool(t["allowed"][b, i // pv.TILE, j // pv.TILE]) or i == j
+    if name == "tiles_per_head":
+        return bool(t["allowed"][h, i // pv.TILE, j // pv.TILE]) or i == j
+    if name == "counted_documents":
+        starts = t["starts"].tolist()
+        return sum(x <= i for x in starts) == sum(x <= j for x in starts) and j <= i
+    if name == "per_head_prefix":
+        return j < int(t["parts"][h].sum()) or j <= i
+    if name == "symmetric_pairs":
+        return bool(t["allowed"][min(i, j), max(i, j)]) or j <= i
+    return j <= i  # the score variants are causal
+
+
+def modded(name: str, t: dict, score: float, h: int, i: int, j: int) -> float:
+    if name == "chained_pair_bias":
+        return score + float(t["bias"][h, i % pv.PERIOD, j % pv.PERIOD])
+    if name == "promoted_bias":  # the float32 entry, exactly, times the float64 gain
+        return score + float(t["bias"][h, (i - j) % pv.PERIOD]) * float(t["gain"])
+    if name == "symmetric_pair_bias":
+        return score + float(t["bias"][h, min(i, j), max(i, j)])
+    if name == "head_temperature":  # the mean as torch takes it of float32 values
+        return score * float(t["parts"][h].mean())
+    return score
+
+
+def dense_attention(case: Case, inputs: Inputs) -> np.ndarray:
+    """Softmax attention of the rule at every point, in numpy float64 (a fully masked row: 0)."""
+    s, name = case.shape, case.variant.name
+    t = pv.tables(name, s)
+    q, k, vv = (x.double().numpy() for x in (inputs.q, inputs.k, inputs.v))
+    out = np.zeros((s.B, s.Hq, s.Sq, s.D))
+    for b in range(s.B):
+        kb = b if s.Bkv == s.B else 0
+        for h in range(s.Hq):
+            kh = h // (s.Hq // s.Hkv)
+            scores = q[b, h] @ k[kb, kh].T / math.sqrt(s.D)
+            for i in range(s.Sq):
+                row = np.array([modded(name, t, scores[i, j], h, i, j)
+                                if sees(name, t, b, h, i, j) else -np.inf
+                                for j in range(s.Skv)])
+                if np.isneginf(row).all():
+                    continue
+                p = np.exp(row - row.max())
+                out[b, h, i] = (p / p.sum()) @ vv[kb, kh]
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.token)
+@pytest.mark.parametrize("name", pv.NAMES)
+def test_each_mod_computes_its_rule_under_eager_flex_attention_in_float64(name, shape):
+    case = Case(pv.variant(name), shape, "fp32")
+    inputs = make_inputs(case, 3)
+    out, _ = eager_flex_float64(case, inputs)
+    np.testing.assert_allclose(out.numpy(), dense_attention(case, inputs), rtol=1e-12, atol=1e-12)
+
+
+def assert_golden_equals_eager_flex(case: Case, seed: int = 0) -> None:
+    inputs = make_inputs(case, seed)
+    want, want_lse = eager_flex_float64(case, inputs)
+    got = golden_attention(case, inputs)
+    torch.testing.assert_close(got.out, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.lse, want_lse, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.token)
+@pytest.mark.parametrize("name", pv.NAMES)
+def test_golden_equals_eager_flex_attention_in_float64(name, shape):
+    assert_golden_equals_eager_flex(Case(pv.variant(name), shape, "bf16"))
+
+
+# -- what one call on broadcast grids (the golden before REFERENCE_VERSION 2) made of them ------
+def broadcast_mask(mask_mod, s: Shape) -> torch.Tensor:
+    """main's old golden: the mask of batch 0 in one call on broadcast index grids."""
+    heads, rows, keys = torch.arange(s.Hq).view(-1, 1, 1), torch.arange(s.Sq).view(-1, 1), \
+        torch.arange(s.Skv)
+    mask = torch.as_tensor(mask_mod(torch.tensor(0), heads, rows, keys), dtype=torch.bool)
+    return mask.broadcast_to(s.Hq, s.Sq, s.Skv)
+
+
+def broadcast_score(score_mod, scores: torch.Tensor, s: Shape) -> torch.Tensor:
+    heads, rows, keys = torch.arange(s.Hq).view(-1, 1, 1), torch.arange(s.Sq).view(-1, 1), \
+        torch.arange(s.Skv)
+    return score_mod(scores, torch.tensor(0), heads, rows, keys).expand(s.Hq, s.Sq, s.Skv)
+
+
+#: What the broadcast evaluation did with each: raised, or silently computed something else
+#: ("wrong"); tiles_per_batch was right there (b was one 0-d value per batch) and wrong only
+#: in the block mask, which was shared by every batch.
+BROADCAST_OUTCOME = {
+    "tiles_per_batch": "same", "tiles_per_head": "raised", "counted_documents": "raised",
+    "per_head_prefix": "wrong", "symmetric_pairs": "raised", "chained_pair_bias": "raised",
+    "promoted_bias": "wrong", "symmetric_pair_bias": "raised", "head_temperature": "wrong",
+}
+
+
+@pytest.mark.parametrize("name", pv.NAMES)
+def test_the_broadcast_evaluation_got_these_mods_wrong_or_raised(name):
+    s = SHAPES[0]
+    mods = build_mods(pv.variant(name), s)
+    grid = (torch.tensor([0]), torch.arange(s.Hq), torch.arange(s.Sq), torch.arange(s.Skv))
+    scores = torch.randn(s.Hq, s.Sq, s.Skv, dtype=torch.float64)
+    if name in pv.MASK_VARIANTS:
+        pointwise = evaluate_mask(mods.mask_mod, *grid)[0]
+        old = lambda: broadcast_mask(mods.mask_mod, s)  # noqa: E731
+    else:
+        pointwise = evaluate_score(mods.score_mod, scores[None], *grid)[0]
+        old = lambda: broadcast_score(mods.score_mod, scores, s)  # noqa: E731
+    try:
+        outcome = "same" if torch.equal(old(), pointwise) else "wrong"
+    except (IndexError, RuntimeError):
+        outcome = "raised"
+    assert outcome == BROADCAST_OUTCOME[name]
+
+
+# -- every variant of the suite -----------------------------------------------------------------
+SEQ = 96
+COMPOSED = [
+    composed(And(Atom("causal", 0), Not(Atom("win", 8))), (Atom("alibi", 8), Atom("cap", 5))),
+    composed(Or(Atom("prefix", 10), Atom("doc", 24)), (Atom("bias", 1), Atom("scale", 0.5))),
+    composed(Or(Atom("block", 8), Atom("dil", 3))),
+]
+SUITE_VARIANTS = ([make(SEQ, 16) for _, make in CORE_VARIANTS]
+                  + [v.padded_causal(3 * SEQ // 4)] + COMPOSED)
+
+
+def test_the_list_below_holds_every_variant_of_the_suite():
+    ours = {name for name in registered_variants()
+            if defining_module(name) in ("cases.variants", "cases.composed")}
+    assert ours == {variant.name for variant in SUITE_VARIANTS}
+
+
+@pytest.mark.parametrize("variant", SUITE_VARIANTS, ids=lambda var: var.token)
+def test_golden_equals_eager_flex_attention_on_every_suite_variant(variant):
+    assert_golden_equals_eager_flex(Case(variant, Shape(2, 4, 2, SEQ, SEQ, 16), input_scale=4))
+    assert_golden_equals_eager_flex(Case(variant, Shape(3, 2, 2, SEQ, SEQ, 8, Bkv=1)), seed=1)
+
+
+# -- what a mask depends on ------------------------------------------------------------------
+DEPENDENCE = {
+    "tiles_per_batch": {"b", "q_idx", "kv_idx"},
+    "tiles_per_head": {"h", "q_idx", "kv_idx"},
+    "per_head_prefix": {"h", "q_idx", "kv_idx"},
+    "counted_documents": {"q_idx", "kv_idx"},
+    "symmetric_pairs": {"q_idx", "kv_idx"},
+}
+OTHER_MASKS = {
+    "head_0_only": (lambda b, h, q_idx, kv_idx: h == 0, {"h"}),
+    "rows_below_5": (lambda b, h, q_idx, kv_idx: q_idx < 5, {"q_idx"}),
+    "constant": (lambda b, h, q_idx, kv_idx: torch.tensor(True), set()),
+    "batch_parity": (lambda b, h, q_idx, kv_idx: (b + kv_idx) % 2 == 0, {"b", "kv_idx"}),
+}
+
+
+def varying_dimensions(mask_mod, shape: Shape) -> set[str]:
+    """The index arguments along which the mask, evaluated at every point, takes two values."""
+    grid = [torch.arange(n) for n in (shape.B, shape.Hq, shape.Sq, shape.Skv)]
+    mask = evaluate_mask(mask_mod, *grid)
+    return {name for dim, name in enumerate(INDEX_NAMES)
+            if not torch.equal(mask, mask.narrow(dim, 0, 1).expand_as(mask))}
+
+
+def test_mask_dependence_is_what_the_mask_uses_and_covers_where_it_varies():
+    shape = Shape(2, 4, 4, 64, 64, 16)
+    masks = {name: (build_mods(pv.variant(name), shape).mask_mod, deps)
+             for name, deps in DEPENDENCE.items()}
+    masks.update(OTHER_MASKS)
+    masks["causal"] = (build_mods(v.causal(), shape).mask_mod, {"q_idx", "kv_idx"})
+    for name, (mask_mod, expected) in masks.items():
+        assert mask_dependence(mask_mod) == expected, name
+        assert varying_dimensions(mask_mod, shape) == expected, name  # exact on these
+
+
+def test_a_dependence_that_cancels_is_still_counted_and_that_is_only_conservative():
+    times_zero = lambda b, h, q_idx, kv_idx: (h * 0 + kv_idx) <= q_idx  # noqa: E731
+    assert mask_dependence(times_zero) == {"h", "q_idx", "kv_idx"}
+    assert varying_dimensions(times_zero, Shape(1, 3, 3, 8, 8, 8)) == {"q_idx", "kv_idx"}
