@@ -207,7 +207,8 @@ def tool_output(argv: list[str], lines: int = 1) -> str:
         done = subprocess.run([path, *argv[1:]], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"unknown ({argv[0]} failed: {exc})"
-    text = [line.strip() for line in (done.stdout or done.stderr).splitlines() if line.strip()]
+    text = [" ".join(line.split()) for line in (done.stdout or done.stderr).splitlines()
+            if line.strip(" +-|=\t")]  # table borders say nothing
     if done.returncode != 0 or not text:
         return f"unknown ({' '.join(argv)} exited {done.returncode})"
     return " | ".join(text[:lines])
