@@ -154,15 +154,6 @@ class Executor:
             worker=self.worker, started_at=started_at, finished_at=now_iso())
 
 
-def _seconds(value) -> float | None:
-    return None if value is None else round(float(value), 6)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def _mask_dependence(case: Case) -> frozenset[str]:
     """What the case's mask depends on (b, h, q_idx, kv_idx), for the memory estimate, after
     checking that its mods run point by point (PointwiseModError, one line, when not)."""
@@ -175,3 +166,12 @@ def _mask_dependence(case: Case) -> frozenset[str]:
         return frozenset()
     check_mods(mods.mask_mod, mods.score_mod, case.variant.token)
     return mask_dependence(mods.mask_mod) if mods.mask_mod else frozenset()
+
+
+def _seconds(value) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
