@@ -3,21 +3,25 @@ score modifications. It is what the fuzzer draws (conformance/fuzz_grammar.py), 
 like every variant: the expression lives in the parameters, so a case spec round-trips through
 ``Case.to_json`` / ``Case.from_json`` and its id says what it computes.
 
-Mask atoms (q = query index, k = key index; each takes one integer >= 0):
+Mask atoms (q = query index, k = key index; each takes one integer >= 0; a mask atom sees key
+k from query q iff its condition holds; none depends on b or h, none implies causality):
 
-    causal{o}   k <= q + o               (o = 0: plain causal)
-    win{w}      |q - k| < w              (a band of 2w - 1 keys, w >= 1)
-    prefix{p}   k < p                    (keys every query sees)
-    doc{n}      q // n == k // n         (documents of n tokens, n >= 1)
+    causal{o}   k <= q + o               (o = 0: plain causal, q + 1 keys)
+    win{w}      |q - k| < w              (a symmetric band of 2w - 1 keys, w >= 1)
+    prefix{p}   k < p                    (the first p keys, for every query)
+    doc{n}      q // n == k // n         (documents of n tokens, n >= 1; not causal)
     block{t}    (q // t + k // t) even   (a checkerboard of t x t tiles, t >= 1)
-    dil{d}      (q - k) % d == 0         (every d-th diagonal, d >= 1)
+    dil{d}      (q - k) % d == 0         (every d-th diagonal, both sides, d >= 1)
 
 Score atoms, applied in order to the scaled score s (h = query head, H = query heads):
 
     scale{f}    s * f                                  (f > 0)
-    alibi{m}    s + 2^(-m (h+1) / H) * (k - q)         (m > 0; m = 8 is ALiBi)
+    alibi{m}    s + 2^(-m (h+1) / H) * (k - q)         (m > 0; m = 8 is ALiBi; slopes float32)
     cap{c}      c * tanh(s / c)                        (c > 0)
-    bias{c}     s + c * T[h, (q - k) mod 16]           (T: fixed N(0, 1) table [H, 16])
+    bias{c}     s + c * T[h, (q - k) mod 16]           (T: fixed N(0, 1) float32 table [H, 16],
+                                                        BIAS_TABLE_SEED; c * T in float32)
+
+(mod is floor modulo, so (q - k) mod 16 is in 0..15 for k > q too.)
 
 Encoding: the mask is written in prefix notation; each atom becomes one parameter whose key is
 the connectives that precede it, dotted, then the atom's name, and whose value is the atom's

@@ -93,7 +93,7 @@ def _build_full(variant: Variant, shape: Shape, device: torch.device) -> Mods:
 
 # --- 2. causal -------------------------------------------------------------------------
 def causal() -> Variant:
-    """Causal: query i sees keys j <= i."""
+    """Causal: query i sees key j iff j <= i (itself included: i + 1 keys)."""
     return Variant("causal")
 
 
@@ -104,8 +104,9 @@ def _build_causal(variant: Variant, shape: Shape, device: torch.device) -> Mods:
 
 # --- 3. sliding_window -----------------------------------------------------------------
 def sliding_window(window: int) -> Variant:
-    """Causal look-back window: query i sees keys j with i - window < j <= i (``window`` keys,
-    itself included)."""
+    """Causal look-back window: query i sees key j iff i - window < j <= i, i.e.
+    0 <= i - j < window: ``window`` keys, itself included (fewer for the first window - 1
+    queries). attention-gym's ``sliding_window`` (``q - kv <= window``) sees window + 1."""
     return Variant("sliding_window", (("w", window),))
 
 
@@ -121,8 +122,8 @@ def _build_sliding_window(variant: Variant, shape: Shape, device: torch.device) 
 
 # --- 4. prefix_lm ----------------------------------------------------------------------
 def prefix_lm(prefix: int) -> Variant:
-    """Prefix LM: keys j < prefix are seen by every query (bidirectional prefix); after it,
-    causal (j <= i)."""
+    """Prefix LM: query i sees key j iff j < prefix (the first ``prefix`` keys, seen by every
+    query, so the prefix is bidirectional) or j <= i (causal)."""
     return Variant("prefix_lm", (("p", prefix),))
 
 
@@ -143,10 +144,12 @@ DOCUMENT_LENGTH_PATTERN = (5, 11, 3, 17, 8, 13, 7)
 
 
 def document() -> Variant:
-    """Packed documents, causal within each document, none across.
+    """Packed documents, causal within each document, none across: query i sees key j iff
+    doc(i) == doc(j) and j <= i.
 
-    Document lengths are ``DOCUMENT_LENGTH_PATTERN`` x S/64 (for S=1024: 80, 176, 48, 272,
-    128, 208, 112); the document id of every token is held in a captured tensor.
+    Document lengths are ``DOCUMENT_LENGTH_PATTERN`` x (S // 64), the last one taking the
+    remainder (for S=1024: 80, 176, 48, 272, 128, 208, 112); for S < 64, one document. The
+    document id of every token is held in a captured tensor. Needs Sq == Skv.
     """
     return Variant("document")
 
@@ -177,7 +180,9 @@ def _build_document(variant: Variant, shape: Shape, device: torch.device) -> Mod
 
 # --- 6. alibi --------------------------------------------------------------------------
 def alibi() -> Variant:
-    """Causal plus ALiBi: score + slope_h * (j - i), slope_h = 2^(-8 (h+1) / H)."""
+    """Causal plus ALiBi: score + slope_h * (j - i) with slope_h = 2^(-8 (h+1) / H), h the
+    query head (0-based) and H the number of query heads. The slopes are a float32 tensor, so
+    slope_h * (j - i) is a float32 product, then added to the score."""
     return Variant("alibi")
 
 
@@ -197,7 +202,7 @@ def _build_alibi(variant: Variant, shape: Shape, device: torch.device) -> Mods:
 
 # --- 7. softcap ------------------------------------------------------------------------
 def softcap(cap: float) -> Variant:
-    """Causal plus tanh soft-capping of the scores: cap * tanh(score / cap)."""
+    """Causal plus tanh soft-capping of the scaled scores: score -> cap * tanh(score / cap)."""
     return Variant("softcap", (("cap", cap),))
 
 
@@ -219,9 +224,14 @@ REL_BIAS_TABLE_SEED = 20240917
 def rel_bias(num_buckets: int) -> Variant:
     """Causal plus a learned relative-position bias per head, T5 style.
 
-    score + table[h, bucket(|i - j|)]. Distances below num_buckets/2 get a bucket each; longer
-    ones share log-spaced buckets (two per octave) up to the last. ``table`` is a deterministic
-    N(0, 1) [H, num_buckets] tensor; the bucket of each distance is a captured lookup tensor.
+    score + table[h, bucket(|i - j|)], with e = num_buckets // 2: a distance d < e has bucket
+    d; a longer one has bucket min(e + 2k + u, num_buckets - 1), where k = bitlen(d) - bitlen(e)
+    counts its doublings past e and u = 1 in the upper half of its octave (d >= 3 *
+    2^(bitlen(d) - 2)), else 0. For a power-of-two e: two buckets per octave, [e 2^k, 1.5 e 2^k)
+    and [1.5 e 2^k, e 2^(k+1)). (T5's own buckets spread log-spaced up to a max distance
+    instead, and are directional.) ``table`` is a deterministic float32 N(0, 1) [Hq,
+    num_buckets] tensor (``REL_BIAS_TABLE_SEED``); the bucket of each distance is a captured
+    lookup tensor.
     """
     return Variant("rel_bias", (("nb", num_buckets),))
 
@@ -256,8 +266,9 @@ def _build_rel_bias(variant: Variant, shape: Shape, device: torch.device) -> Mod
 
 # --- padded_causal (extended matrix: fully masked rows) -------------------------------------
 def padded_causal(valid: int) -> Variant:
-    """Causal over the first ``valid`` tokens; the rest is padding. Padded keys are never seen
-    and padded queries see nothing: their rows are fully masked (output 0, lse -inf)."""
+    """Causal over the first ``valid`` tokens; the rest is padding: query i sees key j iff
+    i < valid and j <= i. Padded keys (j >= valid) are never seen and padded queries see
+    nothing: their rows are fully masked (output 0, lse -inf)."""
     return Variant("padded_causal", (("v", valid),))
 
 

@@ -18,8 +18,10 @@ from cases.model import Case, Shape, Variant
 from cases.variants import Mods, builder
 
 TABLE_SEED = 20250702
-#: Side of the tiles of ``tiles_per_batch`` and ``tiles_per_head``.
-TILE = 16
+#: Side of the tiles of ``tiles_per_batch`` and ``tiles_per_head``: flex_attention's default
+#: block size, so a tile's table entry decides a whole block (empty or full), and a block mask
+#: shared by every batch or head would skip blocks that another one sees.
+TILE = 128
 #: Period of the positions of ``chained_pair_bias`` and ``promoted_bias``.
 PERIOD = 4
 
@@ -82,7 +84,7 @@ def _ordered_pair(q_idx, kv_idx):
 def _mods(name: str, t: dict[str, torch.Tensor]):
     if name == "tiles_per_batch":
         def tiles_per_batch(b, h, q_idx, kv_idx):
-            """Query i sees key j iff tile (i // 16, j // 16) is allowed in batch b's table,
+            """Query i sees key j iff tile (i // 128, j // 128) is allowed in batch b's table,
             or i == j (a chained lookup: batch b's table, then its entry)."""
             return t["allowed"][b][q_idx // TILE, kv_idx // TILE] | (q_idx == kv_idx)
         return tiles_per_batch, None

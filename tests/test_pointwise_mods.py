@@ -18,8 +18,9 @@ from cases.composed import And, Atom, Not, Or, composed
 from cases.custom import defining_module
 from cases.inputs import Inputs, make_inputs
 from cases.model import Case, Shape
-from cases.pointwise import INDEX_NAMES, evaluate_mask, evaluate_score, mask_dependence
-from cases.variants import build_mods, registered_variants
+from cases.pointwise import (INDEX_NAMES, PointwiseModError, check_mods, evaluate_mask,
+                             evaluate_score, mask_dependence)
+from cases.variants import Mods, build_mods, registered_variants
 from reference.golden import golden_attention
 from tests import pointwise_variants as pv
 
@@ -220,3 +221,22 @@ def test_a_dependence_that_cancels_is_still_counted_and_that_is_only_conservativ
     times_zero = lambda b, h, q_idx, kv_idx: (h * 0 + kv_idx) <= q_idx  # noqa: E731
     assert mask_dependence(times_zero) == {"h", "q_idx", "kv_idx"}
     assert varying_dimensions(times_zero, Shape(1, 3, 3, 8, 8, 8)) == {"q_idx", "kv_idx"}
+
+
+@pytest.mark.parametrize("mask_mod, reason", [
+    (lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx).int(),
+     "TypeError: mask_mod returned torch.int32; a mask_mod returns a bool tensor"),
+    (lambda b, h, q_idx, kv_idx: torch.stack((q_idx, kv_idx)) >= 0,
+     "TypeError: it returned shape (2,) per point, not a 0-d tensor"),
+])
+def test_a_mask_that_is_not_one_bool_per_point_is_refused_in_one_line(mask_mod, reason):
+    with pytest.raises(PointwiseModError) as err:
+        check_mods(mask_mod, None, "odd_mask")
+    assert f"variant 'odd_mask': its mask_mod cannot be evaluated point by point under " \
+        f"torch.vmap ({reason});" in str(err.value)
+
+
+def test_per_batch_head_is_accepted_ignored_and_deprecated():
+    with pytest.warns(DeprecationWarning, match=r"per_batch_head=True\) is deprecated and ignored"):
+        mods = Mods(lambda b, h, q_idx, kv_idx: h == 0, None, per_batch_head=True)
+    assert mask_dependence(mods.mask_mod) == {"h"}  # found without the flag

@@ -138,3 +138,18 @@ def test_baseline_itself_passes_and_tolerances_cover_every_dtype():
     base = baseline_attention(case, inputs)
     verdict = judge(case, golden_attention(case, inputs), base, base)
     assert verdict.passed and verdict.metrics["error_ratio"] == pytest.approx(1.0)
+
+
+def test_an_exact_baseline_gives_a_readable_message_not_a_huge_ratio():
+    """A query that sees one key has out = v exactly, in every dtype: the baseline's error is 0."""
+    case = Case(v.full(), Shape(1, 2, 2, 4, 1, 8), "bf16")
+    inputs = make_inputs(case, 0)
+    golden, baseline = golden_attention(case, inputs), baseline_attention(case, inputs)
+    assert torch.equal(baseline.double(), golden.out)  # exact
+    verdict = judge(case, golden, baseline, baseline + 0.0625)
+    assert not verdict.passed
+    assert verdict.metrics["error_ratio"] is None
+    assert "mean error 0.0625 where the baseline's is 0 (exact; limit 1e-07)" in verdict.summary
+    assert "head b=0 h=0: mean error 0.0625 where its baseline's is 0 (exact; limit 1e-07)" \
+        in verdict.summary
+    assert max(len(word) for word in verdict.summary.split()) < 20  # no 300-digit number

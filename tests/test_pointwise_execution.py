@@ -1,0 +1,161 @@
+"""Point-by-point mods through the real executor: correct backends pass them on five seeds, the
+block mask and the memory estimate follow what the mask depends on, and a mod that vmap cannot
+run is one HARNESS_ERROR, in one line, while the run goes on."""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from cases import variants as v
+from cases.inputs import make_inputs
+from cases.model import Case, Shape, Variant
+from cases.pointwise import PointwiseModError, mask_dependence
+from cases.variants import Mods, build_mods
+from conformance.child import _block_mask
+from conformance.estimates import case_peak_bytes
+from conformance.executor import _mask_dependence
+from reference.golden import golden_attention
+from reports.results import Label
+from tests import pointwise_variants as pv
+from tests.test_backends_cpu import execute
+
+SEEDS = range(5)
+SHAPE = Shape(2, 4, 2, 256, 256, 16)  # 2 x 2 blocks of 128
+MODULES = ("tests.pointwise_variants",)
+
+
+def run_on_seeds(spec: str, names, **settings) -> list:
+    cases = [Case(pv.variant(name), SHAPE) for name in names]
+    records = []
+    for seed in SEEDS:
+        records += execute(spec, cases, seed=seed, cases_modules=MODULES, **settings)
+    return records
+
+
+def assert_all_pass(records) -> None:
+    failed = [(r.case_id, r.label, r.message) for r in records if r.label is not Label.PASS]
+    assert not failed, failed
+
+
+def test_cpu_eager_passes_every_pointwise_mod_on_five_seeds():
+    records = run_on_seeds("cpu-eager", pv.NAMES)
+    assert len(records) == len(pv.NAMES) * len(SEEDS)
+    assert_all_pass(records)
+
+
+@pytest.mark.slow
+def test_cpu_inductor_passes_the_mods_it_compiles_on_five_seeds(tmp_path):
+    records = run_on_seeds("cpu-inductor", pv.COMPILABLE, compile_cache="warm",
+                           warm_cache_dir=str(tmp_path / "inductor-cache"))
+    assert_all_pass(records)
+
+
+def test_the_block_mask_is_per_batch_or_per_head_as_the_mask_depends_on_them():
+    def block_mask_of(name: str, shape: Shape = SHAPE):
+        case = Case(pv.variant(name) if name in pv.NAMES else Variant(name), shape)
+        return _block_mask(case, build_mods(case.variant, shape), "cpu")
+
+    per_batch = block_mask_of("tiles_per_batch", Shape(2, 4, 2, 512, 512, 16))
+    assert per_batch.shape[:2] == (2, 1)
+    # the batches' block layouts differ: one mask shared by both would skip blocks of one
+    assert not torch.equal(per_batch.to_dense()[0], per_batch.to_dense()[1])
+    assert block_mask_of("tiles_per_head").shape[:2] == (1, SHAPE.Hq)
+    assert block_mask_of("per_head_prefix").shape[:2] == (1, SHAPE.Hq)
+    assert block_mask_of("causal").shape[:2] == (1, 1)
+    broadcast = Shape(2, 4, 2, 64, 64, 16, Bkv=1)
+    assert block_mask_of("causal", broadcast).shape[:2] == (2, 1)  # flex's Bkv = 1 rule
+    assert block_mask_of("full", broadcast).shape[:2] == (2, 1)  # a no-op mask then
+    assert block_mask_of("full") is None
+
+
+def test_the_memory_estimate_follows_what_the_mask_depends_on():
+    big = Shape(4, 8, 8, 8192, 8192, 128)
+    grid = 8192 * 8192 * 10  # bytes of create_block_mask's [Sq, Skv] grid (~10 per element)
+
+    def estimate(variant: Variant) -> int:
+        case = Case(variant, big)
+        return case_peak_bytes(case, True, _mask_dependence(case))
+
+    causal = estimate(v.causal())
+    assert estimate(pv.variant("tiles_per_head")) - causal == (8 - 1) * grid  # [H, Sq, Skv]
+    assert estimate(pv.variant("tiles_per_batch")) - causal == (4 - 1) * grid  # [B, Sq, Skv]
+    assert estimate(v.alibi()) == causal  # a score mod that reads h: no per-head grid
+
+
+class RecordingGate:
+    def __init__(self):
+        self.reserved: list[int] = []
+
+    @contextlib.contextmanager
+    def reserve(self, nbytes: int, what: str = ""):
+        self.reserved.append(nbytes)
+        yield 0.0
+
+
+def test_the_executor_reserves_the_estimate_of_what_the_mask_depends_on():
+    from conformance.backends.base import WorkerSlot
+    from conformance.backends.registry import load_backend
+    from conformance.executor import Executor, Settings
+    from conformance.reference_cache import ReferenceCache
+
+    gate = RecordingGate()
+    case = Case(pv.variant("tiles_per_head"), SHAPE)
+    executor = Executor(load_backend("cpu-eager"), "cpu-eager", WorkerSlot(0, 1),
+                        Settings(cases_modules=MODULES), ReferenceCache(None, 0), gate, "test")
+    try:
+        record = executor.execute(case)
+    finally:
+        executor.close()
+    assert record.label is Label.PASS, record.message
+    assert gate.reserved == [case_peak_bytes(case, False, frozenset({"h", "q_idx", "kv_idx"}))]
+
+
+# -- bad input: mods that vmap (and so flex_attention) cannot run ---------------------------
+def _mask_with_item(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx.item()
+
+
+def _score_with_python_if(score, b, h, q_idx, kv_idx):
+    if q_idx > kv_idx:
+        return score * 2
+    return score
+
+
+BAD = {"mask_calls_item": Mods(_mask_with_item, None),
+       "score_branches_in_python": Mods(None, _score_with_python_if)}
+
+
+@pytest.fixture
+def bad_variants(monkeypatch):
+    for name, mods in BAD.items():
+        monkeypatch.setitem(v._BUILDERS, name, lambda variant, shape, device, m=mods: m)
+    return [Case(Variant(name), SHAPE) for name in BAD]
+
+
+def test_a_mod_vmap_cannot_run_is_one_harness_error_and_the_run_goes_on(bad_variants):
+    good = Case(v.causal(), SHAPE)
+    records = execute("cpu-eager", [*bad_variants, good])
+    assert [r.label for r in records] == [Label.HARNESS_ERROR, Label.HARNESS_ERROR, Label.PASS]
+    for record, name, mod in zip(records, BAD, ("mask_mod", "score_mod")):
+        assert "\n" not in record.message
+        assert record.message.startswith(f"variant {name!r}: its {mod} cannot be evaluated "
+                                         "point by point under torch.vmap (")
+        assert "torch.where(...) instead of a Python if" in record.message
+        assert record.message.endswith("flex_attention applies the same rule")
+    assert ".item()" in records[0].message  # vmap's own reason is quoted
+
+
+def test_the_golden_refuses_such_a_mod_with_the_same_sentence(bad_variants):
+    case = bad_variants[0]
+    with pytest.raises(PointwiseModError, match=r"^variant 'mask_calls_item': its mask_mod "):
+        golden_attention(case, make_inputs(case))
+
+
+def test_mask_dependence_of_an_untraceable_mask_is_everything():
+    def branches_on_a_captured_value(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx if table.sum() > 0 else kv_idx >= q_idx
+
+    table = torch.ones(3)
+    assert mask_dependence(branches_on_a_captured_value) == {"b", "h", "q_idx", "kv_idx"}
