@@ -23,6 +23,11 @@ def case_dir_name(case_id: str) -> str:
     return f"{readable}-{hashlib.sha256(case_id.encode()).hexdigest()[:8]}"
 
 
+def clear_artifacts(report_dir: str | Path) -> None:
+    """Remove an earlier run's artefacts from ``report_dir`` (at the start of a run)."""
+    shutil.rmtree(Path(report_dir) / ARTIFACTS_DIRNAME, ignore_errors=True)
+
+
 def file_case_artifacts(case_id: str, files: list[Path], source_root: Path | None, log: str,
                         artifacts_root: Path) -> str:
     """Copy ``files`` (under ``source_root``, layout kept) and the child's ``log`` of the case

@@ -152,6 +152,7 @@ class ConformanceSession:
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
 
     def start_run(self) -> None:
+        from conformance.artifacts import clear_artifacts
         from conformance.executor import now_iso
         from conformance.kept_outputs import clear_outputs
         from conformance.record_store import clear_records
@@ -159,6 +160,7 @@ class ConformanceSession:
         self._started_at = now_iso()
         clear_records(self.options.report_dir)
         clear_outputs(self.options.report_dir)
+        clear_artifacts(self.options.report_dir)  # no link may lead to an earlier run's files
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
