@@ -106,22 +106,29 @@ def test_records_survive_a_killed_worker(tmp_path):
     assert _wait_gone(int(pid_file.read_text())), "the dead worker's child lives on"
 
 
+def _interactive_sigint() -> None:
+    """In the pytest under test: Ctrl-C as a terminal delivers it. A test suite started as a
+    background job of a non-interactive shell (``cmd &``, as CI runners may) ignores SIGINT,
+    and an ignored signal is inherited through exec: the run under test would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_leaves_results_of_finished_cases(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     cases = [CASES[0], CASES[1]]  # full passes, then causal hangs while compiling
     proc = subprocess.Popen(
         pytest_args(tmp_path, "tests.fault_backends:CompileHang", cases), cwd=REPO,
         env=clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file)}),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_interactive_sigint)
     try:
         deadline = time.monotonic() + 120
         while not pid_file.exists() and time.monotonic() < deadline:  # inside the hang
             time.sleep(0.2)
         assert pid_file.exists(), "the hanging case never started"
         proc.send_signal(signal.SIGINT)
-        # waits for the exit, not for a fixed time: the ceiling is only a safety net (a quiet
-        # machine exits in ~5 s; a fresh clone's CI under heavy load once took over 60 s)
-        output, _ = proc.communicate(timeout=300)
+        output, _ = proc.communicate(timeout=120)  # waits for the exit (~5 s); a safety net
     finally:
         proc.kill()
     assert proc.returncode == 2, output[-3000:]  # pytest's "interrupted"
