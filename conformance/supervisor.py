@@ -104,14 +104,7 @@ class ChildSupervisor:
     def case_log(self) -> str:
         """What the child printed while it ran the last request (its whole log segment)."""
         path, offset = self._request_log
-        if path is None:
-            return ""
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="backslashreplace")
-        except OSError:
-            return ""
+        return _read_log(path, offset, errors="backslashreplace")
 
     def close(self) -> None:
         """Kill the child and its process group (idempotent)."""
@@ -238,12 +231,7 @@ class ChildSupervisor:
             return 0
 
     def _log_tail(self, offset: int) -> str:
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode(errors="replace")
-        except (OSError, TypeError):
-            return ""
+        text = _read_log(self._log_path, offset, errors="replace")
         return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
 
 
@@ -276,6 +264,18 @@ class _EventReader:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def _read_log(path: Path | None, offset: int, errors: str) -> str:
+    """The child's log from ``offset`` on, decoded; '' when there is none."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors=errors)
+    except OSError:
+        return ""
 
 
 def _snapshot(directory: Path | None) -> dict[Path, int]:
