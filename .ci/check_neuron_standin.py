@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from reports.results import Label, load_results
+from records.results import Label, load_results
 
 
 def main(kind: str, report_dir: str) -> int:

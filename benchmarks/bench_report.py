@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reports.render import write_report  # noqa: E402
-from reports.results import load_results, write_results  # noqa: E402
+from records.results import load_results, write_results  # noqa: E402
 from reports.synthetic import synthetic_run  # noqa: E402
 
 SECONDS_BUDGET = 3.0

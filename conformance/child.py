@@ -4,18 +4,11 @@ Started by ``conformance.supervisor`` as
 ``python -m conformance.child --backend SPEC --events-fd N`` in a session of its own (so the
 watchdog can kill it with every compiler subprocess it started). Requests arrive as JSON lines
 on stdin; events leave as JSON lines on fd N. stdout and stderr go to a log file, so nothing a
-compiler prints can corrupt the protocol. Events:
-
-    {"event": "phase", "phase": "warm-up" | "setup" | "compile" | "run"}
-    {"event": "ready", "warm_up_seconds": s, "warm_up_error": str | null, "fatal": str | null}
-    {"event": "done", "setup_seconds": s, "compile_seconds": s, "run_seconds": s | null,
-     "cache_hit": bool | null, "compile_breakdown": {stage: s} | null, "output_path": path | null}
-    {"event": "error", "phase": p, "kind": "error" | "oom" | "unsupported" | "harness"
-     | "exec-timeout", "message": "Type: first line", "detail": "traceback"}
-
-A request with ``"compile_only": true`` (``--phase compile``) stops after the compile phase:
-no timed runs, no output file. A warm-up that raised FatalSetupError makes every request an
-error of kind ``harness`` carrying that message.
+compiler prints can corrupt the protocol. Both are the records of ``conformance/protocol.py``:
+a ``ReadyEvent`` once started, then per request ``PhaseEvent``s and one ``DoneEvent`` or
+``ErrorEvent``. A compile-only request stops after the compile phase: no timed runs, no
+output file. A warm-up that raised FatalSetupError makes every request a ``harness`` error
+carrying that message.
 
 The output tensor goes through a file (it can be tens of MB), never through the pipe.
 The verdict is not computed here: the parent compares the output with the reference.
@@ -24,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import os
 import signal
 import statistics
@@ -34,12 +26,15 @@ import time
 import traceback
 from typing import Any, Callable
 
+from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, Event, Outcome, Phase,
+                                  PhaseEvent, ReadyEvent, Timings, encode_event, save_output)
+
 _OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
-Emit = Callable[..., None]
+Emit = Callable[[Event], None]
 
 
-def classify_exception(exc: BaseException, backend=None) -> str:
+def classify_exception(exc: BaseException, backend=None) -> Outcome:
     """The kind of a failure: oom, unsupported (upstream's own sentence, matched whole:
     conformance.compat.UNSUPPORTED_SENTENCES), exec-timeout (the device runtime's own
     execution timeout, as ``backend`` recognises it) or error."""
@@ -47,12 +42,12 @@ def classify_exception(exc: BaseException, backend=None) -> str:
 
     text = str(exc)
     if isinstance(exc, MemoryError) or any(t in text.lower() for t in _OOM_TEXTS):
-        return "oom"
+        return Outcome.OOM
     if unsupported_sentence(exc):
-        return "unsupported"
+        return Outcome.UNSUPPORTED
     if backend is not None and _recognised_timeout(backend, exc):
-        return "exec-timeout"
-    return "error"
+        return Outcome.EXEC_TIMEOUT
+    return Outcome.ERROR
 
 
 def _recognised_timeout(backend, exc: BaseException) -> bool:
@@ -69,45 +64,46 @@ def describe_exception(exc: BaseException) -> str:
 
 
 class CaseFailed(Exception):
-    def __init__(self, phase: str, kind: str, exc: BaseException):
-        super().__init__(phase)
-        self.phase, self.kind, self.exc = phase, kind, exc
+    def __init__(self, phase: Phase, outcome: Outcome, exc: BaseException):
+        super().__init__(phase.value)
+        self.phase, self.outcome, self.exc = phase, outcome, exc
 
 
-def _guard(phase: str, fn: Callable[[], Any], harness: bool = False, backend=None) -> Any:
+def _guard(phase: Phase, fn: Callable[[], Any], harness: bool = False, backend=None) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a labelled event
-        kind = "harness" if harness else classify_exception(exc, backend)
-        raise CaseFailed(phase, kind, exc) from exc
+        outcome = Outcome.HARNESS if harness else classify_exception(exc, backend)
+        raise CaseFailed(phase, outcome, exc) from exc
 
 
-def run_case(backend, request: dict, emit: Emit, fatal: str | None = None) -> None:
-    """Run one case; emits phase events and exactly one ``done`` or ``error`` event (the
+def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None) -> None:
+    """Run one case; emits phase events and exactly one ``DoneEvent`` or ``ErrorEvent`` (the
     error carries the seconds of the phases that finished). ``fatal``: why this child can
     run no case (a FatalSetupError at warm-up)."""
     timings: dict[str, Any] = {}
     if fatal:
-        emit(event="error", phase="setup", kind="harness", message=fatal, detail="")
+        emit(ErrorEvent(Phase.SETUP, Outcome.HARNESS, fatal))
         return
     try:
-        _run_phases(backend, request, emit, timings)
-        emit(event="done", **timings)
+        output_path = _run_phases(backend, request, emit, timings)
+        emit(DoneEvent(Timings(**timings), output_path))
     except CaseFailed as failed:
         traceback.print_exception(failed.exc)  # into the child's log, kept with the artefacts
         detail = "".join(traceback.format_exception(failed.exc)[-12:])
         message = describe_exception(failed.exc)
-        if failed.kind == "unsupported":  # upstream's words, unwrapped from Dynamo's or Inductor's
+        if failed.outcome is Outcome.UNSUPPORTED:  # upstream's words, unwrapped from Dynamo's or Inductor's
             from conformance.compat import unsupported_sentence
 
             sentence = unsupported_sentence(failed.exc)
             if not str(failed.exc).strip().startswith(sentence):
                 message = sentence
-        emit(event="error", phase=failed.phase, kind=failed.kind,
-             message=message, detail=detail, **timings)
+        emit(ErrorEvent(failed.phase, failed.outcome, message, detail, Timings(**timings)))
 
 
-def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
+def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str | None:
+    """The phases of one case; fills ``timings``, returns the output file (None when the
+    request is compile-only)."""
     import torch
 
     from cases.custom import import_case_modules
@@ -116,20 +112,21 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
     from cases.variants import build_mods
     from conformance.contract import check_gradients, check_result
 
-    emit(event="phase", phase="setup")
+    setup = Phase.SETUP
+    emit(PhaseEvent(setup))
     start = time.perf_counter()
-    _guard("setup", lambda: import_case_modules(request.get("cases_modules") or []), harness=True)
-    case = _guard("setup", lambda: Case.from_json(request["case"]), harness=True)
-    _guard("setup", lambda: backend.begin_case(request.get("cache_dir"), request.get("cold", True)))
-    device = _guard("setup", backend.device)
-    seed = request.get("seed", 0)
-    inputs = _guard("setup", lambda: make_inputs(case, seed), harness=True)
-    mods = _guard("setup", lambda: build_mods(case.variant, case.shape, device), harness=True)
-    inputs = _guard("setup", lambda: inputs.to(device))
+    _guard(setup, lambda: import_case_modules(list(request.cases_modules)), harness=True)
+    case = _guard(setup, lambda: Case.from_json(request.case), harness=True)
+    _guard(setup, lambda: backend.begin_case(request.cache_dir, request.cold))
+    device = _guard(setup, backend.device)
+    seed = request.seed
+    inputs = _guard(setup, lambda: make_inputs(case, seed), harness=True)
+    mods = _guard(setup, lambda: build_mods(case.variant, case.shape, device), harness=True)
+    inputs = _guard(setup, lambda: inputs.to(device))
     backward = case.mode == "fwd+bwd"
-    grad_out = _guard("setup", lambda: make_grad_output(case, seed).to(device)) if backward else None
-    mask = _guard("setup", lambda: _block_mask(case, mods, device))
-    fn = _guard("setup", lambda: backend.prepare(case))
+    grad_out = _guard(setup, lambda: make_grad_output(case, seed).to(device)) if backward else None
+    mask = _guard(setup, lambda: _block_mask(case, mods, device))
+    fn = _guard(setup, lambda: backend.prepare(case))
     timings["setup_seconds"] = time.perf_counter() - start
 
     def call():  # every result is checked: a wrong structure is the call's phase's error
@@ -144,27 +141,27 @@ def _run_phases(backend, request: dict, emit: Emit, timings: dict) -> None:
         backend.synchronize()
         return out, dict(zip(("dq", "dk", "dv"), grads))
 
-    emit(event="phase", phase="compile")
+    emit(PhaseEvent(Phase.COMPILE))
     start = time.perf_counter()
-    result = _guard("compile", call, backend=backend)
+    result = _guard(Phase.COMPILE, call, backend=backend)
     timings["compile_seconds"] = time.perf_counter() - start
     timings["cache_hit"] = _cache_hit(backend)
     timings["compile_breakdown"] = _compile_breakdown(backend, timings["compile_seconds"])
-    if request.get("compile_only"):
-        _refuse_fallbacks(backend, "compile")
-        return
+    if request.compile_only:
+        _refuse_fallbacks(backend, Phase.COMPILE)
+        return None
 
-    emit(event="phase", phase="run")
+    emit(PhaseEvent(Phase.RUN))
     times = []
-    for _ in range(max(1, int(request.get("runs", 3)))):
+    for _ in range(max(1, request.runs)):
         start = time.perf_counter()
-        result = _guard("run", call, backend=backend)
+        result = _guard(Phase.RUN, call, backend=backend)
         times.append(time.perf_counter() - start)
-    _refuse_fallbacks(backend, "run")
-    output_path = request["output_path"]
-    _guard("run", lambda: torch.save(_observed(case, result), output_path), harness=True)
+    _refuse_fallbacks(backend, Phase.RUN)
+    output_path = request.output_path
+    _guard(Phase.RUN, lambda: save_output(output_path, case.mode, result), harness=True)
     timings["run_seconds"] = statistics.median(times)
-    timings["output_path"] = output_path
+    return output_path
 
 
 def _cache_hit(backend) -> bool | None:
@@ -193,13 +190,13 @@ def _compile_breakdown(backend, compile_seconds: float) -> dict[str, float] | No
     return breakdown
 
 
-def _refuse_fallbacks(backend, phase: str) -> None:
+def _refuse_fallbacks(backend, phase: Phase) -> None:
     """A case whose operations ran on the host instead of the device fails: its numbers and
     times are not the backend's (COMPILE_ERROR, the compiler did not take the graph)."""
     ops = _guard(phase, backend.fallback_ops)
     if ops:
         names = ", ".join(sorted(set(map(str, ops))))
-        raise CaseFailed("compile", "error", RuntimeError(
+        raise CaseFailed(Phase.COMPILE, Outcome.ERROR, RuntimeError(
             f"{len(ops)} operation(s) fell back to the CPU instead of running on the device: "
             f"{names}; a case that ran on the host cannot pass"))
 
@@ -220,18 +217,6 @@ def _block_mask(case, mods, device):
         return None
     b, h = block_mask_batch_heads(shape, mask_dependence(mask_mod, device))
     return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
-
-
-def _observed(case, result) -> dict:
-    """What the parent judges, on the CPU: {"out"} plus "lse" or "grads" as the mode needs
-    (``result`` has passed conformance.contract.check_result)."""
-    if case.mode == "fwd+bwd":
-        out, grads = result
-        return {"out": out.detach().cpu(), "grads": {k: g.detach().cpu() for k, g in grads.items()}}
-    if case.mode == "fwd+lse":
-        out, lse = result
-        return {"out": out.detach().cpu(), "lse": lse.detach().cpu()}
-    return {"out": result.detach().cpu()}
 
 
 def _die_with_parent() -> None:
@@ -261,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     events = os.fdopen(args.events_fd, "w", buffering=1)
     lock = threading.Lock()
 
-    def emit(**event: Any) -> None:
+    def emit(event: Event) -> None:
         with lock:
-            events.write(json.dumps(event) + "\n")
+            events.write(encode_event(event) + "\n")
             events.flush()
 
     faulthandler.enable()  # a segfault leaves a Python traceback in the log
@@ -278,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     from conformance.backends.base import FatalSetupError
 
     backend = load_backend(args.backend)
-    emit(event="phase", phase="warm-up")
+    emit(PhaseEvent(Phase.WARM_UP))
     start, warm_error, fatal = time.perf_counter(), None, None
     try:
         backend.warm_up()
@@ -288,11 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
         warm_error = describe_exception(exc)
         traceback.print_exc()
-    emit(event="ready", pid=os.getpid(), warm_up_seconds=time.perf_counter() - start,
-         warm_up_error=warm_error, fatal=fatal)
+    emit(ReadyEvent(os.getpid(), time.perf_counter() - start, warm_error, fatal))
     for line in sys.stdin:
         if line.strip():
-            run_case(backend, json.loads(line), emit, fatal)
+            run_case(backend, CaseRequest.decode(line), emit, fatal)
             sys.stdout.flush()
             sys.stderr.flush()
     return 0

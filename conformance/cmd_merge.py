@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.merge import merge_runs
-    from reports.results import load_results, write_results
+    from records.results import load_results, write_results
 
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)

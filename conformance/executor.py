@@ -2,7 +2,7 @@
 
     case ─▶ backend.unsupported_reason ─▶ memory gate ─▶ child (supervisor) ─▶ Observation
                                                    └─▶ golden + baseline (thread, overlaps) ─┘
-    Observation ok ─▶ reference.verdict.judge ─▶ PASS | MISMATCH;  otherwise label_of(obs)
+    Observation + reference ─▶ conformance.decision.decide ─▶ the label (PASS | MISMATCH | ...)
 
 The golden is computed in this process while the child sets up and compiles; the verdict is
 always decided here, never in the child. A compile-only pass (``compile_only``) stops after
@@ -24,10 +24,11 @@ from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
 from conformance.estimates import case_peak_bytes
 from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
-from conformance.observation import Observation, label_of
+from conformance.decision import decide
+from conformance.protocol import CaseRequest, Observation
 from conformance.reference_cache import ReferenceCache
 from conformance.supervisor import Budgets, ChildSupervisor
-from reports.results import Label, Record
+from records.results import Label, Record
 
 
 @dataclass(frozen=True)
@@ -111,10 +112,10 @@ class Executor:
             cache_dir = Path(s.warm_cache_dir)
         reference = None if s.compile_only else self._pool.submit(
             self.reference.get, case, s.seed, s.reference_device)
-        request = {"case": case.to_json(), "seed": s.seed, "runs": s.timed_runs,
-                   "output_path": str(output_path), "cold": s.compile_cache == "cold",
-                   "cache_dir": str(cache_dir) if cache_dir else None,
-                   "cases_modules": list(s.cases_modules), "compile_only": s.compile_only}
+        request = CaseRequest(
+            case=case.to_json(), output_path=str(output_path), seed=s.seed, runs=s.timed_runs,
+            cold=s.compile_cache == "cold", cache_dir=str(cache_dir) if cache_dir else None,
+            cases_modules=tuple(s.cases_modules), compile_only=s.compile_only)
         try:
             obs = self.supervisor.run(request)
             record = self._decide(case, obs, reference, started_at)
@@ -125,24 +126,22 @@ class Executor:
                 shutil.rmtree(cache_dir, ignore_errors=True)
 
     def _decide(self, case: Case, obs: Observation, reference, started_at: str) -> Record:
-        """The record of an observation: its own label, COMPILED in a compile-only pass, or
-        the verdict against the reference."""
-        golden = baseline = None
+        """The record of an observation (``conformance.decision.decide``), with the case's
+        tensors kept as ``--keep-outputs`` asks once it was judged."""
+        outcome = None
         if reference is not None:
             try:
-                golden, baseline = reference.result()  # waited for even when not needed:
+                outcome = reference.result()  # waited for even when not needed:
             except Exception as exc:  # noqa: BLE001  # its memory is part of the reservation
-                golden = exc
-        label = label_of(obs)
-        if label is not None:
-            return self._record(case, label, obs.message, started_at, obs)
-        if reference is None:
-            return self._record(case, Label.COMPILED, "", started_at, obs)
-        if isinstance(golden, Exception):  # the reference is ours: a harness fault
-            return self._record(case, Label.HARNESS_ERROR,
-                                f"the reference computation failed: {_one_line(golden)}",
-                                started_at, obs)
-        return self._judge(case, obs, golden, baseline, started_at)
+                outcome = exc
+        decision = decide(case, obs, outcome)
+        record = self._record(case, decision.label, decision.message, started_at, obs,
+                              decision.metrics)
+        if decision.observed is None:
+            return record
+        golden, baseline = outcome
+        return keep_outputs(self.settings.keep, case, self.settings.seed, record,
+                            decision.observed, golden, baseline)
 
     def _with_artifacts(self, record: Record) -> Record:
         """File the case's compile artefacts (and the child's log of it) under the report
@@ -159,41 +158,15 @@ class Executor:
             path.unlink(missing_ok=True)
         return replace(record, artifacts=where) if where else record
 
-    def _judge(self, case: Case, obs: Observation, golden, baseline, started_at: str) -> Record:
-        import torch
-
-        from reference.verdict import judge
-
-        from reference.golden import Reference
-
-        try:
-            saved = torch.load(obs.output_path, weights_only=True)
-            observed = (Reference(saved["out"], saved.get("lse"), saved.get("grads"))
-                        if isinstance(saved, dict) else saved)
-        except Exception as exc:  # noqa: BLE001
-            return self._record(case, Label.HARNESS_ERROR,
-                                f"cannot read the child's output: {_one_line(exc)}", started_at, obs)
-        try:
-            verdict = judge(case, golden, baseline, observed)
-        except Exception as exc:  # noqa: BLE001
-            record = self._record(case, Label.HARNESS_ERROR,
-                                  f"the verdict failed: {_one_line(exc)}", started_at, obs)
-        else:
-            label = Label.PASS if verdict.passed else Label.MISMATCH
-            record = self._record(case, label, "" if verdict.passed else verdict.summary,
-                                  started_at, obs, verdict.metrics)
-        return keep_outputs(self.settings.keep, case, self.settings.seed, record, observed,
-                            golden, baseline)
-
     def _record(self, case: Case, label: Label, message: str, started_at: str,
                 obs: Observation | None = None, metrics: dict | None = None) -> Record:
         return Record(
             case_id=case.id, label=label, case=case.to_json(), message=message,
-            setup_seconds=_seconds(obs and obs.setup_seconds),
-            compile_seconds=_seconds(obs and obs.compile_seconds),
-            run_seconds=_seconds(obs and obs.run_seconds),
-            cache_hit=obs.cache_hit if obs else None, metrics=metrics,
-            compile_breakdown=_breakdown(obs.compile_breakdown) if obs else None,
+            setup_seconds=_seconds(obs and obs.timings.setup_seconds),
+            compile_seconds=_seconds(obs and obs.timings.compile_seconds),
+            run_seconds=_seconds(obs and obs.timings.run_seconds),
+            cache_hit=obs.timings.cache_hit if obs else None, metrics=metrics,
+            compile_breakdown=_breakdown(obs.timings.compile_breakdown) if obs else None,
             worker=self.worker, started_at=started_at, finished_at=now_iso())
 
 
@@ -217,8 +190,3 @@ def _mask_dependence(case: Case) -> frozenset[str]:
 
 def _seconds(value) -> float | None:
     return None if value is None else round(float(value), 6)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -20,7 +20,7 @@ from hypothesis import seed as hypothesis_seed
 from cases.composed import composed
 from cases.model import DTYPES, MODES, Case, Shape, file_stem
 from conformance import fuzz_grammar
-from reports.results import Record
+from records.results import Record
 
 FAILURES_DIR = "fuzz-failures"
 #: The tiny case ``runnable`` asks the backend about, in each mode and dtype.

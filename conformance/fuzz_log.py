@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cases.model import Case, fuzz_id
-from reports.results import Record
+from records.results import Record
 
 
 class FuzzLog:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cases.model import Case, file_stem, split_origin
-from reports.results import Record
+from records.results import Record
 
 KEEP_CHOICES = ("none", "failed", "all")
 OUTPUTS_DIR = "outputs"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from reports.results import Record, RunResults
+from records.results import Record, RunResults
 
 #: Options that must agree (they change which cases ran, or what a label means).
 SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",

@@ -155,7 +155,7 @@ class ConformanceSession:
         from conformance.artifacts import clear_artifacts
         from conformance.executor import now_iso
         from conformance.kept_outputs import clear_outputs
-        from conformance.record_store import clear_records
+        from records.store import clear_records
 
         self._started_at = now_iso()
         clear_records(self.options.report_dir)
@@ -164,7 +164,7 @@ class ConformanceSession:
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
-        from conformance.record_store import merge_records, write_run
+        from records.store import merge_records, write_run
         from conformance.run_info import suite_version
 
         report_dir = self.options.report_dir

@@ -15,11 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from reports.results import Record, load_results
+from records.results import Record, load_results
 
-SUITE_PACKAGES = ("cases", "reference", "conformance", "reports")
+SUITE_PACKAGES = ("cases", "reference", "conformance", "records", "reports")
 #: The modules the runtime needs whatever the backend; the backend's module is added.
-ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.observation",
+ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.decision",
          "conformance.reference_cache", "conformance.backends.registry", "reference.verdict",
          "reference.outputs")
 

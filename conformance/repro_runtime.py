@@ -91,40 +91,36 @@ def _difference(tensors, kept) -> str:
     return f"the output differs from the run's: max |diff| {gap.max().item():.3g} at {where}"
 
 
-def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, dict]:
-    import torch
-
+def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, dict, tuple | None]:
+    """The case through the child's ``run_case`` in this process, then the suite's own
+    decision (``conformance.decision.decide``) against the reference."""
     from conformance.child import run_case
-    from conformance.observation import Observation, label_of
+    from conformance.decision import decide
+    from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, PhaseEvent, Timings,
+                                      observation_of)
     from conformance.reference_cache import compute_reference
-    from reference.golden import Reference
-    from reference.verdict import judge
 
-    events: list[dict] = []
+    final: list = []
 
-    def emit(**event) -> None:
-        events.append(event)
-        if event.get("event") == "phase":
-            print(f"phase     {event['phase']}", file=sys.stderr, flush=True)
+    def emit(event) -> None:
+        if isinstance(event, PhaseEvent):
+            print(f"phase     {event.phase.value}", file=sys.stderr, flush=True)
+        elif isinstance(event, DoneEvent | ErrorEvent):
+            final.append(event)
 
-    request = {"case": case.to_json(), "seed": seed, "runs": runs, "cold": True,
-               "output_path": str(workdir / "output.pt"),
-               "cache_dir": str(workdir / "compile-cache")}
+    request = CaseRequest(case=case.to_json(), output_path=str(workdir / "output.pt"),
+                          seed=seed, runs=runs, cold=True,
+                          cache_dir=str(workdir / "compile-cache"))
     run_case(backend, request, emit)
-    final = events[-1]
-    seconds = ", ".join(f"{phase} {final[f'{phase}_seconds']:.3g} s"
-                        for phase in ("setup", "compile", "run")
-                        if final.get(f"{phase}_seconds") is not None)
+    obs = observation_of(final[-1], Timings())
+    seconds = ", ".join(f"{phase} {value:.3g} s" for phase, value in (
+        ("setup", obs.timings.setup_seconds), ("compile", obs.timings.compile_seconds),
+        ("run", obs.timings.run_seconds)) if value is not None)
     print(f"seconds   {seconds}")
-    if final["event"] == "error":
-        observation = Observation(final["kind"], final["phase"], final["message"])
-        return label_of(observation).value, final["message"], {}, None
-    golden, baseline = compute_reference(case, seed, "cpu")
-    saved = torch.load(final["output_path"], weights_only=True)
-    observed = Reference(saved["out"], saved.get("lse"), saved.get("grads"))
-    verdict = judge(case, golden, baseline, observed)
-    return (("PASS" if verdict.passed else "MISMATCH"), verdict.summary, verdict.metrics,
-            (observed, golden, baseline))
+    reference = compute_reference(case, seed, "cpu") if isinstance(final[-1], DoneEvent) else None
+    decision = decide(case, obs, reference)
+    tensors = (decision.observed, *reference) if decision.observed is not None else None
+    return decision.label.value, decision.message, decision.metrics or {}, tensors
 
 
 def _finish(label: str, message: str) -> int:

@@ -14,7 +14,7 @@ from cases.model import Case
 from conformance.artifacts import ARTIFACTS_DIRNAME
 from conformance.backends.base import WorkerSlot, threads_per_worker
 from conformance.options import DEFAULT_CACHE_ROOT, RunOptions
-from reports.results import Label, Record
+from records.results import Label, Record
 
 
 def worker_slot(workerinput: dict | None) -> tuple[WorkerSlot, str]:
@@ -68,7 +68,7 @@ class Runner:
         from conformance.executor import Executor, Settings
         from conformance.kept_outputs import KeepPolicy
         from conformance.memory_gate import MemoryGate
-        from conformance.record_store import RecordWriter, records_dir
+        from records.store import RecordWriter, records_dir
         from conformance.reference_cache import ReferenceCache
 
         self.options = options
@@ -115,7 +115,7 @@ class Runner:
         from conformance.executor import now_iso
 
         started_at = now_iso()
-        self.writer.started(case, self.worker, started_at, record_id)
+        self.writer.started(record_id or case.id, case.to_json(), self.worker, started_at)
         try:
             record = self.executor.execute(case, started_at)
         except Exception as exc:  # noqa: BLE001 - a bug of ours must still leave a record

@@ -17,7 +17,7 @@ from typing import Callable
 
 from cases import composed
 from cases.model import Case, Shape, Variant
-from reports.results import Label, Record
+from records.results import Label, Record
 
 #: Length-like parameters of the catalog's variants (scaled with the sequence length). A case
 #: module may declare its own as ``LENGTH_PARAMS = {"variant name": ("key", ...)}``.
@@ -206,7 +206,7 @@ def write_outcome(result: ShrinkResult, out_dir: Path, environment: dict, option
     """Write ``results.json`` (every try) and ``smallest.json`` (the smallest case's spec) into
     ``out_dir``; returns their paths."""
     from conformance.run_info import suite_version
-    from reports.results import RunResults, write_results
+    from records.results import RunResults, write_results
 
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path, spec_path = out_dir / "results.json", out_dir / "smallest.json"

@@ -9,7 +9,6 @@ its signal. Either way the next case gets a fresh child. Budgets are enforced he
 """
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -20,15 +19,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from conformance.observation import Observation
+from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, Observation, Outcome,
+                                  Phase, PhaseEvent, ReadyEvent, Timings, decode_event,
+                                  observation_of)
 
 _EOF = object()
 _TIMEOUT = object()
 #: Budget of the start phase (Python and torch imports), in seconds.
 START_TIMEOUT = 300.0
 LOG_TAIL_LINES = 15
-_TIMING_KEYS = ("setup_seconds", "compile_seconds", "run_seconds", "cache_hit",
-                "compile_breakdown")
 
 
 @dataclass(frozen=True)
@@ -36,18 +35,18 @@ class Budgets:
     compile_timeout: float
     run_timeout: float
 
-    def of(self, phase: str) -> tuple[float, str]:
+    def of(self, phase: Phase) -> tuple[float, str]:
         """The seconds allowed for ``phase`` and the option that sets them.
 
         The warm-up (a tiny compile when a child starts, once) gets the compile budget but at
         least START_TIMEOUT: it pays the compiler's one-time start-up, which no case's compile
         budget is meant to cover.
         """
-        if phase == "compile":
+        if phase is Phase.COMPILE:
             return self.compile_timeout, "--compile-timeout"
-        if phase == "warm-up":
+        if phase is Phase.WARM_UP:
             return max(self.compile_timeout, START_TIMEOUT), "--compile-timeout, at least the start-up limit"
-        if phase == "start":
+        if phase is Phase.START:
             return START_TIMEOUT, "the start-up limit"
         return self.run_timeout, "--run-timeout"
 
@@ -75,7 +74,7 @@ class ChildSupervisor:
         self._request_log: tuple[Path | None, int] = (None, 0)
 
     # -- public ---------------------------------------------------------------------------
-    def run(self, request: dict) -> Observation:
+    def run(self, request: CaseRequest) -> Observation:
         """Run one case request; always returns an Observation (kills the child on failure)."""
         try:
             if self.proc is None:
@@ -85,11 +84,11 @@ class ChildSupervisor:
             log_offset = self._log_size()
             self._artifacts_before = _snapshot(self.artifact_dir)
             self._request_log = (self._log_path, log_offset)
-            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.write(request.encode() + "\n")
             self.proc.stdin.flush()
-            return self._follow("setup", log_offset)
+            return self._follow(Phase.SETUP, log_offset)
         except BrokenPipeError:
-            return self._died("setup", self._log_size())
+            return self._died(Phase.SETUP, self._log_size())
         except BaseException:  # Ctrl-C, pytest stopping: never leave a child behind
             self.close()
             raise
@@ -146,7 +145,7 @@ class ChildSupervisor:
                 pass_fds=(write_fd,), start_new_session=True, text=True)
         os.close(write_fd)
         self._reader = _EventReader(read_fd, self.proc)
-        phase = "start"
+        phase = Phase.START
         deadline = time.monotonic() + self.budgets.of(phase)[0]
         while True:
             event = self._reader.next(deadline)
@@ -154,55 +153,50 @@ class ChildSupervisor:
                 return self._timed_out(phase, 0)
             if event is _EOF:
                 return self._died(phase, 0)
-            if event.get("event") == "phase":
-                phase = event["phase"]
+            if isinstance(event, PhaseEvent):
+                phase = event.phase
                 deadline = time.monotonic() + self.budgets.of(phase)[0]
-            elif event.get("event") == "ready":
+            elif isinstance(event, ReadyEvent):
                 return None
 
-    def _follow(self, phase: str, log_offset: int) -> Observation:
+    def _follow(self, phase: Phase, log_offset: int) -> Observation:
         phase_start = time.monotonic()
         deadline = phase_start + self.budgets.of(phase)[0]
-        timings: dict = {}
+        measured: dict[str, float] = {}  # the parent's clock, per phase that ended
         while True:
             event = self._reader.next(deadline)
             if event is _TIMEOUT or event is _EOF:
                 # the seconds the unfinished phase ran before the kill or the death
-                timings[f"{phase}_seconds"] = time.monotonic() - phase_start
+                measured[f"{phase.value}_seconds"] = time.monotonic() - phase_start
                 end = self._timed_out if event is _TIMEOUT else self._died
-                return replace(end(phase, log_offset), **timings)
-            kind = event.get("event")
-            if kind == "phase":  # the parent's clock for the phase that ended (the child's
-                # own figures, in its last event, replace it; a hang or crash leaves only this)
-                timings[f"{phase}_seconds"] = time.monotonic() - phase_start
-            timings.update({k: event[k] for k in _TIMING_KEYS if k in event})
-            if kind == "phase":
-                phase = event["phase"]
+                return replace(end(phase, log_offset), timings=_timings(measured))
+            if isinstance(event, PhaseEvent):  # the child's own figures, in its last event,
+                # replace the parent's clock; a hang or crash leaves only the parent's
+                measured[f"{phase.value}_seconds"] = time.monotonic() - phase_start
+                phase = event.phase
                 phase_start = time.monotonic()
                 deadline = phase_start + self.budgets.of(phase)[0]
-            elif kind == "done":
-                return Observation("ok", "run", output_path=event.get("output_path"), **timings)
-            elif kind == "error":
-                if event["kind"] in ("oom", "exec-timeout") or (
-                        event["kind"] == "error" and event["phase"] in ("compile", "run")):
+            elif isinstance(event, DoneEvent | ErrorEvent):
+                if isinstance(event, ErrorEvent) and (
+                        event.outcome in (Outcome.OOM, Outcome.EXEC_TIMEOUT) or (
+                            event.outcome is Outcome.ERROR
+                            and event.phase in (Phase.COMPILE, Phase.RUN))):
                     # the allocator or the device may be left broken (a CUDA fault is sticky):
                     # the next case gets a fresh child rather than inheriting the fault
                     self.close()
-                message = event["message"]
-                if event["kind"] != "unsupported":
-                    message = f"{event['phase']}: {message}\n{event.get('detail', '')}".rstrip()
-                return Observation(event["kind"], event["phase"], message, **timings)
+                return observation_of(event, _timings(measured))
 
-    def _timed_out(self, phase: str, log_offset: int) -> Observation:
+    def _timed_out(self, phase: Phase, log_offset: int) -> Observation:
         seconds, option = self.budgets.of(phase)
         tail = self._log_tail(log_offset)
         self.close()
-        what = "the backend's warm-up compile" if phase == "warm-up" else f"the {phase} phase"
+        what = ("the backend's warm-up compile" if phase is Phase.WARM_UP
+                else f"the {phase.value} phase")
         message = (f"{what} did not finish within {seconds:g} s ({option}); "
                    "the child and its process group were killed")
-        return Observation("timeout", phase, _with_tail(message, tail))
+        return Observation(Outcome.TIMEOUT, phase, _with_tail(message, tail))
 
-    def _died(self, phase: str, log_offset: int) -> Observation:
+    def _died(self, phase: Phase, log_offset: int) -> Observation:
         proc = self.proc
         try:
             code = proc.wait(timeout=30)
@@ -214,15 +208,15 @@ class ChildSupervisor:
         if code < 0:
             name = _signal_name(-code)
             if oom_killed and -code == signal.SIGKILL:
-                return Observation("oom", phase, _with_tail(
-                    f"the child was killed by the kernel's OOM killer during {phase}", tail))
-            return Observation("crash", phase, _with_tail(
-                f"the child process was killed by {name} during {phase}", tail))
-        if phase == "start":
-            return Observation("harness", phase, _with_tail(
+                return Observation(Outcome.OOM, phase, _with_tail(
+                    f"the child was killed by the kernel's OOM killer during {phase.value}", tail))
+            return Observation(Outcome.CRASH, phase, _with_tail(
+                f"the child process was killed by {name} during {phase.value}", tail))
+        if phase is Phase.START:
+            return Observation(Outcome.HARNESS, phase, _with_tail(
                 f"the child process could not start (exit status {code}); see its log", tail))
-        return Observation("crash", phase, _with_tail(
-            f"the child process exited with status {code} during {phase}", tail))
+        return Observation(Outcome.CRASH, phase, _with_tail(
+            f"the child process exited with status {code} during {phase.value}", tail))
 
     def _log_size(self) -> int:
         try:
@@ -235,8 +229,12 @@ class ChildSupervisor:
         return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
 
 
+def _timings(measured: dict[str, float]) -> Timings:
+    return Timings(**measured)
+
+
 class _EventReader:
-    """JSON lines from a pipe, with a deadline (select) and no thread. The child's exit is
+    """Protocol events (JSON lines) from a pipe, with a deadline (select) and no thread. The child's exit is
     noticed within half a second even when a process it forked keeps the pipe open."""
 
     def __init__(self, fd: int, proc: subprocess.Popen | None = None):
@@ -257,7 +255,7 @@ class _EventReader:
                 return _EOF
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+        return decode_event(line)
 
     def close(self) -> None:
         try:

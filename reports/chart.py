@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from reports.formatting import fmt_seconds
 from reports.matrix import coordinates
-from reports.results import Label, Record
+from records.results import Label, Record
 
 WIDTH, HEIGHT = 1200, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 8, 14, 34

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports.expectations_update import update_expectations
-    from reports.results import load_results
+    from records.results import load_results
 
     results = load_results(args.results)
     path = Path(args.expectations)

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from reports.expectations import load_expectations
     from reports.gate import check_comparable, decide, gate_markdown, gate_text
-    from reports.results import load_results
+    from records.results import load_results
 
     baseline = load_results(args.baseline)
     candidate = load_results(args.candidate)

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports.render import write_runs_report
-    from reports.results import load_results
+    from records.results import load_results
 
     runs = [load_results(path) for path in args.results]
     baseline = load_results(args.baseline) if args.baseline else None

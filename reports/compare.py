@@ -11,14 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from reports.results import Label, Record, RunResults
+from records.results import Label, Record, RunResults
 
 DEFAULT_SLOWER_FACTOR = 1.25
 DEFAULT_SLACK_SECONDS = 0.5
 
-#: Labels whose compile_seconds, if any, do not measure a finished compile.
-_NO_FINISHED_COMPILE = (Label.COMPILE_TIMEOUT, Label.COMPILE_ERROR, Label.UNSUPPORTED,
-                        Label.HARNESS_ERROR, Label.CRASH)
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,7 @@ class Comparison:
 
 def finished_compile_seconds(record: Record) -> float | None:
     """The compile time of a record if it measures a finished, uncached compile."""
-    if record.label in _NO_FINISHED_COMPILE or record.cache_hit:
+    if not record.label.compile_finished or record.cache_hit:
         return None
     return record.compile_seconds
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cases.model import Shape
-from reports.results import Label
+from records.results import Label
 
 ENTRY_TABLE = "failure"
 _HEADER_RE = re.compile(r"^\s*\[\[\s*" + ENTRY_TABLE + r"\s*\]\]\s*(#.*)?$")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from reports.expectations import (ENTRY_TABLE, Expectation, Expectations, header_lines,
                                   parse_expectations)
 from reports.formatting import first_line
-from reports.results import Label, Record, RunResults
+from records.results import Label, Record, RunResults
 
 TRIAGE_HEADING = "# ==== To triage"
 FILE_HEADER = f"""\

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from reports.results import RunResults
+from records.results import RunResults
 
 #: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
 METRIC_ORDER = (

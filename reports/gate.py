@@ -17,7 +17,7 @@ from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs
 from reports.expectations import Expectation, Expectations
 from reports.formatting import fmt_seconds
 from reports.markdown import md_code, md_table, md_text
-from reports.results import RunResults
+from records.results import RunResults
 from reports.summary import verdict_line
 
 DEFAULT_BUDGET = 1.25

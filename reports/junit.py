@@ -5,7 +5,7 @@ pytest's junitxml writes each as ``<property name=... value=...>`` of the test c
 """
 from __future__ import annotations
 
-from reports.results import Record
+from records.results import Record
 
 
 def junit_properties(record: Record) -> list[tuple[str, str]]:

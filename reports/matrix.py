@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cases.model import Shape, split_origin
-from reports.results import Label, Record
+from records.results import Label, Record
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from reports.compare import Comparison, compare_runs, side_by_side
 from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
                                 metrics_items, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
-from reports.results import Label, Record, RunResults
+from records.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, label_counts, non_passing,
                              rerun_command, summary_markdown, verdict_line)
 
@@ -29,27 +29,6 @@ TEMPLATES = Path(__file__).with_name("templates")
 MESSAGE_LIMIT = 4000
 #: Cases that compile faster are listed up to this many (most improved first).
 MAX_FASTER_ROWS = 100
-
-LABEL_CODES = {
-    Label.PASS: "P", Label.MISMATCH: "MM", Label.COMPILE_TIMEOUT: "CT",
-    Label.RUN_TIMEOUT: "RT", Label.COMPILE_ERROR: "CE", Label.RUNTIME_ERROR: "RE",
-    Label.CRASH: "CR", Label.OUT_OF_MEMORY: "OOM", Label.UNSUPPORTED: "U",
-    Label.HARNESS_ERROR: "HE", Label.COMPILED: "C",
-}
-LABEL_HELP = {
-    Label.PASS: "output agrees with the float64 reference within the tolerance",
-    Label.MISMATCH: "ran, but the numbers are wrong",
-    Label.COMPILE_TIMEOUT: "compilation ran past the time allowed",
-    Label.RUN_TIMEOUT: "compiled, but running ran past the time allowed",
-    Label.COMPILE_ERROR: "compilation raised an error",
-    Label.RUNTIME_ERROR: "running raised an error",
-    Label.CRASH: "the process running the case died",
-    Label.OUT_OF_MEMORY: "ran out of device or host memory",
-    Label.UNSUPPORTED: "the backend does not support this case (acceptable)",
-    Label.HARNESS_ERROR: "the suite's own fault, not the backend's",
-    Label.COMPILED: "compile-only pass (--phase compile): compiled, numbers not judged",
-}
-
 
 #: What Record.artifacts may be for the report to link it: a directory the suite named
 #: (conformance/artifacts.py), never a URL a doctored results file slipped in.
@@ -82,8 +61,18 @@ def _template() -> jinja2.Template:
         trim_blocks=True, lstrip_blocks=True)
     env.globals.update(fmt_seconds=fmt_seconds, metric_text=metric_text,
                        breakdown_text=breakdown_text,
-                       seq_text=seq_text, codes={k.value: v for k, v in LABEL_CODES.items()})
+                       seq_text=seq_text, codes={label.value: label.short for label in Label},
+                       label_css=label_css())
     return env.get_template("index.html.j2")
+
+
+def label_css() -> str:
+    """The report's label colours, from the label table (records/labels.py)."""
+    cells = "".join(f".l-{label.value}{{background:{label.info.cell_colour};"
+                    f"color:{label.info.text_colour}}}" for label in Label)
+    bars = "".join(f"svg .b-{label.value}{{fill:{label.info.bar_colour};"
+                   f"stroke:{label.info.bar_colour}}}" for label in Label)
+    return cells + "\n" + bars
 
 
 def _environment_rows(runs: Sequence[RunView]) -> list[tuple[str, list[str], bool]]:
@@ -121,7 +110,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         failures=failures, failing_ids={r.case_id for r in failing},
         records=main.records,
         counts={k.value: v for k, v in label_counts(main.records).items()},
-        labels=[(label.value, LABEL_CODES[label], LABEL_HELP[label]) for label in Label],
+        labels=[(label.value, label.short, label.meaning) for label in Label],
         side_rows=rows, disagreements=[row for row in rows if not row.agree],
         max_faster_rows=MAX_FASTER_ROWS,
     )

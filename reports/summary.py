@@ -8,7 +8,7 @@ from collections import Counter
 from reports.compare import Comparison
 from reports.formatting import first_line, fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
-from reports.results import Label, Record, RunResults
+from records.results import Label, Record, RunResults
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
 SUMMARY_MAX_FAILURES = 30

@@ -6,7 +6,7 @@ import itertools
 import random
 
 from cases.model import Case, Shape, Variant
-from reports.results import Label, Record, RunResults
+from records.results import Label, Record, RunResults
 
 _VARIANTS = (
     Variant("full"), Variant("causal"), Variant("sliding_window", (("w", 1024),)),

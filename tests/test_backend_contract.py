@@ -11,18 +11,17 @@ from conformance import child
 from conformance.backends.cpu import CpuEager
 from conformance.backends.registry import load_backend
 from conformance.contract import CONTRACT, ContractError, check_result
-from conformance.observation import Observation, label_of
-from reports.results import Label
+from conformance.protocol import CaseRequest, DoneEvent, ErrorEvent, Outcome, Phase, Timings, label_of, observation_of
+from records.results import Label
 from tests.test_executor_faults import run_cases
 
 SHAPE = Shape(2, 4, 2, 40, 24, 8)  # B=2: an unchecked ``out, lse = out`` would split the batch
 
 
-def run_in_process(backend, case: Case, tmp_path) -> dict:
+def run_in_process(backend, case: Case, tmp_path):
     """The child's phases for one case, in this process: its last event."""
-    events: list[dict] = []
-    child.run_case(backend, {"case": case.to_json(), "output_path": str(tmp_path / "out.pt")},
-                   lambda **event: events.append(event))
+    events: list = []
+    child.run_case(backend, CaseRequest(case.to_json(), str(tmp_path / "out.pt")), events.append)
     return events[-1]
 
 
@@ -41,12 +40,12 @@ def test_a_broken_structure_is_the_backends_error_quoting_the_contract(
         tmp_path, backend, mode, phase, problem):
     case = Case(Variant("causal"), SHAPE, "bf16", mode)
     event = run_in_process(load_backend(f"tests.contract_fault_backends:{backend}"), case, tmp_path)
-    assert event["event"] == "error" and event["kind"] == "error", event
-    assert event["phase"] == phase
-    assert event["message"].startswith("ContractError: " + problem), event["message"]
-    assert event["message"].endswith(f"the backend contract (docs/backends.md): {CONTRACT[mode]}")
+    assert isinstance(event, ErrorEvent) and event.outcome is Outcome.ERROR, event
+    assert event.phase is Phase(phase)
+    assert event.message.startswith("ContractError: " + problem), event.message
+    assert event.message.endswith(f"the backend contract (docs/backends.md): {CONTRACT[mode]}")
     expected = Label.COMPILE_ERROR if phase == "compile" else Label.RUNTIME_ERROR
-    assert label_of(Observation(event["kind"], event["phase"], event["message"])) is expected
+    assert label_of(observation_of(event, Timings())) is expected
     assert not (tmp_path / "out.pt").exists()  # nothing reaches the verdict
 
 
@@ -64,7 +63,7 @@ def test_the_lse_split_is_a_compile_error_record_and_the_next_case_passes():
 def test_a_correct_result_of_each_mode_keeps_the_contract(tmp_path, mode):
     case = Case(Variant("alibi"), SHAPE, "fp16", mode)
     event = run_in_process(CpuEager(), case, tmp_path)
-    assert event["event"] == "done", event
+    assert isinstance(event, DoneEvent), event
     saved = torch.load(tmp_path / "out.pt", weights_only=True)
     assert saved["out"].shape == (2, 4, 40, 8) and saved["out"].dtype == torch.float16
     assert ("lse" in saved) is (mode == "fwd+lse")

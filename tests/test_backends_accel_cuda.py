@@ -21,8 +21,8 @@ from conformance.backends.base import WorkerSlot
 from conformance.backends.cuda import (CudaEager, CudaInductor, gpu_for_worker, triton_version,
                                        visible_gpus)
 from conformance.backends.registry import BackendError, resolve_backend
-from conformance.observation import Observation, label_of
-from reports.results import Label
+from conformance.protocol import CaseRequest, DoneEvent, ErrorEvent, Timings, label_of, observation_of
+from records.results import Label
 
 TINY = Case(variants.causal(), Shape(1, 2, 2, 64, 64, 16), "fp32")
 TRITON_OOR = ("out of resource: shared memory, Required: 262144, Hardware limit: 232448. "
@@ -74,11 +74,10 @@ def _label_of_first_call(call) -> tuple[Label, str]:
     backend = CudaOnCpu()
     backend.call = call
     events = []
-    child.run_case(backend, {"case": TINY.to_json(), "output_path": os.devnull, "cold": False},
-                   lambda **event: events.append(event))
-    error = next(e for e in events if e["event"] == "error")
-    obs = Observation(error["kind"], error["phase"], error["message"])  # as the supervisor does
-    return label_of(obs), error["message"]
+    child.run_case(backend, CaseRequest(TINY.to_json(), os.devnull, cold=False), events.append)
+    error = next(e for e in events if isinstance(e, ErrorEvent))
+    obs = observation_of(error, Timings())  # as the supervisor does
+    return label_of(obs), error.message
 
 
 @pytest.mark.parametrize("raised", [
@@ -123,9 +122,9 @@ def test_eager_path_computes_the_case_on_a_stand_in_device(tmp_path):
             pass
 
     events = []
-    child.run_case(CudaEagerOnCpu(), {"case": TINY.to_json(), "output_path": str(tmp_path / "o.pt")},
-                   lambda **event: events.append(event))
-    assert events[-1]["event"] == "done", events[-1]
+    child.run_case(CudaEagerOnCpu(), CaseRequest(TINY.to_json(), str(tmp_path / "o.pt")),
+                   events.append)
+    assert isinstance(events[-1], DoneEvent), events[-1]
     out = torch.load(tmp_path / "o.pt")["out"]
     assert out.shape == (1, 2, 64, 16) and torch.isfinite(out).all()
 

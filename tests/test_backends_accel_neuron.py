@@ -27,7 +27,7 @@ from conformance.backends.neuron import Neuron
 from conformance.backends.registry import BackendError, resolve_backend
 from conformance.executor import Executor, Settings
 from conformance.reference_cache import ReferenceCache
-from reports.results import Label
+from records.results import Label
 from tests.standin_neuron import PLACEHOLDER_DIR, STANDIN_BIN, STANDIN_DIR
 
 REPO = Path(__file__).resolve().parent.parent

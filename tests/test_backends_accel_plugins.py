@@ -15,6 +15,7 @@ import pytest
 from cases import variants
 from cases.model import Case, Shape
 from conformance import child
+from conformance.protocol import CaseRequest, DoneEvent
 from conformance.backends.registry import load_backend, registered
 from conformance.cli import main
 from conformance.cmd_backends import backend_statuses
@@ -84,9 +85,8 @@ def test_the_example_plugin_computes_a_case(example_installed, tmp_path):
     assert backend.environment()["plugin"] == "flexconf-example-backend"
     case = Case(variants.causal(), Shape(1, 4, 2, 64, 64, 16), "fp32")  # GQA as well
     events = []
-    child.run_case(backend, {"case": case.to_json(), "output_path": str(tmp_path / "out.pt")},
-                   lambda **event: events.append(event))
-    assert events[-1]["event"] == "done", events[-1]
+    child.run_case(backend, CaseRequest(case.to_json(), str(tmp_path / "out.pt")), events.append)
+    assert isinstance(events[-1], DoneEvent), events[-1]
     assert os.path.getsize(tmp_path / "out.pt") > 0
 
 

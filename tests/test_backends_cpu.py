@@ -9,7 +9,7 @@ from conformance.backends.base import WorkerSlot
 from conformance.backends.registry import load_backend
 from conformance.executor import Executor, Settings
 from conformance.reference_cache import ReferenceCache
-from reports.results import Label
+from records.results import Label
 
 SEQ = 128
 SHAPE = Shape(1, 2, 2, SEQ, SEQ, 16)

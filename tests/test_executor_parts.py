@@ -15,10 +15,10 @@ from cases.model import Case, Shape, Variant
 from conformance import options as opts
 from conformance.backends import registry
 from conformance.backends.cpu import CpuInductor
-from conformance.observation import Observation, label_of
-from conformance.record_store import RecordWriter, clear_records, merge_records
+from conformance.protocol import Observation, label_of
+from records.store import RecordWriter, clear_records, merge_records
 from conformance.reference_cache import ReferenceCache, cache_key
-from reports.results import Label, Record
+from records.results import Label, Record
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = Shape(1, 2, 2, 64, 64, 16)
@@ -134,7 +134,7 @@ def test_merge_orders_records_and_turns_unfinished_starts_into_crash(tmp_path):
     w0, w1 = RecordWriter(tmp_path, "gw0"), RecordWriter(tmp_path, "gw1")
     w0.environment({"backend": "x"})
     for writer, case in ((w0, c), (w1, a), (w0, b)):
-        writer.started(case, writer.path.stem, "t0")
+        writer.started(case.id, case.to_json(), writer.path.stem, "t0")
     w0.finished(Record(c.id, Label.PASS, finished_at="t1"))
     w1.finished(Record(a.id, Label.MISMATCH, finished_at="t2"))
     with open(w0.path, "a") as f:

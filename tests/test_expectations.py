@@ -13,7 +13,7 @@ from reports.expectations import (ExpectationsError, expected_label, load_expect
                                   parse_expectations, xfail_reason)
 from reports.expectations_update import TRIAGE_HEADING, toml_string, update_expectations
 from reports.junit import junit_properties
-from reports.results import Label, write_results
+from records.results import Label, write_results
 from tests.test_report_doctored import case_id, record, run
 
 A, B, C = case_id(seq=128), case_id(seq=256), case_id("alibi", seq=128)

@@ -24,7 +24,7 @@ from cases.variants import build_mods
 from conformance import fuzz, fuzz_grammar
 from reference.golden import reference_pair
 from reference.verdict import judge
-from reports.results import Label, Record
+from records.results import Label, Record
 from tests.shape_fault_backends import MIN_FAILING_SQ
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,7 +192,7 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
     assert json.loads(saved.read_text())["cases"][0]["id"] == MINIMAL_FAILING_ID
     # results.json: the examples drawn up to the first failure, then the minimal failing case;
     # the shrinking's executions are not records
-    from reports.results import load_results
+    from records.results import load_results
 
     records = load_results(tmp_path / "report" / "results.json").records
     failed = [r for r in records if r.label is not Label.PASS]

@@ -17,7 +17,7 @@ from cases.model import Case, Shape, split_origin
 from conformance import compat, fuzz, fuzz_grammar
 from conformance.backends.cpu import CpuEager, CpuInductor
 from reports.matrix import coordinates
-from reports.results import Label, load_results
+from records.results import Label, load_results
 from tests.test_custom_cases import EXAMPLES
 from tests.test_plugin_runs import REPO, clean_env
 
@@ -49,7 +49,7 @@ def test_the_declared_cpu_refusal_is_torchs_own_sentence():
 
 
 def _pass(case: Case):
-    from reports.results import Record
+    from records.results import Record
 
     return Record(case.id, Label.PASS, case.to_json())
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from reports.results import Label, write_results
+from records.results import Label, write_results
 from tests.test_report_doctored import HOSTILE, case_id, record, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from conformance.reference_cache import ReferenceCache
 from reference import load_case_outputs
 from reference.golden import Reference
 from reference.outputs import CaseOutputs, save_case_outputs
-from reports.results import Label, load_results
+from records.results import Label, load_results
 from tests.test_plugin_runs import REPO, clean_env, pytest_args
 from tests.test_repro import run_script, write_run
 

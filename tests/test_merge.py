@@ -10,7 +10,7 @@ from cases.catalog import matrix
 from conformance.cli import main
 from conformance.merge import MergeError, merge_runs
 from conformance.sharding import select_shard
-from reports.results import Label, Record, RunResults, load_results, write_results
+from records.results import Label, Record, RunResults, load_results, write_results
 
 CASES = matrix("smoke")
 ENV = {"backend": "cpu-eager", "torch": "2.13.0+cpu", "host": "ci-1", "device": "cpu"}

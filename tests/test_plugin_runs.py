@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from cases.model import Case, Shape, Variant
-from reports.results import Label, load_results
+from records.results import Label, load_results
 from tests import fault_backends
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import pytest
 
 from conformance.plugin import MATRIX_DIR, _case_ids, _reaches_matrix
 from conformance.runner import outcome, worker_slot
-from reports.results import Label, Record
+from records.results import Label, Record
 
 REPO = MATRIX_DIR.parent
 

@@ -17,7 +17,7 @@ from conformance.child import _block_mask
 from conformance.estimates import case_peak_bytes
 from conformance.executor import _mask_dependence
 from reference.golden import golden_attention
-from reports.results import Label
+from records.results import Label
 from tests import pointwise_variants as pv
 from tests.test_backends_cpu import execute
 

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.cli import main
 from reports.render import write_report, write_runs_report
-from reports.results import Label, write_results
+from records.results import Label, write_results
 from reports.summary import rerun_command, verdict_line
 from tests.test_report_doctored import (HOSTILE, LABEL_CASES, ODD_ID, Page, case_id,
                                         doctored_run, record, run)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reports.render import write_runs_report
-from reports.results import Label
+from records.results import Label
 from tests.test_report_doctored import LABEL_CASES, Page, doctored_run
 
 BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")

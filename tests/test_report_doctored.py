@@ -5,7 +5,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 from cases.model import Case, Shape, Variant
-from reports.results import Label, Record, RunResults, load_results, write_results
+from records.results import Label, Record, RunResults, load_results, write_results
 
 HOSTILE = "<script>alert(1)</script> & \"double\" 'single' </pre><b>bold</b>"
 #: A case id that follows no known form, made to break out of an attribute if unescaped.

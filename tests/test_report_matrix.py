@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from cases.catalog import core_matrix
 from reports.matrix import build_matrix, seq_text
-from reports.results import Label
+from records.results import Label
 from tests.test_report_doctored import ODD_ID, case_id, record
 
 

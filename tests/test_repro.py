@@ -16,7 +16,7 @@ from conformance.backends.registry import load_backend
 from conformance.cli import main
 from conformance.executor import Executor, Settings
 from conformance.reference_cache import ReferenceCache
-from reports.results import Label, Record, RunResults, write_results
+from records.results import Label, Record, RunResults, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "custom_variants"

@@ -15,7 +15,7 @@ import pytest
 from cases import variants
 from cases.model import Case, Shape
 from conformance.cli import main
-from reports.results import load_results
+from records.results import load_results
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [

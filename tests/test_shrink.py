@@ -11,7 +11,7 @@ from cases import composed
 from cases.model import Case, Shape, Variant
 from conformance.cli import main
 from conformance.shrink import case_from_argument, scale_lengths, shrink
-from reports.results import Label, Record, load_results
+from records.results import Label, Record, load_results
 from tests.shape_fault_backends import MIN_FAILING_SQ
 
 START = Case(Variant("sliding_window", (("w", 32),)), Shape(2, 4, 2, 128, 128, 32))

@@ -1,41 +1,23 @@
-"""The results file: labels, one record per case, and a run (versioned JSON, no torch).
+"""The results file: one record per case, and a run (versioned JSON, no torch).
 
-This module is the contract between the executor (which writes records) and the report and
-gate (which read them). ``load_results`` validates against ``results.schema.json``.
+The contract between the executor (which writes records) and the report, merge and gate
+(which read them). ``load_results`` validates against ``results.schema.json``, whose label
+enum comes from ``records.labels``. Every text a record or a run carries is cleaned when the
+record is made (``records.text.clean_text``), so no message can cost a report.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from records.labels import Label, label_names
+from records.text import clean_json, clean_text
 
 SCHEMA_NAME = "flexattention-conformance/results"
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
-
-
-class Label(str, Enum):
-    """The closed set of outcomes of a case (docs/labels.md says what each one means)."""
-
-    PASS = "PASS"
-    MISMATCH = "MISMATCH"
-    COMPILE_TIMEOUT = "COMPILE_TIMEOUT"
-    RUN_TIMEOUT = "RUN_TIMEOUT"
-    COMPILE_ERROR = "COMPILE_ERROR"
-    RUNTIME_ERROR = "RUNTIME_ERROR"
-    CRASH = "CRASH"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    UNSUPPORTED = "UNSUPPORTED"
-    HARNESS_ERROR = "HARNESS_ERROR"
-    #: only in a compile-only pass (``--phase compile``): the first call finished; no verdict
-    COMPILED = "COMPILED"
-
-    @property
-    def acceptable(self) -> bool:
-        """Whether a conformance run may contain this label and still conform (dEQP rule)."""
-        return self in (Label.PASS, Label.UNSUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -66,6 +48,15 @@ class Record:
     started_at: str = ""
     finished_at: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("case_id", "message", "worker"):
+            value = getattr(self, name)
+            cleaned = clean_text(value)
+            if cleaned != value:
+                object.__setattr__(self, name, cleaned)
+        if self.case:
+            object.__setattr__(self, "case", clean_json(self.case))
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["label"] = self.label.value
@@ -90,6 +81,12 @@ class RunResults:
     started_at: str = ""
     finished_at: str = ""
     complete: bool = True
+    #: How many cases the run selected (None: not known, e.g. an older results file).
+    selected_count: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "environment", clean_json(self.environment))
+        object.__setattr__(self, "options", clean_json(self.options))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +96,7 @@ class RunResults:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "complete": self.complete,
+            "selected_count": self.selected_count,
             "environment": self.environment,
             "options": self.options,
             "records": [r.to_json() for r in self.records],
@@ -114,6 +112,7 @@ class RunResults:
             started_at=data.get("started_at", ""),
             finished_at=data.get("finished_at", ""),
             complete=data.get("complete", True),
+            selected_count=data.get("selected_count"),
         )
 
     def by_id(self) -> dict[str, Record]:
@@ -124,11 +123,18 @@ class ResultsError(ValueError):
     """A results file that cannot be used; the message names the file and the problem."""
 
 
+def results_schema() -> dict[str, Any]:
+    """The JSON Schema of a results file, with the label enum from ``records.labels``."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    schema["$defs"]["record"]["properties"]["label"] = {"enum": label_names()}
+    return schema
+
+
 def validate_results_json(data: Any, source: str = "results") -> None:
     """Raise ResultsError if ``data`` does not follow results.schema.json."""
     import jsonschema  # a dependency of the project; imported here to keep import time low
 
-    schema = json.loads(SCHEMA_PATH.read_text())
+    schema = results_schema()
     if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
         raise ResultsError(
             f"{source}: schema_version {data.get('schema_version')!r} is not supported "
@@ -160,5 +166,7 @@ def write_results(results: RunResults, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results.to_json(), indent=1, sort_keys=False) + "\n")
+    # ensure_ascii: whatever a message holds, the file is plain ASCII JSON
+    tmp.write_text(json.dumps(results.to_json(), indent=1, sort_keys=False) + "\n",
+                   encoding="ascii")
     tmp.replace(path)

@@ -9,7 +9,7 @@ fsynced one by one (dEQP's rule: a crash never loses earlier results):
 
 ``merge_records`` reads every worker's file: a case with a finished record takes it (the last
 one); a case started but never finished (its worker was killed, or the run interrupted) becomes
-CRASH. ``write_run`` writes the merged run with ``reports.results.write_results``.
+CRASH. ``write_run`` writes the merged run with ``records.results.write_results``.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from cases.model import Case
-from reports.results import Label, Record, RunResults, write_results
+from records.labels import Label
+from records.results import Record, RunResults, write_results
 
 RECORDS_DIR = "records"
 
@@ -47,10 +47,10 @@ class RecordWriter:
     def environment(self, environment: dict[str, Any]) -> None:
         self._write({"event": "environment", "environment": environment})
 
-    def started(self, case: Case, worker: str, started_at: str,
-                record_id: str | None = None) -> None:
-        """``record_id``: the id the record will have (a fuzzed example's ``fuzz/...``)."""
-        self._write({"event": "started", "case_id": record_id or case.id, "case": case.to_json(),
+    def started(self, case_id: str, case: dict[str, Any], worker: str, started_at: str) -> None:
+        """``case_id``: the id the record will have (a fuzzed example's ``fuzz/...``);
+        ``case``: the case's JSON spec."""
+        self._write({"event": "started", "case_id": case_id, "case": case,
                      "worker": worker, "started_at": started_at})
 
     def finished(self, record: Record) -> None:

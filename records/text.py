@@ -1,0 +1,68 @@
+"""Text that cannot break anything: every message is made valid, printable text when it is
+recorded, and every output shows it through the same escaping.
+
+Compiler output decoded with ``errors="surrogateescape"`` carries lone surrogates (``\udc80``),
+which UTF-8 cannot encode: one of them used to cost the whole report. NUL, ESC and terminal
+title sequences pass raw into a terminal, a Markdown file or the gate's output. Both are
+shown as Python escapes (``\udc80``, ``\x1b``), readable and reversible by eye.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Lone surrogates; C0 controls except tab and newline; DEL and C1 controls; Unicode's
+# bidirectional overrides and isolates (which reorder what a terminal or page shows).
+_UNSAFE = re.compile("[\ud800-\udfff\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# The same, with tab and newline: for text that must stay on one line.
+_UNSAFE_ONE_LINE = re.compile("[\ud800-\udfff\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean_text(value: Any) -> str:
+    """``value`` as valid, printable text (newlines and tabs kept; see the module doc)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="surrogateescape")
+    elif not isinstance(value, str):
+        value = str(value)
+    return _UNSAFE.sub(_escape, value)
+
+
+def one_line(value: Any) -> str:
+    """``clean_text`` with newlines and tabs escaped too: a field on one line of output."""
+    return _UNSAFE_ONE_LINE.sub(_escape, clean_text(value))
+
+
+def first_line(value: Any) -> str:
+    """The first line of a message, made safe for one line of output."""
+    return one_line(clean_text(value).partition("\n")[0])
+
+
+def clean_json(value: Any) -> Any:
+    """Every string in a JSON value (keys too) cleaned with ``clean_text``."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(k): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def code_span(value: Any) -> str:
+    """A Markdown code span showing ``value`` exactly, whatever backticks it holds
+    (CommonMark: a fence longer than any run of backticks inside, padded with spaces)."""
+    text = one_line(value)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or longest else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown_text(value: Any) -> str:
+    """One line of plain Markdown text: Markdown's and HTML's active characters escaped."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", one_line(value))
