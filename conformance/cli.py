@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("reports.cmd_report", "render the HTML report and summary.md from results files"),
     "gate": ("reports.cmd_gate", "may a candidate run ship? exit 0 yes, 1 no, 2 bad input"),
     "expectations": ("reports.cmd_expectations", "maintain the known-failures file"),
+    "recover": ("reports.cmd_recover", "write the results and report of a killed run from its records"),
     "merge": ("conformance.cmd_merge", "join the results.json of the shards of one run"),
     "backends": ("conformance.cmd_backends", "list every backend, whether it runs here, and why not"),
     "repro": ("conformance.cmd_repro", "write a standalone script (torch only) that reproduces one case"),

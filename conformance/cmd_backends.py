@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
 def backend_statuses() -> list[BackendStatus]:
     """One status per backend: built-ins, installed plugins, then uninstalled examples."""
-    from conformance.backends.registry import BUILTIN, BackendError, load_backend, registered
+    from conformance.backends.registry import (BUILTIN, BackendError, availability_of,
+                                               load_backend, registered)
 
     origins = _plugin_origins()
     statuses = []
@@ -55,14 +56,10 @@ def backend_statuses() -> list[BackendStatus]:
         origin = "built-in" if name in BUILTIN else origins.get(name, "plugin")
         try:
             backend = load_backend(name)
-            availability = backend.availability()
-        except (BackendError, ImportError) as exc:
+        except BackendError as exc:  # a broken plugin must not hide the others
             statuses.append(BackendStatus(name, False, origin, str(exc)))
             continue
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
-            statuses.append(BackendStatus(name, False, origin,
-                                          f"availability check failed: {type(exc).__name__}: {exc}"))
-            continue
+        availability = availability_of(backend)
         detail = backend.description if availability.available else availability.reason
         statuses.append(BackendStatus(name, availability.available, origin, detail))
     known = {s.name for s in statuses}

@@ -5,42 +5,41 @@ import shlex
 from pathlib import Path
 
 
+#: The run's options that shrinking takes too, declared where the plugin's are.
+_RUN_OPTIONS = ("--seed", "--compile-timeout", "--run-timeout", "--reference-cache",
+                "--reference-cache-size", "--cases-module")
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("case", metavar="CASE_ID", help="a case id, or a case spec file "
                         "(SPEC.json, e.g. a saved fuzz failure)")
     parser.add_argument("--backend", required=True, help="a registered backend or "
                         "package.module:object")
-    parser.add_argument("--seed", default="0", help="seed of the inputs; default 0")
-    parser.add_argument("--compile-timeout", default="600", help="seconds per compile; default 600")
-    parser.add_argument("--run-timeout", default="300", help="seconds per setup or run phase; "
-                        "default 300")
+    from conformance.options import add_arguments as add_run_options
+
+    add_run_options(parser, _RUN_OPTIONS)
     parser.add_argument("--max-cases", type=int, default=60, help="at most this many "
                         "executions; default 60")
     parser.add_argument("--out", default="reports/shrink", help="where results.json (every "
                         "try) and smallest.json go; default reports/shrink")
-    parser.add_argument("--reference-cache", default=None, help="golden cache directory "
-                        "(default: the suite's); 'none' disables")
-    parser.add_argument("--cases-module", action="append", default=[], metavar="MODULE",
-                        help="a case module defining the case's variant (repeatable)")
 
 
 def run(args) -> int:
     from conformance.backends.base import WorkerSlot
     from conformance.backends.registry import resolve_backend
     from conformance.executor import Executor, Settings
-    from conformance.options import (DEFAULT_CACHE_ROOT, DEFAULT_REFERENCE_CACHE_BYTES,
-                                     parse_seconds, parse_seed)
+    from conformance.options import option_value
     from conformance.reference_cache import ReferenceCache
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
 
-    seed = parse_seed(args.seed)
-    settings = Settings(compile_timeout=parse_seconds("--compile-timeout", args.compile_timeout),
-                        run_timeout=parse_seconds("--run-timeout", args.run_timeout), seed=seed)
+    seed = option_value("--seed", args.seed)
+    settings = Settings(compile_timeout=option_value("--compile-timeout", args.compile_timeout),
+                        run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed)
     case = case_from_argument(args.case, args.cases_module)
     backend = resolve_backend(args.backend)
-    cache = args.reference_cache or str(DEFAULT_CACHE_ROOT / "reference")
-    reference = ReferenceCache(None if cache == "none" else cache, DEFAULT_REFERENCE_CACHE_BYTES)
+    reference = ReferenceCache(option_value("--reference-cache", args.reference_cache, Path.cwd()),
+                               option_value("--reference-cache-size", args.reference_cache_size))
     executor = Executor(backend, args.backend, WorkerSlot(0, 1), settings, reference,
                         worker="shrink")
     try:

@@ -24,6 +24,7 @@ from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
 from conformance.estimates import case_peak_bytes
 from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
+from conformance.options import default_value
 from conformance.decision import decide
 from conformance.protocol import CaseRequest, Observation
 from conformance.reference_cache import ReferenceCache
@@ -33,13 +34,16 @@ from records.results import Label, Record
 
 @dataclass(frozen=True)
 class Settings:
-    compile_timeout: float = 600.0
-    run_timeout: float = 300.0
-    compile_cache: str = "cold"  # cold: empty caches per case; warm: one shared directory
+    """What the executor needs of the run's options; the defaults are the options' own."""
+
+    compile_timeout: float = default_value("--compile-timeout")
+    run_timeout: float = default_value("--run-timeout")
+    compile_cache: str = "cold"  # cold (--compile-cache's default outside --phase compile): empty
+    # caches per case; warm: one shared directory
     warm_cache_dir: str | None = None  # the shared directory of warm mode
-    seed: int = 0
-    timed_runs: int = 3
-    reference_device: str = "cpu"
+    seed: int = default_value("--seed")
+    timed_runs: int = default_value("--timed-runs")
+    reference_device: str = default_value("--reference-device")
     cases_modules: tuple[str, ...] = ()  # imported by the child: custom variants' builders
     compile_only: bool = False  # --phase compile: first call only, label COMPILED
     artifacts_dir: str | None = None  # where failed cases' compile artefacts are filed

@@ -1,7 +1,10 @@
-"""The suite's pytest options: registration, and parsing into one frozen RunOptions.
+"""The suite's options, declared once (``OPTIONS``), and their parsing into one RunOptions.
 
-Values arrive as strings and are checked here, so a bad one is a usage error of one line that
-names the value and the fix (``--compile-timeout 'ten': write seconds, e.g. 600``).
+Each ``Option`` carries its flag, default, help, parser and where its value goes; the pytest
+plugin registers them all, ``flexconf shrink`` and the executor's defaults reuse them, and no
+default is written anywhere else. Values arrive as strings and are checked here, so a bad one
+is a usage error of one line that names the value and the fix
+(``--compile-timeout 'ten' is not a positive number of seconds; write e.g. --compile-timeout 600``).
 """
 from __future__ import annotations
 
@@ -10,86 +13,208 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 DEFAULT_CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
     / "flexattention-conformance"
-DEFAULT_REFERENCE_CACHE_BYTES = 4 << 30
 PHASES = ("all", "compile")
 DEVICE_CHECKS = ("bypass", "strict")
 
-_OPTIONS: tuple[tuple[str, str, str], ...] = (
-    # (option, default, help)
-    ("--backend", "auto", "backend to run: a registered name (flexconf backends), "
-     "package.module:object, or auto (the best available; default)"),
-    ("--profile", "full", "matrix profile: full (default; the gating sizes) or smoke "
-     "(lengths / 8, for CI and quick checks)"),
-    ("--matrix", "core", "which cases: core (default; the 96 gating cases), extended (dtypes, "
-     "GQA, head dims, odd lengths, cross attention, lse, backward, ...), all, or custom (only "
-     "the cases of --cases-module and installed case modules)"),
-    ("--case-file", None, "run the cases of a JSON file (one case spec or a list, as written "
-     "by Case.to_json) instead of the profile's matrix"),
-    ("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
-     "(first call); default 600"),
-    ("--run-timeout", "300", "seconds allowed for setup and for the timed runs of a case; default 300"),
-    ("--compile-cache", None, "cold (default): every case compiles from empty caches, no "
-     "cache of any layer can serve it; warm (the default of --phase compile): one compiler "
-     "cache directory under the suite's cache dir, shared by cases and runs"),
-    ("--phase", "all", "all (default): compile, time and judge every case; compile: only "
-     "compile every selected case into the warm cache (no timed runs, no verdict; label "
-     "COMPILED), for a following --compile-cache warm run"),
-    ("--report-dir", "reports/latest", "where results.json, the report and the per-worker "
-     "records go; default reports/latest"),
-    ("--seed", "0", "seed of the inputs (with the case id); default 0"),
-    ("--memory-budget", None, "run cases concurrently only while their estimated peak memory "
-     "fits this: bytes with a unit (16G, 512M) or a share of RAM (80%%); default 80%%"),
-    ("--reference-cache", None, "directory caching golden outputs (default "
-     f"{DEFAULT_CACHE_ROOT}/reference); 'none' disables"),
-    ("--reference-cache-size", "4G", "bound of the reference cache; default 4G"),
-    ("--reference-device", "cpu", "where the float64 golden is computed: cpu (default) or cuda"),
-    ("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated cost), e.g. 2/4"),
-    ("--fuzz-examples", "0", "run N fuzzed variants through conformance/test_fuzz.py "
-     "(hypothesis, repeatable with --seed; records under fuzz/ in results.json; -v prints "
-     "each); default 0: fuzzing skipped"),
-    ("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
-     "backend); default 1"),
-    ("--neuron-device-check", "bypass", "bypass (default): where flex_attention rejects "
-     "device 'neuron', lift that one check for 'neuron' as the Neuron SDK's examples do "
-     "(recorded in the environment); strict: keep upstream's check (every case UNSUPPORTED)"),
-    ("--keep-outputs", "failed", "save each case's inputs, output, golden and baseline to "
-     "<report-dir>/outputs/ (reference.load_case_outputs reads them): none, failed (default) or all"),
-    ("--keep-outputs-cap", "256M", "the most bytes one case's kept outputs may take; a larger "
-     "case is not saved and its record says so; default 256M"),
-    ("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with exactly "
-     "its expected label is xfail, any other failure still fails"),
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once: the plugin registers it, ``parse`` reads it, other commands
+    (``flexconf shrink``) reuse it, and its default lives only here."""
+
+    flag: str
+    default: Any  # as a user would write it on the command line; None: derived (default_text)
+    help: str
+    parse: Callable[[Any, Path], Any]  # (raw value, invocation dir) -> value; ValueError, one line
+    to: str  # where the value goes: selection, controller, worker, child, report
+    action: str = "store"  # store | store_true | append
+    field: str = ""  # the RunOptions attribute (default: the flag's name)
+    default_text: str = ""  # what a derived default is, for the help
+
+    @property
+    def name(self) -> str:
+        return self.field or self.flag[2:].replace("-", "_")
+
+    @property
+    def help_text(self) -> str:
+        shown = self.default_text or (None if self.default in (None, False, []) else self.default)
+        text = self.help + (f"; default {shown}" if shown is not None else "")
+        return text.replace("%", "%%")  # argparse formats help with %
+
+
+def _choice(flag: str, choices: tuple[str, ...]) -> Callable[[Any, Path], str]:
+    def parse(text, _base):
+        if text is None:  # an option whose default is derived (--compile-cache)
+            return None
+        if text not in choices:
+            raise ValueError(f"{flag} {text!r} is unknown; use one of: {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _path_or_none(text, base: Path) -> str | None:
+    return str(base / text) if text else None
+
+
+def _keep(text, _base) -> str:
+    from conformance.kept_outputs import check_keep
+
+    return check_keep(text)
+
+
+def _profile(text, base):
+    from cases.catalog import PROFILES
+
+    return _choice("--profile", tuple(PROFILES))(text, base)
+
+
+def _matrix(text, base):
+    from cases.catalog import MATRICES
+
+    return _choice("--matrix", tuple(MATRICES))(text, base)
+
+
+def _reference_cache(text, base: Path) -> Path | None:
+    if text is None:
+        return DEFAULT_CACHE_ROOT / "reference"
+    return None if text.lower() == "none" else base / text
+
+
+def _case_ids(values, _base) -> tuple[str, ...]:
+    ids = tuple(dict.fromkeys(v.strip() for v in values or ()))
+    if any(not i for i in ids):
+        raise ValueError("--case-id '': give the exact id of a case (flexconf list prints them)")
+    return ids
+
+
+def _cases_modules(values, _base) -> tuple[str, ...]:
+    from cases.custom import entry_point_case_modules
+
+    return tuple(dict.fromkeys(list(values or []) + entry_point_case_modules()))
+
+
+def _count(flag: str, minimum: int) -> Callable[[Any, Path], int]:
+    return lambda text, _base: parse_count(flag, text, minimum)
+
+
+def _seconds(flag: str) -> Callable[[Any, Path], float]:
+    return lambda text, _base: parse_seconds(flag, text)
+
+
+def _size(flag: str) -> Callable[[Any, Path], int]:
+    return lambda text, _base: parse_size(flag, text)
+
+
+def _memory_budget(text, _base) -> int:
+    return parse_size("--memory-budget", text) if text else _default_budget()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--backend", "auto", "backend to run: a registered name (flexconf backends), "
+           "package.module:object, or auto (the best available)", lambda t, _b: t, "controller"),
+    Option("--profile", "full", "matrix profile: full (the gating sizes) or smoke (lengths / 8, "
+           "for CI and quick checks)", _profile, "selection"),
+    Option("--matrix", "core", "which cases: core (the 96 gating cases), extended (dtypes, "
+           "GQA, head dims, odd lengths, cross attention, lse, backward, ...), all, or custom "
+           "(only the cases of --cases-module and installed case modules)", _matrix, "selection"),
+    Option("--cases-module", [], "import MODULE (repeatable) and add its cases (docs/cases.md); "
+           "modules of the entry point group flexattention_conformance.cases are added too",
+           _cases_modules, "selection", action="append", field="cases_modules"),
+    Option("--case-file", None, "run the cases of a JSON file (one case spec or a list, as "
+           "written by Case.to_json) instead of the profile's matrix", _path_or_none, "selection"),
+    Option("--case-id", [], "run exactly the case with this id (repeatable; matched whole, "
+           "unlike -k); an id the selection lacks is a usage error", _case_ids, "selection",
+           action="append", field="case_ids"),
+    Option("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated "
+           "cost), e.g. 2/4", lambda t, _b: parse_shard(t), "selection"),
+    Option("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
+           "(first call)", _seconds("--compile-timeout"), "worker"),
+    Option("--run-timeout", "300", "seconds allowed for setup and for the timed runs of a case",
+           _seconds("--run-timeout"), "worker"),
+    Option("--timed-runs", "3", "timed calls after the first; the record's run time is their "
+           "median", _count("--timed-runs", 1), "worker"),
+    Option("--compile-cache", None, "cold: every case compiles from empty caches, no cache of "
+           "any layer can serve it; warm: one compiler cache directory under the suite's cache "
+           "dir, shared by cases and runs", _choice("--compile-cache", ("cold", "warm")),
+           "worker", default_text="cold, or warm with --phase compile"),
+    Option("--phase", "all", "all: compile, time and judge every case; compile: only compile "
+           "every selected case into the warm cache (no timed runs, no verdict; label "
+           "COMPILED), for a following --compile-cache warm run", _choice("--phase", PHASES),
+           "worker"),
+    Option("--report-dir", "reports/latest", "where results.json, the report and the "
+           "per-worker records go", lambda t, b: b / t, "report"),
+    Option("--resume", None, "finish the interrupted run of this report directory: run only "
+           "the selected cases it has no record of, then write the whole run there (the same "
+           "options as the interrupted run)", _path_or_none, "report"),
+    Option("--seed", "0", "seed of the inputs (with the case id)", lambda t, _b: parse_seed(t),
+           "worker"),
+    Option("--memory-budget", None, "run cases concurrently only while their estimated peak "
+           "memory fits this: bytes with a unit (16G, 512M) or a share of RAM (80%)",
+           _memory_budget, "worker", default_text="80%"),
+    Option("--reference-cache", None, "directory caching golden outputs; 'none' disables",
+           _reference_cache, "worker", default_text=f"{DEFAULT_CACHE_ROOT}/reference"),
+    Option("--reference-cache-size", "4G", "bound of the reference cache",
+           _size("--reference-cache-size"), "worker"),
+    Option("--reference-device", "cpu", "where the float64 golden is computed: cpu or cuda",
+           _choice("--reference-device", ("cpu", "cuda")), "worker"),
+    Option("--fuzz-examples", "0", "run N fuzzed variants through conformance/test_fuzz.py "
+           "(hypothesis, repeatable with --seed; records under fuzz/ in results.json; -v prints "
+           "each); 0: fuzzing skipped", _count("--fuzz-examples", 0), "selection"),
+    Option("--neuron-cores-per-worker", "1", "NeuronCores each worker's child may use (neuron "
+           "backend)", _count("--neuron-cores-per-worker", 1), "child"),
+    Option("--neuron-device-check", "bypass", "bypass: where flex_attention rejects device "
+           "'neuron', lift that one check for 'neuron' as the Neuron SDK's examples do "
+           "(recorded in the environment); strict: keep upstream's check (every case "
+           "UNSUPPORTED)", _choice("--neuron-device-check", DEVICE_CHECKS), "child"),
+    Option("--keep-artifacts", False, "keep every case's compile artefacts under "
+           "REPORT_DIR/artifacts (without it: only failed and timed-out cases')",
+           lambda v, _b: bool(v), "worker", action="store_true"),
+    Option("--keep-outputs", "failed", "save each case's inputs, output, golden and baseline "
+           "to <report-dir>/outputs/ (reference.load_case_outputs reads them): none, failed or "
+           "all", _keep, "worker"),
+    Option("--keep-outputs-cap", "256M", "the most bytes one case's kept outputs may take; a "
+           "larger case is not saved and its record says so", _size("--keep-outputs-cap"),
+           "worker"),
+    Option("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with "
+           "exactly its expected label is xfail, any other failure still fails",
+           _path_or_none, "controller"),
 )
+_BY_FLAG = {option.flag: option for option in OPTIONS}
 
 
 @dataclass(frozen=True)
 class RunOptions:
+    """The parsed options; every field is an ``Option``'s (defaults live in ``OPTIONS``)."""
+
     backend: str
     profile: str
+    matrix: str
+    cases_modules: tuple[str, ...]  # --cases-module, then installed entry points
     case_file: str | None
+    case_ids: tuple[str, ...]  # --case-id: exact ids
+    shard: tuple[int, int] | None  # (index 0-based, count)
     compile_timeout: float
     run_timeout: float
-    compile_cache: str
+    timed_runs: int
+    compile_cache: str  # cold | warm
+    phase: str  # all | compile (compile-only pass)
     report_dir: Path
+    resume: str | None
     seed: int
     memory_budget: int
     reference_cache: Path | None
     reference_cache_size: int
     reference_device: str
-    shard: tuple[int, int] | None  # (index 0-based, count)
-    expectations: str | None = None
-    matrix: str = "core"
-    cases_modules: tuple[str, ...] = ()  # --cases-module, then installed entry points
-    fuzz_examples: int = 0
-    neuron_cores_per_worker: int = 1
-    phase: str = "all"  # all | compile (compile-only pass)
-    neuron_device_check: str = "bypass"  # bypass | strict
-    keep_artifacts: bool = False  # file every case's compile artefacts, not only failed ones
-    keep_outputs: str = "failed"
-    keep_outputs_cap: int = 256 << 20
+    fuzz_examples: int
+    neuron_cores_per_worker: int
+    neuron_device_check: str  # bypass | strict
+    keep_artifacts: bool  # file every case's compile artefacts, not only failed ones
+    keep_outputs: str
+    keep_outputs_cap: int
+    expectations: str | None
 
     def to_record(self) -> dict[str, Any]:
         """The options as written into results.json."""
@@ -98,86 +223,51 @@ class RunOptions:
         data["reference_cache"] = str(self.reference_cache) if self.reference_cache else None
         data["shard"] = f"{self.shard[0] + 1}/{self.shard[1]}" if self.shard else None
         data["cases_modules"] = list(self.cases_modules)
+        data["case_ids"] = list(self.case_ids)
         return data
 
 
 def register(parser) -> None:
     group = parser.getgroup("flexattention-conformance", "FlexAttention conformance matrix")
-    for name, default, help_text in _OPTIONS:
-        group.addoption(name, default=default, help=help_text)
-    group.addoption("--cases-module", action="append", default=[], metavar="MODULE",
-                    help="import MODULE (repeatable) and add its cases (docs/cases.md); "
-                         "modules of the entry point group flexattention_conformance.cases "
-                         "are added too")
-    group.addoption("--keep-artifacts", action="store_true", default=False,
-                    help="keep every case's compile artefacts under REPORT_DIR/artifacts "
-                         "(default: only failed and timed-out cases')")
+    for option in OPTIONS:
+        add_option(group.addoption, option)
+
+
+def add_option(add: Callable[..., Any], option: Option) -> None:
+    """Declare ``option`` through ``add`` (pytest's addoption, argparse's add_argument)."""
+    extra = {} if option.action == "store_true" else {"metavar": option.name.upper()}
+    default = list(option.default) if isinstance(option.default, list) else option.default
+    add(option.flag, action=option.action, default=default, help=option.help_text, **extra)
+
+
+def add_arguments(parser, flags: tuple[str, ...]) -> None:
+    """The named options on an argparse parser, declared as the plugin declares them."""
+    for flag in flags:
+        add_option(parser.add_argument, _BY_FLAG[flag])
+
+
+def option_value(flag: str, raw: Any = None, base_dir: Path = Path(".")) -> Any:
+    """One option parsed from ``raw`` (its default when None)."""
+    option = _BY_FLAG[flag]
+    return option.parse(option.default if raw is None else raw, base_dir)
+
+
+def default_value(flag: str) -> Any:
+    """An option's default, parsed (for code that runs without the plugin)."""
+    return option_value(flag)
 
 
 def parse(get, base_dir: Path) -> RunOptions:
-    """Options from ``get(name)`` (pytest's config.getoption); raises ValueError, one line."""
-    from cases.catalog import MATRICES, PROFILES
-    from cases.custom import entry_point_case_modules
-    from conformance.kept_outputs import check_keep
-
-    profile = get("--profile")
-    if profile not in PROFILES:
-        raise ValueError(f"--profile {profile!r} is unknown; use one of: {', '.join(PROFILES)}")
-    matrix = get("--matrix")
-    if matrix not in MATRICES:
-        raise ValueError(f"--matrix {matrix!r} is unknown; use one of: {', '.join(MATRICES)}")
-    phase = get("--phase")
-    if phase not in PHASES:
-        raise ValueError(f"--phase {phase!r} is unknown; use one of: {', '.join(PHASES)}")
-    compile_cache = get("--compile-cache")
-    if compile_cache is None:
-        compile_cache = "warm" if phase == "compile" else "cold"
-    if compile_cache not in ("cold", "warm"):
-        raise ValueError(f"--compile-cache {compile_cache!r} is unknown; use cold or warm")
-    if phase == "compile" and compile_cache == "cold":
+    """Options from ``get(flag)`` (pytest's config.getoption); raises ValueError, one line."""
+    values = {option.name: option.parse(get(option.flag), base_dir) for option in OPTIONS}
+    if values["compile_cache"] is None:
+        values["compile_cache"] = "warm" if values["phase"] == "compile" else "cold"
+    if values["phase"] == "compile" and values["compile_cache"] == "cold":
         raise ValueError("--phase compile fills the warm cache, but --compile-cache is cold; "
                          "drop --compile-cache cold (or give warm)")
-    device_check = get("--neuron-device-check")
-    if device_check not in DEVICE_CHECKS:
-        raise ValueError(f"--neuron-device-check {device_check!r} is unknown; use one of: "
-                         f"{', '.join(DEVICE_CHECKS)}")
-    device = get("--reference-device")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"--reference-device {device!r} is unknown; use cpu or cuda")
-    cache = get("--reference-cache")
-    if cache is None:
-        reference_cache = DEFAULT_CACHE_ROOT / "reference"
-    else:
-        reference_cache = None if cache.lower() == "none" else base_dir / cache
-    budget = get("--memory-budget")
-    case_file = get("--case-file")
-    return RunOptions(
-        backend=get("--backend"),
-        profile=profile,
-        case_file=str(base_dir / case_file) if case_file else None,
-        compile_timeout=parse_seconds("--compile-timeout", get("--compile-timeout")),
-        run_timeout=parse_seconds("--run-timeout", get("--run-timeout")),
-        compile_cache=compile_cache,
-        report_dir=base_dir / get("--report-dir"),
-        seed=parse_seed(get("--seed")),
-        memory_budget=parse_size("--memory-budget", budget) if budget else _default_budget(),
-        reference_cache=reference_cache,
-        reference_cache_size=parse_size("--reference-cache-size", get("--reference-cache-size")),
-        reference_device=device,
-        shard=parse_shard(get("--shard")),
-        expectations=str(base_dir / get("--expectations")) if get("--expectations") else None,
-        matrix=matrix,
-        cases_modules=tuple(dict.fromkeys(
-            list(get("--cases-module") or []) + entry_point_case_modules())),
-        fuzz_examples=parse_count("--fuzz-examples", get("--fuzz-examples"), minimum=0),
-        neuron_cores_per_worker=parse_count("--neuron-cores-per-worker",
-                                            get("--neuron-cores-per-worker"), minimum=1),
-        phase=phase,
-        neuron_device_check=device_check,
-        keep_artifacts=bool(get("--keep-artifacts")),
-        keep_outputs=check_keep(get("--keep-outputs")),
-        keep_outputs_cap=parse_size("--keep-outputs-cap", get("--keep-outputs-cap")),
-    )
+    if values["resume"]:
+        values["report_dir"] = Path(values["resume"])
+    return RunOptions(**values)
 
 
 def parse_count(option: str, text: str, minimum: int) -> int:

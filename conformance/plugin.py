@@ -6,11 +6,18 @@ cases through its own Executor (one supervised child) and appends records. The p
 active only when the invocation reaches the matrix (``pytest conformance/``); ``pytest tests/``
 leaves report directories alone.
 
+A run never leaves a lie behind: at its start the controller sets an earlier run's results
+aside (``REPORT_DIR/previous/``) and writes the run's manifest, so until it finishes the
+directory holds no results.json; SIGTERM and SIGHUP stop it the way Ctrl-C does (children
+killed, ``complete: false``, a report of what finished); after ``kill -9``, ``flexconf recover``
+renders what finished and ``--resume REPORT_DIR`` runs the rest.
+
 Outcomes: PASS passes, UNSUPPORTED skips with the reason, every other label fails with a message
 whose first line starts with ``[LABEL]``.
 """
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -37,6 +44,8 @@ def pytest_configure(config) -> None:
     os.environ["FLEXCONF_NEURON_DEVICE_CHECK"] = options.neuron_device_check
     state = ConformanceSession(config, options)
     config.stash[_STATE] = state
+    if state.active:
+        _interrupt_on_termination()
     if state.active and state.is_controller:
         state.validate_backend()
         state.start_run()
@@ -60,6 +69,18 @@ def conformance_runner(request):
     return request.config.stash[_STATE].runner()
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """With ``--resume``, the cases that already have a record are not run again."""
+    state = config.stash[_STATE]
+    done = state.resumed_ids()
+    if not done:
+        return
+    keep = [item for item in items if _item_case_id(item) not in done]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if _item_case_id(i) in done])
+        items[:] = keep
+
+
 def pytest_collection_finish(session) -> None:
     state = session.config.stash[_STATE]
     state.expect(_case_ids(item.nodeid for item in session.items))
@@ -76,6 +97,12 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         return
     state.close_runner()
     if state.active and state.is_controller:
+        if state.nothing_selected():
+            state.summary_lines.append(
+                "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
+                "--case-id (flexconf list prints the case ids)")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
 
@@ -91,6 +118,39 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("flexattention conformance")
         for line in state.summary_lines:
             terminalreporter.write_line(line)
+
+
+def _interrupt_on_termination() -> None:
+    """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
+    run as Ctrl-C does: children killed, what finished written as an incomplete run."""
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(number, interrupt)
+        except ValueError:  # not the main thread: leave the default
+            return
+
+
+def _import_root(module: str) -> str | None:
+    """The directory ``module`` is imported from (what PYTHONPATH needs to name it again)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    origin = Path(spec.origin).resolve()
+    return str(origin.parent.parent if spec.submodule_search_locations else origin.parent)
+
+
+def _item_case_id(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("conformance_case") if callspec else None
+    return case.id if case is not None else None
 
 
 def _case_ids(nodeids) -> set[str]:
@@ -116,6 +176,8 @@ class ConformanceSession:
         self._runner = None
         self._expected: set[str] = set()
         self._started_at = ""
+        self._manifest = None  # the resumed run's (--resume)
+        self._resumed_ids: set[str] | None = None
 
     # -- cases ----------------------------------------------------------------------------
     def cases(self) -> list:
@@ -128,6 +190,21 @@ class ConformanceSession:
 
     def expect(self, case_ids: set[str]) -> None:
         self._expected |= case_ids
+        if self.active and self.is_controller and case_ids:
+            self._write_manifest()
+
+    def resumed_ids(self) -> set[str]:
+        """With ``--resume``: the cases of the store that finished (in any process)."""
+        if not self.options.resume:
+            return set()
+        if self._resumed_ids is None:
+            from records.store import finished_ids
+
+            self._resumed_ids = finished_ids(self.options.report_dir)
+        return self._resumed_ids
+
+    def nothing_selected(self) -> bool:
+        return not (self._expected or self._previously_selected() or self.options.fuzz_examples)
 
     # -- controller -----------------------------------------------------------------------
     def validate_backend(self) -> None:
@@ -155,17 +232,45 @@ class ConformanceSession:
         from conformance.artifacts import clear_artifacts
         from conformance.executor import now_iso
         from conformance.kept_outputs import clear_outputs
-        from records.store import clear_records
+        from records.store import clear_records, set_aside_results
 
+        report_dir = self.options.report_dir
+        if self.options.resume:
+            self._manifest = _resumable_run(self.options, self._recorded_options())
+            self._started_at = self._manifest.started_at
+            set_aside_results(report_dir)
+            return
         self._started_at = now_iso()
-        clear_records(self.options.report_dir)
-        clear_outputs(self.options.report_dir)
-        clear_artifacts(self.options.report_dir)  # no link may lead to an earlier run's files
+        set_aside_results(report_dir)  # no earlier run's results may look like this one's
+        clear_records(report_dir)
+        clear_outputs(report_dir)
+        clear_artifacts(report_dir)  # no link may lead to an earlier run's files
+        self._write_manifest()
+
+    def _recorded_options(self) -> dict:
+        options = self.options.to_record()
+        options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
+        if ":" in self.options.backend:
+            options["backend_pythonpath"] = _import_root(self.options.backend.partition(":")[0])
+        return options
+
+    def _previously_selected(self) -> set[str]:
+        return set(self._manifest.selected or ()) if self._manifest else set()
+
+    def _write_manifest(self) -> None:
+        from conformance.run_info import suite_version
+        from records.store import RunManifest, write_manifest
+
+        chosen = self._expected | self._previously_selected()
+        order = [c.id for c in self.cases()]
+        selected = [cid for cid in order if cid in chosen] or None
+        write_manifest(self.options.report_dir, RunManifest(
+            self._started_at, suite_version(), self._recorded_options(), order, selected))
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
-        from records.store import merge_records, write_run
         from conformance.run_info import suite_version
+        from records.store import merge_records, write_run
 
         report_dir = self.options.report_dir
         order = [c.id for c in self.cases()]
@@ -174,11 +279,11 @@ class ConformanceSession:
 
         environment = merged.environment or run_environment(self.backend, 1)
         recorded = {r.case_id for r in merged.records}
-        complete = not interrupted and self._expected <= recorded
-        options = self.options.to_record()
-        options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
-        results = write_run(report_dir, merged, environment, options, suite_version(),
-                            self._started_at, now_iso(), complete)
+        expected = self._expected | self._previously_selected()
+        complete = not interrupted and expected <= recorded
+        results = write_run(report_dir, merged, environment, self._recorded_options(),
+                            suite_version(), self._started_at, now_iso(), complete,
+                            selected_count=len(expected) or None)
         counts: dict[str, int] = {}
         for record in results.records:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
@@ -203,6 +308,29 @@ class ConformanceSession:
             self._runner = None
 
 
+#: Options a resumed run must share with the run it finishes (they change what a label means).
+_RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
+                "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase")
+
+
+def _resumable_run(options: opts.RunOptions, recorded: dict):
+    """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
+    when there is none or its options differ."""
+    from records.store import read_manifest
+
+    manifest = read_manifest(options.report_dir)
+    if manifest is None:
+        raise pytest.UsageError(f"--resume {options.report_dir}: no run's records there "
+                                "(records/run.json is missing); run without --resume")
+    for key in _RESUME_SAME:
+        before, now = manifest.options.get(key), recorded.get(key)
+        if before != now:
+            raise pytest.UsageError(
+                f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
+                f"{now!r}; resume with the run's own options")
+    return manifest
+
+
 def _build_runner(options: opts.RunOptions, workerinput: dict | None):
     from conformance.runner import Runner
 
@@ -217,6 +345,18 @@ def _select_cases(options: opts.RunOptions) -> list:
         cases = opts.load_case_file(options.case_file)
     else:
         cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
+    if options.case_ids:
+        by_id = {case.id: case for case in cases}
+        unknown = [cid for cid in options.case_ids if cid not in by_id]
+        if unknown:
+            from records.text import one_line
+
+            source = f"--case-file {options.case_file}" if options.case_file else \
+                f"--matrix {options.matrix} --profile {options.profile}"
+            raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; "
+                             "flexconf list prints the ids (give the same --matrix, --profile "
+                             "and --cases-module)")
+        cases = [by_id[cid] for cid in options.case_ids]
     if options.shard is None:
         return cases
     try:

@@ -177,6 +177,9 @@ class ChildSupervisor:
                 phase_start = time.monotonic()
                 deadline = phase_start + self.budgets.of(phase)[0]
             elif isinstance(event, DoneEvent | ErrorEvent):
+                if isinstance(event, ErrorEvent) and event.phase is Phase.COMPILE:
+                    # a compile error keeps the seconds the compiler ran before it failed
+                    measured["compile_seconds"] = time.monotonic() - phase_start
                 if isinstance(event, ErrorEvent) and (
                         event.outcome in (Outcome.OOM, Outcome.EXEC_TIMEOUT) or (
                             event.outcome is Outcome.ERROR

@@ -1,5 +1,9 @@
 """Records on disk while a run goes on, and their merge into results.json at its end.
 
+A run starts by setting an earlier run's results aside (``set_aside_results``) and writing its
+manifest (``records/run.json``); so a killed run never leaves an older run's green results
+looking current, and ``flexconf recover`` or ``--resume`` can finish it from what is here.
+
 Each pytest worker appends JSON lines to ``<report-dir>/records/<worker>.jsonl``, flushed and
 fsynced one by one (dEQP's rule: a crash never loses earlier results):
 
@@ -24,6 +28,12 @@ from records.labels import Label
 from records.results import Record, RunResults, write_results
 
 RECORDS_DIR = "records"
+#: The run's own description, written when it starts: what ``flexconf recover`` and
+#: ``--resume`` need to finish a run that was killed.
+MANIFEST_NAME = "run.json"
+#: The files of a finished run; a new run sets the previous ones aside first.
+RESULT_FILES = ("results.json", "index.html", "summary.md")
+PREVIOUS_DIR = "previous"
 
 
 def records_dir(report_dir: str | Path) -> Path:
@@ -34,6 +44,63 @@ def clear_records(report_dir: str | Path) -> None:
     """Start a run: remove the previous run's worker files (the controller does this once)."""
     shutil.rmtree(records_dir(report_dir), ignore_errors=True)
     records_dir(report_dir).mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """What a run is, on disk from its start (``records/run.json``)."""
+
+    started_at: str
+    suite_version: str
+    options: dict[str, Any]  # as results.json will record them
+    case_order: list[str]  # the ids of the matrix (or case file), in order
+    selected: list[str] | None = None  # the ids selected (after -k, -m, --case-id), once known
+
+    def to_json(self) -> dict[str, Any]:
+        return {"started_at": self.started_at, "suite_version": self.suite_version,
+                "options": self.options, "case_order": self.case_order,
+                "selected": self.selected}
+
+
+def write_manifest(report_dir: str | Path, manifest: RunManifest) -> None:
+    path = records_dir(report_dir) / MANIFEST_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(manifest.to_json()), encoding="ascii")
+    tmp.replace(path)
+
+
+def read_manifest(report_dir: str | Path) -> RunManifest | None:
+    """The run's manifest; None when the directory holds no run's records."""
+    try:
+        data = json.loads((records_dir(report_dir) / MANIFEST_NAME).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
+                       data.get("options") or {}, list(data.get("case_order") or []),
+                       data.get("selected"))
+
+
+def set_aside_results(report_dir: str | Path) -> list[Path]:
+    """Move an earlier run's results.json, index.html and summary.md into ``previous/``, so
+    that while this run goes on, and after it is killed, nothing in the directory looks like
+    its results. Returns where they went."""
+    report_dir = Path(report_dir)
+    moved = []
+    for name in RESULT_FILES:
+        source = report_dir / name
+        if source.exists():
+            target = report_dir / PREVIOUS_DIR / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source.replace(target)
+            moved.append(target)
+    return moved
+
+
+def finished_ids(report_dir: str | Path) -> set[str]:
+    """The case ids with a finished record in the store (what ``--resume`` need not run)."""
+    return {event["record"]["case_id"] for event in read_events(report_dir)
+            if event.get("event") == "finished" and isinstance(event.get("record"), dict)}
 
 
 class RecordWriter:
@@ -114,10 +181,11 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
 
 def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any],
               options: dict[str, Any], suite_version: str, started_at: str, finished_at: str,
-              complete: bool) -> RunResults:
+              complete: bool, selected_count: int | None = None) -> RunResults:
     """Write ``<report-dir>/results.json`` and return what was written."""
     results = RunResults(environment=environment, options=options,
                          records=tuple(merged.records), suite_version=suite_version,
-                         started_at=started_at, finished_at=finished_at, complete=complete)
+                         started_at=started_at, finished_at=finished_at, complete=complete,
+                         selected_count=selected_count)
     write_results(results, Path(report_dir) / "results.json")
     return results

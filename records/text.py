@@ -51,18 +51,3 @@ def clean_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [clean_json(v) for v in value]
     return value
-
-
-def code_span(value: Any) -> str:
-    """A Markdown code span showing ``value`` exactly, whatever backticks it holds
-    (CommonMark: a fence longer than any run of backticks inside, padded with spaces)."""
-    text = one_line(value)
-    longest = max((len(run) for run in re.findall("`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or longest else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def markdown_text(value: Any) -> str:
-    """One line of plain Markdown text: Markdown's and HTML's active characters escaped."""
-    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", one_line(value))

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from records.results import RunResults
+from records.text import one_line
 
 #: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
 METRIC_ORDER = (
@@ -94,7 +95,7 @@ def metric_text(metrics: dict[str, Any] | None, key: str) -> str:
 
 def first_line(text: str, limit: int) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = one_line(next((ln.strip() for ln in text.splitlines() if ln.strip()), ""))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

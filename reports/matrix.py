@@ -32,10 +32,16 @@ class Grid:
 
     @property
     def pass_line(self) -> str:
-        """``18/20 PASS`` over the grid's cases."""
+        """What conforms over the grid's cases: ``18/20 conform: 16 PASS, 2 UNSUPPORTED``."""
         records = [rec for _, cells in self.rows for rec in cells if rec is not None]
-        passed = sum(rec.label is Label.PASS for rec in records)
-        return f"{passed}/{len(records)} PASS"
+        counts: dict[Label, int] = {}
+        for rec in records:
+            if rec.label.acceptable:
+                counts[rec.label] = counts.get(rec.label, 0) + 1
+        conforming = sum(counts.values())
+        detail = ", ".join(f"{n} {label.value}" for label in Label
+                           if (n := counts.get(label)))
+        return f"{conforming}/{len(records)} conform" + (f": {detail}" if detail else "")
 
     @property
     def batch_spans(self) -> list[tuple[int, int]]:

@@ -155,5 +155,6 @@ def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    # records are clean text (records/text.py); backslashreplace is the last line of defence
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     tmp.replace(path)

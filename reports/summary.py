@@ -9,6 +9,7 @@ from reports.compare import Comparison
 from reports.formatting import first_line, fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
+from records.text import one_line
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
 SUMMARY_MAX_FAILURES = 30
@@ -35,7 +36,9 @@ def verdict_line(results: RunResults) -> str:
     if head is Label.COMPILED:
         parts.append("compile-only pass, numbers not judged")
     if not results.complete:
-        parts.append("run INCOMPLETE")
+        selected = results.selected_count
+        parts.append(f"run INCOMPLETE: {len(results.records)} of {selected} selected cases "
+                     "have a record" if selected else "run INCOMPLETE")
     return " · ".join(parts)
 
 
@@ -52,29 +55,45 @@ def non_passing(results: RunResults) -> list[Record]:
 
 
 def rerun_command(results: RunResults, case_id: str) -> str:
-    """The command that reruns just this case with the run's backend, profile, case file
-    and seed (a backend given as ``module:object`` is named that way again)."""
+    """The command that reruns exactly this case (``--case-id``, matched whole) with every
+    option that selected and judged it, into a report directory of its own so it never
+    replaces the run it came from. A ``module:object`` backend is named that way again, with
+    the PYTHONPATH it was imported from."""
     opts = results.options
-    backend = opts.get("backend", "?")
+    backend = str(opts.get("backend", "?"))
     requested = opts.get("backend_requested")
+    prefix = []
     if isinstance(requested, str) and ":" in requested:
         backend = requested  # the name of a module:object backend is not registered
-    parts = ["pytest conformance/", f"--backend {_shell_word(str(backend))}",
-             f"--profile {_shell_word(str(opts.get('profile', '?')))}"]
+        if opts.get("backend_pythonpath"):
+            prefix.append(f"PYTHONPATH={_word(opts['backend_pythonpath'])}")
+    parts = prefix + ["pytest conformance/", f"--backend {_word(backend)}",
+                      f"--profile {_word(opts.get('profile', '?'))}"]
+    if opts.get("matrix") not in (None, "core"):
+        parts.append(f"--matrix {_word(opts['matrix'])}")
+    parts += [f"--cases-module {_word(m)}" for m in opts.get("cases_modules") or []]
     if opts.get("case_file"):
-        parts.append(f"--case-file {_shell_word(str(opts['case_file']))}")
-    if opts.get("seed") not in (None, 0):
-        parts.append(f"--seed {opts['seed']}")
-    parts.append(f"-k {_quoted(case_id)}")
+        parts.append(f"--case-file {_word(opts['case_file'])}")
+    for key in ("seed", "compile_timeout", "run_timeout", "timed_runs"):
+        if opts.get(key) is not None:
+            parts.append(f"--{key.replace('_', '-')} {_word(_number(opts[key]))}")
+    if opts.get("compile_cache") == "warm":
+        parts.append("--compile-cache warm")
+    parts.append(f"--case-id {_word(case_id)}")
+    parts.append(f"--report-dir {_word(_rerun_dir(opts.get('report_dir')))}")
     return " ".join(parts)
 
 
-def _quoted(text: str) -> str:
-    return f"'{text}'" if "'" not in text else shlex.quote(text)
+def _rerun_dir(report_dir) -> str:
+    return f"{str(report_dir or 'reports/latest').rstrip('/')}-rerun"
 
 
-def _shell_word(text: str) -> str:
-    return shlex.quote(text)
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _word(text) -> str:
+    return shlex.quote(one_line(text))
 
 
 def comparison_line(comparison: Comparison) -> str:

@@ -56,6 +56,22 @@ class CompileHang(_Faulty):
         time.sleep(3600)
 
 
+#: When this names a file that exists, ``HangsWhileFileExists`` hangs; otherwise it computes.
+HANG_FILE = "FLEXCONF_TEST_HANG_FILE"
+
+
+class HangsWhileFileExists(CompileHang):
+    """Hangs in the compile call like ``CompileHang`` while the file ``$FLEXCONF_TEST_HANG_FILE``
+    exists: a run killed in the hang, then resumed without the file, finishes correctly."""
+
+    name = "test-hangs-while-file-exists"
+
+    def misbehave(self, real, *args):
+        if os.path.exists(os.environ.get(HANG_FILE, "")):
+            return super().misbehave(real, *args)
+        return real(*args)
+
+
 class RunHang(CompileHang):
     name = "test-run-hang"
     phase = "run"

@@ -169,14 +169,6 @@ def test_search_through_the_supervised_executor_saves_a_spec_that_reruns_and_fuz
     assert "fuzzing is off; pass --fuzz-examples N (N > 0)" in proc.stdout
 
 
-def _fuzz_option_registered() -> bool:
-    from conformance import options
-
-    return any(entry[0] == "--fuzz-examples" for entry in getattr(options, "_OPTIONS", ()))
-
-
-@pytest.mark.skipif(not _fuzz_option_registered(),
-                    reason="needs the --fuzz-examples option in conformance/options.py")
 def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path):
     spec = "tests.shape_fault_backends:WrongOnLongHead1"
     proc = subprocess.run(

@@ -68,7 +68,7 @@ def test_failure_table_lists_each_non_passing_case_with_metrics_and_rerun(report
     mismatch = LABEL_CASES[Label.MISMATCH]
     for fragment in ("error ratio: 3.25", "max abs err: 0.5", "worst row at: b0 h3 q17",
                      "NaN: 2", "failed rules: global, row", "custom_extra: x<y",
-                     f"pytest conformance/ --backend neuron --profile smoke -k '{mismatch}'"):
+                     f"--case-id {mismatch} --report-dir"):
         assert fragment in text, fragment
     every_id = {a["id"] for a in page.find("tr") if "id" in a and not a["id"].startswith("fail:")}
     assert every_id == {r.case_id for r in doctored_run().records}
@@ -131,7 +131,13 @@ def test_baseline_comparison_lists_regressions_fixes_new_missing_and_slower(tmp_
     assert b in rows("fixes").texts and e in rows("new-cases").texts
     assert d in rows("missing-cases").texts and c in rows("compile-slower").texts
     html = (tmp_path / "index.html").read_text()
-    assert html.index('id="regressions"') < html.index('id="fixes"') < html.index('id="matrix"')
+    # the first screen: the verdict and the comparison line, then the matrix; the environment
+    # comes after the comparison, collapsed
+    assert html.index('id="verdict"') < html.index('id="comparison-line"') < \
+        html.index('id="matrix"') < html.index('id="regressions"') < html.index('id="fixes"') \
+        < html.index('id="environment"')
+    environment = html[html.index('<section id="environment">'):]
+    assert environment.index("<details>") < environment.index("<table")
     summary = (tmp_path / "summary.md").read_text()
     assert "### Regressions (1)" in summary and f"`{a}`" in summary
 
@@ -155,18 +161,29 @@ def test_several_runs_side_by_side_show_disagreements_and_compile_time_per_run(t
            "1 missing case · 1 slower to compile" in page.texts  # last run vs the one before
 
 
-def test_rerun_command_names_backend_profile_and_exact_case():
+def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_report_dir():
     cid = "causal/b1-h8x8-s128x128-d128/bf16/fwd"
     results = run([record(cid)], backend="cpu-inductor", profile="smoke")
+    results = replace(results, options=dict(results.options, compile_timeout=600.0,
+                                            run_timeout=300.0, report_dir="reports/latest"))
     assert rerun_command(results, cid) == (
-        f"pytest conformance/ --backend cpu-inductor --profile smoke -k '{cid}'")
-    # a module:object backend, a case file and a seed are given again
+        "pytest conformance/ --backend cpu-inductor --profile smoke --seed 0 "
+        f"--compile-timeout 600 --run-timeout 300 --case-id {cid} "
+        "--report-dir reports/latest-rerun")
+    # a module:object backend (with its PYTHONPATH), the matrix, case modules, a case file,
+    # a seed, budgets and a warm cache are given again
     options = dict(results.options, backend="test-wrong", seed=7, case_file="/tmp/my cases.json",
-                   backend_requested="tests.fault_backends:WrongNumbers")
+                   backend_requested="tests.fault_backends:WrongNumbers",
+                   backend_pythonpath="/src/my plugin", matrix="extended",
+                   cases_modules=["my_cases"], compile_cache="warm", timed_runs=5,
+                   report_dir="/tmp/run 1/")
     results = replace(results, options=options)
-    assert rerun_command(results, cid) == (
-        "pytest conformance/ --backend tests.fault_backends:WrongNumbers --profile smoke "
-        f"--case-file '/tmp/my cases.json' --seed 7 -k '{cid}'")
+    assert rerun_command(results, "odd'id`$(x)") == (
+        "PYTHONPATH='/src/my plugin' pytest conformance/ "
+        "--backend tests.fault_backends:WrongNumbers --profile smoke --matrix extended "
+        "--cases-module my_cases --case-file '/tmp/my cases.json' --seed 7 "
+        "--compile-timeout 600 --run-timeout 300 --timed-runs 5 --compile-cache warm "
+        "--case-id 'odd'\"'\"'id`$(x)' --report-dir '/tmp/run 1-rerun'")
 
 
 def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, capsys):

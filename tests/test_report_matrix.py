@@ -20,7 +20,7 @@ def test_core_matrix_is_one_grid_of_8_variants_by_3_batches_x_4_lengths():
     # prefix_lm's parameter scales with the length (p256 ... p2048) and it stays one row
     prefix_cells = dict(grid.rows)["prefix_lm"]
     assert all(cell is not None and cell.case_id.startswith("prefix_lm-p") for cell in prefix_cells)
-    assert grid.pass_line == "96/96 PASS"
+    assert grid.pass_line == "96/96 conform: 96 PASS"
 
 
 def test_two_parameterisations_in_one_cell_split_the_row_by_token():
@@ -29,7 +29,14 @@ def test_two_parameterisations_in_one_cell_split_the_row_by_token():
                record(case_id("causal"))]
     grid = build_matrix(records).grids[0]
     assert [row for row, _ in grid.rows] == ["sliding_window-w64", "sliding_window-w32", "causal"]
-    assert grid.pass_line == "2/3 PASS"
+    assert grid.pass_line == "2/3 conform: 2 PASS"
+
+
+def test_the_grid_note_counts_what_conforms_not_only_pass():
+    unsupported = [record(case_id(v), Label.UNSUPPORTED) for v in ("causal", "alibi", "full")]
+    assert build_matrix(unsupported).grids[0].pass_line == "3/3 conform: 3 UNSUPPORTED"
+    mixed = unsupported[:2] + [record(case_id("full")), record(case_id("softcap"), Label.CRASH)]
+    assert build_matrix(mixed).grids[0].pass_line == "3/4 conform: 1 PASS, 2 UNSUPPORTED"
 
 
 def test_other_id_parts_make_separate_grids_and_unknown_ids_are_kept_apart():

@@ -65,17 +65,38 @@ def resolve_backend(spec: str) -> Backend:
         for name in AUTO_PREFERENCE:
             if name not in names:
                 continue
-            backend = load_backend(name)
-            availability = backend.availability()
+            try:
+                backend = load_backend(name)
+            except BackendError as exc:  # a broken plugin must not stop auto from choosing
+                reasons.append(f"{name}: {exc}")
+                continue
+            availability = availability_of(backend)
             if availability.available:
                 return backend
             reasons.append(f"{name}: {availability.reason}")
         raise BackendError("no backend is available for --backend auto; " + "; ".join(reasons))
     backend = load_backend(spec)
-    availability = backend.availability()
+    availability = availability_of(backend)
     if not availability.available:
         raise BackendError(f"backend {spec!r} is not available here: {availability.reason}")
     return backend
+
+
+def availability_of(backend: Backend):
+    """``backend.availability()``; one that raises is unavailable, with the error's first line."""
+    from conformance.backends.base import Availability
+
+    try:
+        return backend.availability()
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug is its unavailability, not ours
+        return Availability(False, f"its availability() raised {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    from records.text import first_line
+
+    text = first_line(str(exc).strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _instantiate(target: str, spec: str) -> Backend:
@@ -85,18 +106,24 @@ def _instantiate(target: str, spec: str) -> Backend:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise BackendError(f"backend {spec!r}: cannot import {module_name!r} ({exc});"
-                           " install it or fix PYTHONPATH") from None
+        raise BackendError(f"backend {spec!r}: cannot import {module_name!r} ("
+                           f"{_first_line(exc)}); install it or fix PYTHONPATH") from None
+    except Exception as exc:  # noqa: BLE001 - a module that raises while imported
+        raise BackendError(f"backend {spec!r}: importing {module_name!r} raised "
+                           f"{_first_line(exc)}; fix the plugin") from None
     obj = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise BackendError(f"backend {spec!r}: module {module_name!r} has no {attr!r}") from None
-    if isinstance(obj, type) and issubclass(obj, Backend):
-        obj = obj()
-    elif not isinstance(obj, Backend) and callable(obj):
-        obj = obj()
+    if (isinstance(obj, type) and issubclass(obj, Backend)) or (
+            not isinstance(obj, Backend) and callable(obj)):
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001 - a plugin whose constructor raises
+            raise BackendError(f"backend {spec!r}: constructing {attr!r} raised "
+                               f"{_first_line(exc)}; fix the plugin") from None
     if not isinstance(obj, Backend):
         raise BackendError(f"backend {spec!r} is a {type(obj).__name__}, not a"
                            " conformance.backends.base.Backend (subclass it)")

@@ -1,0 +1,43 @@
+"""`flexconf recover REPORT_DIR`: the results of a run that was killed (``kill -9``, a lost
+machine) from its record store: results.json, index.html and summary.md, ``complete: false``.
+
+A case that was started and never finished is a CRASH record (the store's rule). The run can
+then be finished with ``pytest conformance/ --resume REPORT_DIR`` and the same options.
+No torch: this reads files only.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report_dir", metavar="REPORT_DIR",
+                        help="the --report-dir of the killed run (it holds records/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from records.results import load_results
+    from records.store import merge_records, read_manifest, records_dir, write_run
+    from reports.render import write_report
+
+    report_dir = Path(args.report_dir)
+    manifest = read_manifest(report_dir)
+    if manifest is None:
+        raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"
+                         "run.json is missing); pass the --report-dir of the run")
+    merged = merge_records(report_dir, manifest.case_order)
+    if merged.environment is None and not merged.records:
+        raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
+                         "again (nothing to recover)")
+    selected = manifest.selected or manifest.case_order
+    results = write_run(report_dir, merged, merged.environment or {}, manifest.options,
+                        manifest.suite_version, manifest.started_at, "", complete=False,
+                        selected_count=len(selected))
+    write_report(load_results(report_dir / "results.json"), report_dir)
+    finished = sum(1 for r in results.records if r.case_id not in merged.unfinished)
+    print(f"recovered {finished} finished of {len(selected)} selected cases"
+          + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
+          + f": {report_dir / 'index.html'}")
+    print(f"finish it: pytest conformance/ --resume {report_dir} (with the run's options)")
+    return 0

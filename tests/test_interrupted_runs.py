@@ -1,0 +1,118 @@
+"""A run stopped the way schedulers stop jobs never leaves a lie behind: SIGTERM and SIGHUP do
+what Ctrl-C does; after ``kill -9`` nothing green is left, ``flexconf recover`` renders what
+finished and ``--resume`` completes the run, equal case for case to an uninterrupted one."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from records.results import Label, RunResults, load_results, write_results
+from records import Record
+from tests import fault_backends
+from tests.test_plugin_runs import CASES, REPO, _interactive_sigint, _wait_gone, clean_env, \
+    pytest_args, run
+
+BACKEND = "tests.fault_backends:HangsWhileFileExists"
+
+
+def _stale_green_run(report_dir) -> None:
+    """What an earlier, finished run left: complete, every case PASS."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    records = tuple(Record(case_id=c.id, label=Label.PASS) for c in CASES)
+    write_results(RunResults({"backend": "old"}, {"backend": "old", "profile": "smoke", "seed": 0},
+                             records, "old"), report_dir / "results.json")
+    (report_dir / "index.html").write_text("<p>all green</p>")
+    (report_dir / "summary.md").write_text("all green")
+
+
+def _start_and_wait_for_the_hang(tmp_path, *extra):
+    hang, pid_file = tmp_path / "hang", tmp_path / "grandchild.pid"
+    hang.touch()
+    env = clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file),
+                       fault_backends.HANG_FILE: str(hang)})
+    proc = subprocess.Popen(pytest_args(tmp_path, BACKEND, CASES[:3], *extra), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_interactive_sigint)
+    deadline = time.monotonic() + 240
+    while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the event: the hanging case's compile has started
+    assert pid_file.exists(), "the hanging case never started"
+    hang.unlink()  # from now on the backend computes: a resumed run finishes
+    return proc, int(pid_file.read_text())
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    proc, grandchild = _start_and_wait_for_the_hang(tmp_path)
+    try:
+        proc.send_signal(getattr(signal, signal_name))
+        output, _ = proc.communicate(timeout=300)  # waits for the exit; a safety net only
+    finally:
+        proc.kill()
+        if not _wait_gone(grandchild, 0):
+            os.kill(grandchild, signal.SIGKILL)
+    assert proc.returncode == 2, output[-3000:]  # pytest's "interrupted"
+    results = load_results(report / "results.json")
+    assert not results.complete and results.selected_count == 3
+    assert [(r.case_id, r.label) for r in results.records] == [
+        (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
+    assert "INCOMPLETE" in (report / "index.html").read_text()
+    assert "INCOMPLETE" in (report / "summary.md").read_text()
+    assert json.loads((report / "previous" / "results.json").read_text())["suite_version"] == "old"
+
+
+def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run(tmp_path):
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    proc, grandchild = _start_and_wait_for_the_hang(tmp_path)
+    proc.kill()  # SIGKILL: no handler, no cleanup
+    proc.communicate(timeout=60)
+    if not _wait_gone(grandchild, 0):
+        os.kill(grandchild, signal.SIGKILL)
+    # nothing green is left behind, and the earlier run is kept aside
+    assert not (report / "results.json").exists() and not (report / "index.html").exists()
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert recovered.returncode == 0, recovered.stderr
+    assert "recovered 1 finished of 3 selected cases, 1 cut off (CRASH)" in recovered.stdout
+    partial = load_results(report / "results.json")
+    assert not partial.complete and partial.selected_count == 3
+    assert [(r.case_id, r.label) for r in partial.records] == [
+        (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
+    page = (report / "index.html").read_text()
+    assert "INCOMPLETE" in page and "2 of 3 selected cases have a record" in page
+
+    resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--resume", str(report)))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "2 passed" in resumed.stdout and "1 deselected" in resumed.stdout  # full: done
+    whole = load_results(report / "results.json")
+    assert whole.complete and whole.started_at == partial.started_at
+
+    (tmp_path / "fresh").mkdir()
+    fresh = run(pytest_args(tmp_path / "fresh", BACKEND, CASES[:3]))
+    assert fresh.returncode == 0, fresh.stdout[-3000:]
+    uninterrupted = load_results(tmp_path / "fresh" / "report" / "results.json")
+    assert [(r.case_id, r.label, r.metrics["error_ratio"]) for r in whole.records] == \
+        [(r.case_id, r.label, r.metrics["error_ratio"]) for r in uninterrupted.records]
+
+
+def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_path):
+    empty = run(pytest_args(tmp_path, BACKEND, CASES[:1], "--resume", str(tmp_path / "none")))
+    assert empty.returncode == 4
+    assert "no run's records there (records/run.json is missing); run without --resume" in \
+        empty.stderr
+    first = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert first.returncode == 0, first.stdout[-2000:]
+    other = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--seed", "5",
+                            "--resume", str(tmp_path / "report")))
+    assert other.returncode == 4
+    assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
