@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,7 +79,6 @@ class Executor:
         self.supervisor = ChildSupervisor(
             backend_spec, env, self.workdir,
             Budgets(settings.compile_timeout, settings.run_timeout), backend.artifact_env)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference")
         self._count = 0
 
     def execute(self, case: Case, started_at: str | None = None) -> Record:
@@ -100,7 +100,6 @@ class Executor:
 
     def close(self) -> None:
         self.supervisor.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)  # never block an interrupted run
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- internals ------------------------------------------------------------------------
@@ -114,7 +113,7 @@ class Executor:
             cache_dir.mkdir()
         elif s.warm_cache_dir:
             cache_dir = Path(s.warm_cache_dir)
-        reference = None if s.compile_only else self._pool.submit(
+        reference = None if s.compile_only else in_background(
             self.reference.get, case, s.seed, s.reference_device)
         request = CaseRequest(
             case=case.to_json(), output_path=str(output_path), seed=s.seed, runs=s.timed_runs,
@@ -172,6 +171,22 @@ class Executor:
             cache_hit=obs.timings.cache_hit if obs else None, metrics=metrics,
             compile_breakdown=_breakdown(obs.timings.compile_breakdown) if obs else None,
             worker=self.worker, started_at=started_at, finished_at=now_iso())
+
+
+def in_background(fn, *args) -> Future:
+    """``fn(*args)`` in a daemon thread. Not a ThreadPoolExecutor: the interpreter joins its
+    threads at exit, so a SIGTERM or Ctrl-C during a large golden (tens of seconds) would wait
+    for it; an interrupted run must stop at once."""
+    future: Future = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="reference", daemon=True).start()
+    return future
 
 
 def _breakdown(stages: dict | None) -> dict[str, float] | None:

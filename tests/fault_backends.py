@@ -92,6 +92,18 @@ class RuntimeFault(_Faulty):
         raise RuntimeError("injected device fault: illegal memory access")
 
 
+#: What ``HostileMessage`` raises: a lone surrogate (non-UTF-8 compiler output decoded with
+#: surrogateescape), NUL, a terminal title sequence, ESC colour codes, a bidi override, backticks.
+HOSTILE_TEXT = "bad byte \udc80, NUL \x00, \x1b]0;pwned\x07title, \x1b[31mred\x1b[0m, \u202eabc, `tick`"
+
+
+class HostileMessage(_Faulty):
+    name = "test-hostile-message"
+
+    def misbehave(self, real, *args):
+        raise RuntimeError(HOSTILE_TEXT)
+
+
 class Segfault(_Faulty):
     name = "test-segfault"
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 import pytest
 
@@ -98,4 +101,38 @@ def test_a_broken_plugin_is_unavailable_and_hides_nothing(tmp_path, monkeypatch)
     broken = statuses["vendor-x"]
     assert not broken.available and broken.origin == "plugin vendor-broken 1.0"
     assert "cannot import 'vendor_x_missing'" in broken.detail
+    assert statuses["cpu-eager"].available
+
+
+@pytest.mark.parametrize("target, expected", [
+    ("RaisesInInit", "backend 'tests.broken_plugins:RaisesInInit': constructing 'RaisesInInit' "
+                     "raised RuntimeError: driver handle not found; fix the plugin"),
+    ("RaisesInAvailability", "backend 'tests.broken_plugins:RaisesInAvailability' is not "
+                             "available here: its availability() raised KeyError: 'NEURON_RT_ROOT'"),
+])
+def test_a_plugin_that_raises_is_a_one_line_usage_error_not_an_internal_error(
+        tmp_path, target, expected):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+         "--backend", f"tests.broken_plugins:{target}", "--report-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert errors == [f"ERROR: {expected}"]
+
+
+def test_flexconf_backends_lists_raising_plugins_as_unavailable_with_the_first_line(
+        tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    install_entry_points(site, "vendor-raising", "1.0", {
+        "raises-in-init": "tests.broken_plugins:RaisesInInit",
+        "raises-in-availability": "tests.broken_plugins:RaisesInAvailability"})
+    monkeypatch.syspath_prepend(str(site))
+    statuses = _by_name()
+    assert not statuses["raises-in-init"].available
+    assert statuses["raises-in-init"].detail.endswith(
+        "raised RuntimeError: driver handle not found; fix the plugin")
+    assert statuses["raises-in-availability"].detail == \
+        "its availability() raised KeyError: 'NEURON_RT_ROOT'"
     assert statuses["cpu-eager"].available

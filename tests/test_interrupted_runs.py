@@ -116,3 +116,23 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
                             "--resume", str(tmp_path / "report")))
     assert other.returncode == 4
     assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
+
+
+def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directory(tmp_path):
+    from cases.model import Case, Shape, Variant
+    from reports.summary import rerun_command
+
+    shape = Shape(1, 2, 2, 64, 64, 16)
+    cases = [Case(Variant("full"), shape, "fp32", "fwd"), Case(Variant("full"), shape, "fp32", "fwd+lse")]
+    assert cases[1].id.startswith(cases[0].id)  # a -k substring would select both
+    first = run(pytest_args(tmp_path, "cpu-eager", cases, "--seed", "3"))
+    assert first.returncode == 0, first.stdout[-3000:]
+    original = load_results(tmp_path / "report" / "results.json")
+    command = rerun_command(original, cases[0].id)
+    proc = subprocess.run(["bash", "-c", command.replace("pytest ", f"{sys.executable} -m pytest -p no:cacheprovider ", 1)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert proc.returncode == 0, command + "\n" + proc.stdout[-3000:]
+    rerun = load_results(tmp_path / "report-rerun" / "results.json")
+    assert [r.case_id for r in rerun.records] == [cases[0].id] and rerun.complete
+    assert rerun.options["seed"] == 3 and rerun.records[0].label is Label.PASS
+    assert load_results(tmp_path / "report" / "results.json") == original  # untouched
