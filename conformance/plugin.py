@@ -6,6 +6,11 @@ cases through its own Executor (one supervised child) and appends records. The p
 active only when the invocation reaches the matrix (``pytest conformance/``); ``pytest tests/``
 leaves report directories alone.
 
+Sharding: every process parametrizes the whole matrix; after ``-k`` and ``-m`` have deselected,
+the plugin notes the selected case ids (the whole run's selection, recorded in results.json for
+``flexconf merge``) and deselects the cases of other shards. Under xdist the controller
+collects nothing: workers report the selection through ``workeroutput``.
+
 Outcomes: PASS passes, UNSUPPORTED skips with the reason, every other label fails with a message
 whose first line starts with ``[LABEL]``.
 """
@@ -19,6 +24,7 @@ from conformance import options as opts
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
+_SELECTED = "flexconf_selected_case_ids"  # workeroutput key: a worker's pre-shard selection
 
 
 def pytest_addoption(parser) -> None:
@@ -60,6 +66,31 @@ def conformance_runner(request):
     return request.config.stash[_STATE].runner()
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config, items) -> None:
+    state = config.stash[_STATE]
+    ids = [_case_id(item.nodeid) for item in items]
+    state.select([i for i in ids if i is not None])
+    if state.is_worker:
+        config.workeroutput[_SELECTED] = state.selected
+    shard = state.shard_ids()
+    if shard is None:
+        return
+    kept = [item for item, i in zip(items, ids) if i is None or i in shard]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item, i in zip(items, ids)
+                                             if i is not None and i not in shard])
+        items[:] = kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    selected = getattr(node, "workeroutput", {}).get(_SELECTED)
+    state = node.config.stash[_STATE]
+    if selected is not None and state.selected is None:
+        state.select(selected)
+
+
 def pytest_collection_finish(session) -> None:
     state = session.config.stash[_STATE]
     state.expect(_case_ids(item.nodeid for item in session.items))
@@ -94,12 +125,15 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 def _case_ids(nodeids) -> set[str]:
-    ids = set()
-    for nodeid in nodeids:
-        path, _, rest = nodeid.partition("::")
-        if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
-            ids.add(rest[len("test_case["):-1])
-    return ids
+    return {i for i in map(_case_id, nodeids) if i is not None}
+
+
+def _case_id(nodeid: str) -> str | None:
+    """The case id of a matrix test's node id, None for any other test."""
+    path, _, rest = nodeid.partition("::")
+    if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
+        return rest[len("test_case["):-1]
+    return None
 
 
 class ConformanceSession:
@@ -113,18 +147,31 @@ class ConformanceSession:
         self.active = _reaches_matrix(config) and not config.option.collectonly
         self.summary_lines: list[str] = []
         self._cases = None
+        self._shard_ids: set[str] | None = None
+        self.selected: list[str] | None = None  # case ids selected before sharding
         self._runner = None
         self._expected: set[str] = set()
         self._started_at = ""
 
     # -- cases ----------------------------------------------------------------------------
     def cases(self) -> list:
+        """Every case of the run's matrix or case file (all shards)."""
         if self._cases is None:
             try:
                 self._cases = _select_cases(self.options)
+                self._shard_ids = _shard_ids(self._cases, self.options)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
         return self._cases
+
+    def shard_ids(self) -> set[str] | None:
+        """The case ids of this process's shard, None without --shard."""
+        self.cases()
+        return self._shard_ids
+
+    def select(self, case_ids: list[str]) -> None:
+        """Note the case ids selected (by -k, -m) for the whole run, before sharding."""
+        self.selected = list(case_ids)
 
     def expect(self, case_ids: set[str]) -> None:
         self._expected |= case_ids
@@ -165,7 +212,7 @@ class ConformanceSession:
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
         from conformance.record_store import merge_records, write_run
-        from conformance.run_info import suite_version
+        from conformance.run_info import run_selection, suite_version
 
         report_dir = self.options.report_dir
         order = [c.id for c in self.cases()]
@@ -177,8 +224,10 @@ class ConformanceSession:
         complete = not interrupted and self._expected <= recorded
         options = self.options.to_record()
         options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
+        selection = run_selection(self.options, self.config.option.keyword,
+                                  self.config.option.markexpr, self.selected)
         results = write_run(report_dir, merged, environment, options, suite_version(),
-                            self._started_at, now_iso(), complete)
+                            self._started_at, now_iso(), complete, selection)
         counts: dict[str, int] = {}
         for record in results.records:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
@@ -214,18 +263,19 @@ def _select_cases(options: opts.RunOptions) -> list:
 
     if options.case_file:  # a spec may name a custom variant: register its module first
         import_case_modules(list(options.cases_modules))
-        cases = opts.load_case_file(options.case_file)
-    else:
-        cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
+        return opts.load_case_file(options.case_file)
+    return select_cases(options.profile, options.matrix, list(options.cases_modules))
+
+
+def _shard_ids(cases: list, options: opts.RunOptions) -> set[str] | None:
+    """The ids of the cases of ``options.shard`` (split over the whole matrix, so -k selects
+    within the part), None without --shard."""
     if options.shard is None:
-        return cases
-    try:
-        from conformance.sharding import select_shard
-    except ImportError:
-        raise ValueError("--shard needs conformance/sharding.py, which this checkout lacks; "
-                         "run without --shard") from None
+        return None
+    from conformance.sharding import select_shard
+
     index, count = options.shard
-    return list(select_shard(cases, index, count))
+    return {c.id for c in select_shard(cases, index, count)}
 
 
 def _worker_count(config) -> int:

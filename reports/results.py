@@ -90,9 +90,11 @@ class RunResults:
     started_at: str = ""
     finished_at: str = ""
     complete: bool = True
+    #: what the run selected (reports/selection.py reads it); None in files written before it
+    selection: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,
             "suite_version": self.suite_version,
@@ -103,6 +105,9 @@ class RunResults:
             "options": self.options,
             "records": [r.to_json() for r in self.records],
         }
+        if self.selection is not None:
+            data["selection"] = self.selection
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunResults":
@@ -114,6 +119,7 @@ class RunResults:
             started_at=data.get("started_at", ""),
             finished_at=data.get("finished_at", ""),
             complete=data.get("complete", True),
+            selection=data.get("selection"),
         )
 
     def by_id(self) -> dict[str, Record]:
