@@ -95,14 +95,16 @@ def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINIT
     return None
 
 
-def ids_difference(a: Sequence[str], b: Sequence[str]) -> str | None:
+def ids_difference(a: Sequence[str], b: Sequence[str], name_a: str = "the first",
+                   name_b: str = "the second") -> str | None:
     """One line saying how two sets of selected case ids differ, None when the same."""
     set_a, set_b = set(a), set(b)
     only_a, only_b = [i for i in a if i not in set_b], [i for i in b if i not in set_a]
     if not (only_a or only_b):
         return None
-    example = f"{only_a[0]!r} only in the first" if only_a else f"{only_b[0]!r} only in the second"
-    return f"the selected cases differ ({len(set_a)} and {len(set_b)} cases; {example})"
+    example = f"{only_a[0]!r} only in {name_a}" if only_a else f"{only_b[0]!r} only in {name_b}"
+    return (f"the selected cases differ ({len(set_a)} in {name_a}, {len(set_b)} in {name_b}; "
+            f"{example})")
 
 
 def _shown(selection: Selection, name: str) -> str:
