@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any
 
 from reports.results import RunResults
@@ -96,6 +97,15 @@ def first_line(text: str, limit: int) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# TODO(records): use records.text
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control and format characters (terminal escapes, NUL, bidi overrides)
+    written as ``\\xNN`` / ``\\uNNNN``, so a hostile message cannot drive a terminal or break
+    an XML file; characters in ``keep`` (e.g. newline) stay."""
+    return "".join(ch if ch in keep or unicodedata.category(ch) not in ("Cc", "Cf")
+                   else ascii(ch)[1:-1] for ch in text)
 
 
 def truncate(text: str, limit: int) -> tuple[str, bool]:
