@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from reports.results import Record, RunResults
-from reports.selection import DEFINITION, Selection, first_difference, ids_difference, selection_of
+from reports.selection import DEFINITION, first_difference, ids_difference, selection_of
 
 #: Options that must agree (they change which cases ran, or what a label means).
 SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",
@@ -62,7 +62,8 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
     if expected_ids is not None:
         expected_from = "the given case list"
     elif recorded is not None:
-        expected_ids, expected_from = list(recorded.case_ids), f"the selection ({recorded.describe()})"
+        expected_ids = list(recorded.case_ids)
+        expected_from = f"the selection ({recorded.describe()})"
     else:
         expected_ids, expected_from = expected_case_ids(first)
         why = (f"{first_source} records no selection (written before results files did)"
@@ -134,40 +135,39 @@ def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:
 
 def _check_same(runs: Sequence[tuple[str, RunResults]]) -> None:
     first_source, first = runs[0]
-    facts = {
-        "suite_version": lambda r: r.suite_version,
-        **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
-        "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
-        **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
-    }
-    first_selection = selection_of(first)
     for source, run in runs[1:]:
-        def refuse(what: str, there: str, here: str) -> MergeError:
-            return MergeError(f"cannot merge {source} into {first_source}: {what} is {there} "
-                              f"there but {here} here; merge only the shards of one run (same "
-                              "suite, options, selection and versions)")
-
-        for what, get in facts.items():
-            if get(run) != get(first):
-                raise refuse(what, repr(get(run)), repr(get(first)))
-        selection = selection_of(run)
-        _check_same_selection(first_selection, selection, first_source, source, refuse)
-
-
-def _check_same_selection(first: Selection, other: Selection, first_source: str, source: str,
-                          refuse) -> None:
-    if first.recorded != other.recorded:
-        raise refuse("the selection", "recorded" if other.recorded else "not recorded",
-                     "recorded" if first.recorded else "not recorded")
-    difference = first_difference(other, first, DEFINITION)
-    if difference:
-        raise refuse(*difference)
-    if first.case_ids is not None and other.case_ids is not None:
-        ids = ids_difference(first.case_ids, other.case_ids, first_source, source)
-        if ids:
-            raise MergeError(f"cannot merge {source} into {first_source}: {ids}; merge only "
-                             "the shards of one run (same suite, options, selection and "
+        difference = _difference(first, run, first_source, source)
+        if difference:
+            raise MergeError(f"cannot merge {source} into {first_source}: {difference}; merge "
+                             "only the shards of one run (same suite, options, selection and "
                              "versions)")
+
+
+_FACTS = {
+    "suite_version": lambda r: r.suite_version,
+    **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
+    "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
+    **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
+}
+
+
+def _difference(first: RunResults, run: RunResults, first_source: str, source: str) -> str | None:
+    """How ``run`` differs from ``first`` in what makes shards parts of one run: ``<what> is
+    <value> there but <value> here``; None when they agree."""
+    for what, get in _FACTS.items():
+        if get(run) != get(first):
+            return f"{what} is {get(run)!r} there but {get(first)!r} here"
+    mine, theirs = selection_of(first), selection_of(run)
+    if mine.recorded != theirs.recorded:
+        state = {True: "recorded", False: "not recorded"}
+        return f"the selection is {state[theirs.recorded]} there but {state[mine.recorded]} here"
+    definition = first_difference(theirs, mine, DEFINITION)
+    if definition:
+        what, there, here = definition
+        return f"{what} is {there} there but {here} here"
+    if mine.case_ids is not None and theirs.case_ids is not None:
+        return ids_difference(mine.case_ids, theirs.case_ids, first_source, source)
+    return None
 
 
 def _shard(run: RunResults) -> tuple[int, int] | None:

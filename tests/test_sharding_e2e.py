@@ -7,6 +7,7 @@ shards of a ``-k`` run, one of them with two xdist workers.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -89,6 +90,8 @@ def test_the_shards_of_a_k_run_record_the_selection_and_merge_complete(tmp_path,
         selection = load_results(path).selection
         assert selection["case_ids"] == selected, path  # the whole run's, under xdist too
         assert (selection["keyword"], selection["shard"]) == (keyword, shard)
+        assert selection["case_file"] == str(case_file)
+        assert selection["case_file_sha256"] == hashlib.sha256(case_file.read_bytes()).hexdigest()
     assert sum(len(load_results(p).records) for p in shards) == len(selected)
 
     merged_path = tmp_path / "merged.json"
