@@ -1,8 +1,8 @@
 """`flexconf merge A.json B.json ... -o results.json`: join the shards of one run.
 
-Exit status: 0 merged, every case exactly once; 1 merged and written, but cases are
-duplicated or missing (listed); 2 refused (mixed versions, profiles, backends, ...) or
-unreadable input.
+Exit status: 0 merged, every case of the recorded selection exactly once; 1 merged and
+written, but cases are duplicated or missing (listed); 2 refused (mixed versions, profiles,
+backends, matrices, -k/-m selections, shard counts, ...) or unreadable input.
 """
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     shards = ", ".join(results.options.get("merged_shards") or []) or "unsharded"
     print(f"merged {len(runs)} files (shards {shards}): {len(results.records)} cases"
           f"{': ' + tally if tally else ''} -> {args.output}")
+    for note in merged.notes:
+        print(f"note: {note}", file=sys.stderr)
     if merged.duplicates:
         print(f"duplicated: {len(merged.duplicates)} cases are in more than one file "
               "(the first file keeps each):", file=sys.stderr)

@@ -1,15 +1,17 @@
 """Joining the results of the shards of one run (``--shard I/N`` on N machines) into one.
 
 Shards are joined only when they are parts of the same run: the same suite version, profile,
-backend, seed, compile-cache mode and budgets, the same shard count, and the same torch and
-compiler/SDK versions. Anything else is refused (``MergeError``, one line naming the two files
-and the value that differs). Hosts, drivers and device names may differ; the merged
-environment lists what differed.
+backend, seed, compile-cache mode and budgets, the same selection (matrix, case modules, case
+file, ``-k``, ``-m``, and the case ids selected before sharding), the same shard count, and
+the same torch and compiler/SDK versions. Anything else is refused (``MergeError``, one line
+naming the two files and the value that differs). Hosts, drivers and device names may differ;
+the merged environment lists what differed.
 
 A case found in more than one file is a duplicate (the first file given keeps it); a case of
-the matrix found in no file, or a shard given by no file, is missing. Both are reported and
-are reported; a missing one makes the merged run incomplete. The merged file is written
-either way.
+the run's selection found in no file, or a shard given by no file, is missing. Both are
+reported; a missing one makes the merged run incomplete. The merged file is written either
+way. The selection is the one the shards recorded (reports/selection.py); for files written
+before they recorded it, the whole matrix of their options, and a note says so.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from records.results import Record, RunResults
+from records.selection import DEFINITION, first_difference, ids_difference, selection_of
 
 #: Options that must agree (they change which cases ran, or what a label means).
 SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",
@@ -37,6 +40,7 @@ class Merged:
     missing: list[str] = field(default_factory=list)  # case ids in no file
     missing_shards: list[str] = field(default_factory=list)  # e.g. ["2/3"]
     expected_from: str = ""  # where the expected case list came from ("" when unknown)
+    notes: list[str] = field(default_factory=list)  # how completeness was judged, when guessed
 
     @property
     def clean(self) -> bool:
@@ -46,16 +50,27 @@ class Merged:
 def merge_runs(runs: Sequence[tuple[str, RunResults]],
                expected_ids: Sequence[str] | None = None) -> Merged:
     """Merge ``(source name, run)`` pairs, in the order given. ``expected_ids`` is the list of
-    case ids the whole run should have (default: ``expected_case_ids`` of the first run)."""
+    case ids the whole run should have (default: the selection the shards recorded, else
+    ``expected_case_ids`` of the first run)."""
     if not runs:
         raise MergeError("nothing to merge; pass the results.json of every shard")
     _check_same(runs)
     first_source, first = runs[0]
-    expected_from = ""
-    if expected_ids is None:
-        expected_ids, expected_from = expected_case_ids(first)
-    else:
+    notes: list[str] = []
+    recorded = next((sel for sel in map(selection_of, (r for _, r in runs))
+                     if sel.case_ids is not None), None)
+    if expected_ids is not None:
         expected_from = "the given case list"
+    elif recorded is not None:
+        expected_ids = list(recorded.case_ids)
+        expected_from = f"the selection ({recorded.describe()})"
+    else:
+        expected_ids, expected_from = expected_case_ids(first)
+        why = (f"{first_source} records no selection (written before results files did)"
+               if not selection_of(first).recorded
+               else "no file records its selected cases (each run ended before they were known)")
+        notes.append(f"{why}: expecting {expected_from}" if expected_from
+                     else f"{why}, and its cases cannot be listed here: completeness not judged")
 
     records: dict[str, Record] = {}
     owners: dict[str, list[str]] = {}
@@ -80,6 +95,11 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
     options = dict(first.options)
     options["shard"] = None
     options["merged_shards"] = [f"{s[0]}/{s[1]}" for s in sorted(s for s in shards if s)]
+    selection = None
+    if first.selection is not None:
+        selection = {**first.selection, "shard": None}
+        if recorded is not None:
+            selection["case_ids"] = list(recorded.case_ids)
     merged = RunResults(
         environment=_merged_environment(runs),
         options=options,
@@ -88,43 +108,66 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
         started_at=min((r.started_at for _, r in runs if r.started_at), default=""),
         finished_at=max((r.finished_at for _, r in runs if r.finished_at), default=""),
         complete=all(r.complete for _, r in runs) and not missing and not missing_shards,
+        selection=selection,
     )
-    return Merged(merged, duplicates, missing, missing_shards, expected_from)
+    return Merged(merged, duplicates, missing, missing_shards, expected_from, notes)
 
 
 def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:
-    """The case ids a whole run of ``run``'s options has, and where that list comes from;
-    (None, "") when it cannot be known here (a case file that is not on this machine)."""
+    """The case ids a whole run of ``run``'s options has, regenerated here, and where that
+    list comes from; (None, "") when it cannot be known here (a case file that is not on this
+    machine, case modules). For files that record no selection."""
     case_file = run.options.get("case_file")
     if case_file:
         if not Path(case_file).is_file():
             return None, ""
         from conformance.options import load_case_file
 
-        return [c.id for c in load_case_file(case_file)], f"case file {case_file}"
-    from cases.catalog import PROFILES, matrix
+        return [c.id for c in load_case_file(case_file)], f"the cases of case file {case_file}"
+    from cases.catalog import MATRICES, PROFILES, matrix
 
-    profile = run.options.get("profile")
-    if profile not in PROFILES:
+    profile, name = run.options.get("profile"), run.options.get("matrix", "core")
+    if profile not in PROFILES or name not in MATRICES or run.options.get("cases_modules"):
         return None, ""
-    return [c.id for c in matrix(profile)], f"profile {profile!r}"
+    return ([c.id for c in matrix(profile, name)],
+            f"the whole matrix {name!r} of profile {profile!r}")
 
 
 def _check_same(runs: Sequence[tuple[str, RunResults]]) -> None:
     first_source, first = runs[0]
-    facts = {
-        "suite_version": lambda r: r.suite_version,
-        **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
-        "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
-        **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
-    }
     for source, run in runs[1:]:
-        for what, get in facts.items():
-            if get(run) != get(first):
-                raise MergeError(
-                    f"cannot merge {source} into {first_source}: {what} is {get(run)!r} there "
-                    f"but {get(first)!r} here; merge only the shards of one run (same suite, "
-                    f"options and versions)")
+        difference = _difference(first, run, first_source, source)
+        if difference:
+            raise MergeError(f"cannot merge {source} into {first_source}: {difference}; merge "
+                             "only the shards of one run (same suite, options, selection and "
+                             "versions)")
+
+
+_FACTS = {
+    "suite_version": lambda r: r.suite_version,
+    **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
+    "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
+    **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
+}
+
+
+def _difference(first: RunResults, run: RunResults, first_source: str, source: str) -> str | None:
+    """How ``run`` differs from ``first`` in what makes shards parts of one run: ``<what> is
+    <value> there but <value> here``; None when they agree."""
+    for what, get in _FACTS.items():
+        if get(run) != get(first):
+            return f"{what} is {get(run)!r} there but {get(first)!r} here"
+    mine, theirs = selection_of(first), selection_of(run)
+    if mine.recorded != theirs.recorded:
+        state = {True: "recorded", False: "not recorded"}
+        return f"the selection is {state[theirs.recorded]} there but {state[mine.recorded]} here"
+    definition = first_difference(theirs, mine, DEFINITION)
+    if definition:
+        what, there, here = definition
+        return f"{what} is {there} there but {here} here"
+    if mine.case_ids is not None and theirs.case_ids is not None:
+        return ids_difference(mine.case_ids, theirs.case_ids, first_source, source)
+    return None
 
 
 def _shard(run: RunResults) -> tuple[int, int] | None:

@@ -12,6 +12,11 @@ directory holds no results.json; SIGTERM and SIGHUP stop it the way Ctrl-C does 
 killed, ``complete: false``, a report of what finished); after ``kill -9``, ``flexconf recover``
 renders what finished and ``--resume REPORT_DIR`` runs the rest.
 
+Sharding: every process parametrizes the whole matrix; after ``-k`` and ``-m`` have deselected,
+the plugin notes the selected case ids (the whole run's selection, recorded in results.json for
+``flexconf merge``) and deselects the cases of other shards. Under xdist the controller
+collects nothing: workers report the selection through ``workeroutput``.
+
 Outcomes: PASS passes, UNSUPPORTED skips with the reason, every other label fails with a message
 whose first line starts with ``[LABEL]``.
 """
@@ -26,6 +31,7 @@ from conformance import options as opts
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
+_SELECTED = "flexconf_selected_case_ids"  # workeroutput key: a worker's pre-shard selection
 
 
 def pytest_addoption(parser) -> None:
@@ -69,16 +75,32 @@ def conformance_runner(request):
     return request.config.stash[_STATE].runner()
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(config, items) -> None:
-    """With ``--resume``, the cases that already have a record are not run again."""
+    """Note the whole run's selection, then keep this shard's cases; with ``--resume``, the
+    cases that already have a record are not run again."""
     state = config.stash[_STATE]
-    done = state.resumed_ids()
-    if not done:
+    ids = [_case_id(item.nodeid) for item in items]
+    state.select([i for i in ids if i is not None])
+    if state.is_worker:
+        config.workeroutput[_SELECTED] = state.selected
+    shard, done = state.shard_ids(), state.resumed_ids()
+    if shard is None and not done:
         return
-    keep = [item for item in items if _item_case_id(item) not in done]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if _item_case_id(i) in done])
-        items[:] = keep
+    dropped = [item for item, i in zip(items, ids)
+               if i is not None and ((shard is not None and i not in shard) or i in done)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    selected = getattr(node, "workeroutput", {}).get(_SELECTED)
+    state = node.config.stash[_STATE]
+    if selected is not None and state.selected is None:
+        state.select(selected)
 
 
 def pytest_collection_finish(session) -> None:
@@ -147,19 +169,16 @@ def _import_root(module: str) -> str | None:
     return str(origin.parent.parent if spec.submodule_search_locations else origin.parent)
 
 
-def _item_case_id(item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("conformance_case") if callspec else None
-    return case.id if case is not None else None
-
-
 def _case_ids(nodeids) -> set[str]:
-    ids = set()
-    for nodeid in nodeids:
-        path, _, rest = nodeid.partition("::")
-        if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
-            ids.add(rest[len("test_case["):-1])
-    return ids
+    return {i for i in map(_case_id, nodeids) if i is not None}
+
+
+def _case_id(nodeid: str) -> str | None:
+    """The case id of a matrix test's node id, None for any other test."""
+    path, _, rest = nodeid.partition("::")
+    if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
+        return rest[len("test_case["):-1]
+    return None
 
 
 class ConformanceSession:
@@ -173,6 +192,8 @@ class ConformanceSession:
         self.active = _reaches_matrix(config) and not config.option.collectonly
         self.summary_lines: list[str] = []
         self._cases = None
+        self._shard_ids: set[str] | None = None
+        self.selected: list[str] | None = None  # case ids selected before sharding
         self._runner = None
         self._expected: set[str] = set()
         self._started_at = ""
@@ -181,12 +202,23 @@ class ConformanceSession:
 
     # -- cases ----------------------------------------------------------------------------
     def cases(self) -> list:
+        """Every case of the run's matrix or case file (all shards)."""
         if self._cases is None:
             try:
                 self._cases = _select_cases(self.options)
+                self._shard_ids = _shard_ids(self._cases, self.options)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
         return self._cases
+
+    def shard_ids(self) -> set[str] | None:
+        """The case ids of this process's shard, None without --shard."""
+        self.cases()
+        return self._shard_ids
+
+    def select(self, case_ids: list[str]) -> None:
+        """Note the case ids selected (by -k, -m) for the whole run, before sharding."""
+        self.selected = list(case_ids)
 
     def expect(self, case_ids: set[str]) -> None:
         self._expected |= case_ids
@@ -269,7 +301,7 @@ class ConformanceSession:
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
-        from conformance.run_info import suite_version
+        from conformance.run_info import run_selection, suite_version
         from records.store import merge_records, write_run
 
         report_dir = self.options.report_dir
@@ -281,9 +313,11 @@ class ConformanceSession:
         recorded = {r.case_id for r in merged.records}
         expected = self._expected | self._previously_selected()
         complete = not interrupted and expected <= recorded
+        selection = run_selection(self.options, self.config.option.keyword,
+                                  self.config.option.markexpr, self.selected)
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
-                            selected_count=len(expected) or None)
+                            selected_count=len(expected) or None, selection=selection)
         counts: dict[str, int] = {}
         for record in results.records:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
@@ -345,27 +379,30 @@ def _select_cases(options: opts.RunOptions) -> list:
         cases = opts.load_case_file(options.case_file)
     else:
         cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
-    if options.case_ids:
-        by_id = {case.id: case for case in cases}
-        unknown = [cid for cid in options.case_ids if cid not in by_id]
-        if unknown:
-            from records.text import one_line
-
-            source = f"--case-file {options.case_file}" if options.case_file else \
-                f"--matrix {options.matrix} --profile {options.profile}"
-            raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; "
-                             "flexconf list prints the ids (give the same --matrix, --profile "
-                             "and --cases-module)")
-        cases = [by_id[cid] for cid in options.case_ids]
-    if options.shard is None:
+    if not options.case_ids:
         return cases
-    try:
-        from conformance.sharding import select_shard
-    except ImportError:
-        raise ValueError("--shard needs conformance/sharding.py, which this checkout lacks; "
-                         "run without --shard") from None
+    by_id = {case.id: case for case in cases}
+    unknown = [cid for cid in options.case_ids if cid not in by_id]
+    if unknown:
+        from records.text import one_line
+
+        source = f"--case-file {options.case_file}" if options.case_file else \
+            f"--matrix {options.matrix} --profile {options.profile}"
+        raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; "
+                         "flexconf list prints the ids (give the same --matrix, --profile "
+                         "and --cases-module)")
+    return [by_id[cid] for cid in options.case_ids]
+
+
+def _shard_ids(cases: list, options: opts.RunOptions) -> set[str] | None:
+    """The ids of the cases of ``options.shard`` (split over the whole matrix, so -k selects
+    within the part), None without --shard."""
+    if options.shard is None:
+        return None
+    from conformance.sharding import select_shard
+
     index, count = options.shard
-    return list(select_shard(cases, index, count))
+    return {c.id for c in select_shard(cases, index, count)}
 
 
 def _worker_count(config) -> int:

@@ -1,9 +1,12 @@
-"""Facts about the suite itself recorded beside every run: its version and git revision."""
+"""Facts recorded beside every run: the suite's version and git revision, and what the run
+selected (results.json's ``selection`` block, read by reports/selection.py)."""
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,3 +43,24 @@ def git_revision() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return sha + ("-dirty" if dirty else "")
+
+
+def run_selection(options, keyword: str, markexpr: str,
+                  case_ids: Sequence[str] | None) -> dict[str, Any]:
+    """The ``selection`` block of a run of ``options`` (conformance.options.RunOptions) with
+    pytest's ``-k`` and ``-m``; ``case_ids`` are the cases selected for the whole run before
+    sharding (None when the run ended before they were known)."""
+    from records.selection import Selection
+
+    digest = None
+    if options.case_file:
+        try:
+            digest = hashlib.sha256(Path(options.case_file).read_bytes()).hexdigest()
+        except OSError:
+            digest = None  # read when the cases were loaded; gone now: the path must do
+    shard = f"{options.shard[0] + 1}/{options.shard[1]}" if options.shard else None
+    return Selection(matrix=options.matrix, profile=options.profile,
+                     cases_modules=tuple(options.cases_modules), case_file=options.case_file,
+                     case_file_sha256=digest, keyword=keyword or "", markexpr=markexpr or "",
+                     shard=shard, case_ids=None if case_ids is None else tuple(case_ids)
+                     ).to_json()

@@ -87,9 +87,11 @@ class RunResults:
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", clean_json(self.environment))
         object.__setattr__(self, "options", clean_json(self.options))
+    #: what the run selected (reports/selection.py reads it); None in files written before it
+    selection: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,
             "suite_version": self.suite_version,
@@ -101,6 +103,9 @@ class RunResults:
             "options": self.options,
             "records": [r.to_json() for r in self.records],
         }
+        if self.selection is not None:
+            data["selection"] = self.selection
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunResults":
@@ -113,6 +118,7 @@ class RunResults:
             finished_at=data.get("finished_at", ""),
             complete=data.get("complete", True),
             selected_count=data.get("selected_count"),
+            selection=data.get("selection"),
         )
 
     def by_id(self) -> dict[str, Record]:

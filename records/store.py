@@ -181,11 +181,12 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
 
 def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any],
               options: dict[str, Any], suite_version: str, started_at: str, finished_at: str,
-              complete: bool, selected_count: int | None = None) -> RunResults:
+              complete: bool, selected_count: int | None = None,
+              selection: dict[str, Any] | None = None) -> RunResults:
     """Write ``<report-dir>/results.json`` and return what was written."""
     results = RunResults(environment=environment, options=options,
                          records=tuple(merged.records), suite_version=suite_version,
                          started_at=started_at, finished_at=finished_at, complete=complete,
-                         selected_count=selected_count)
+                         selected_count=selected_count, selection=selection)
     write_results(results, Path(report_dir) / "results.json")
     return results

@@ -6,8 +6,11 @@ It may not ship (blocking findings) when
   - a case of the baseline is missing from the candidate (MISSING);
   - both runs compiled cold and a case's compile time grew past the budget (COMPILE_TIME);
   - with ``strict_expectations``: an expectation no longer matches a failure (STALE).
-Fixes and stale expectations are reported as good news. Runs that cannot be compared
-(different backend, profile or suite version, or an interrupted run) raise GateInputError.
+Fixes and stale expectations are reported as good news; new cases (in the candidate only)
+are listed. Runs that cannot be compared (different backend, suite version or case set
+definition: matrix, profile, case modules, case file, ``-k``/``-m``; a single shard; an
+interrupted run) raise GateInputError. A change of the compile or run budget is a flagged note,
+not a refusal: the labels it affects are still judged.
 """
 from __future__ import annotations
 
@@ -15,14 +18,21 @@ from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs
 from reports.expectations import Expectation, Expectations
-from reports.formatting import fmt_seconds
+from reports.formatting import first_line, fmt_seconds
+from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
-from records.results import RunResults
+from records.results import Record, RunResults
+from records.selection import DEFINITION, first_difference, selection_of
 from reports.summary import verdict_line
 
 DEFAULT_BUDGET = 1.25
 TEXT_ROWS_PER_KIND = 15
+MESSAGE_CHARS = 160  # of a failure's first line in a text row
 BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "STALE")
+#: findings that neither block nor are good news: listed so that nothing changes silently
+LISTED_KINDS = ("NEW",)
+#: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
+BUDGETS = ("compile_timeout", "run_timeout")
 
 
 class GateInputError(ValueError):
@@ -35,14 +45,43 @@ class Finding:
     subject: str  # a case id, or an expectation's "file:line"
     detail: str
     blocking: bool
+    old: Record | None = None  # the case in the baseline, when it is a case there
+    new: Record | None = None  # the case in the candidate, when it is a case there
+
+    @property
+    def category(self) -> str:
+        """blocking, good news, or listed (neither)."""
+        if self.blocking:
+            return "blocking"
+        return "listed" if self.kind in LISTED_KINDS else "good news"
+
+    @property
+    def case_id(self) -> str | None:
+        record = self.new or self.old
+        return record.case_id if record else None
+
+    @property
+    def why(self) -> str:
+        """The first line of the candidate's message when the case fails there, else ""."""
+        if self.new is None or self.new.label.acceptable or not self.new.message:
+            return ""
+        return first_line(self.new.message, MESSAGE_CHARS)
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, KNOWN_FAILURES, SEED_CHANGE
+    text: str
+    flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
 
 @dataclass(frozen=True)
 class GateDecision:
     findings: tuple[Finding, ...]
-    notes: tuple[str, ...]
+    notes: tuple[Note, ...]
     baseline_verdict: str
     candidate_verdict: str
+    case_ids: tuple[str, ...] = ()  # every case compared: the candidate's, then the missing
 
     @property
     def may_ship(self) -> bool:
@@ -59,7 +98,9 @@ class GateDecision:
 
 def check_comparable(baseline: RunResults, candidate: RunResults,
                      baseline_name: str = "baseline", candidate_name: str = "candidate") -> None:
-    """Raise GateInputError when the runs are not two complete runs of one suite setup."""
+    """Raise GateInputError when the runs are not two complete, whole runs of one suite and
+    one case set definition (reports/selection.py: matrix, profile, case modules, case file,
+    -k, -m)."""
     for name, run in ((baseline_name, baseline), (candidate_name, candidate)):
         if run.options.get("phase") == "compile":
             raise GateInputError(f"{name}: a compile-only pass (--phase compile) judged no "
@@ -67,14 +108,20 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
         if not run.complete:
             raise GateInputError(f"{name}: the run was interrupted (complete=false); "
                                  "gate on a finished run")
-    for what, old, new in (
-            ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
-            ("profile", baseline.options.get("profile"), candidate.options.get("profile")),
-            ("suite version", baseline.suite_version, candidate.suite_version)):
-        if old != new:
-            raise GateInputError(
-                f"{candidate_name}: {what} {new!r} differs from the baseline's {old!r} "
-                f"({baseline_name}); gate two runs of the same {what}")
+        shard = selection_of(run).shard
+        if shard:
+            raise GateInputError(f"{name}: shard {shard} of a run, not the whole run; merge the "
+                                 "shards first (flexconf merge) and gate the merged file")
+    differences = [(what, repr(old), repr(new)) for what, old, new in (
+        ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
+        ("suite version", baseline.suite_version, candidate.suite_version)) if old != new]
+    definition = first_difference(selection_of(baseline), selection_of(candidate), DEFINITION)
+    if definition:
+        differences.append(definition)
+    if differences:
+        what, old, new = differences[0]
+        raise GateInputError(f"{candidate_name}: {what} {new} differs from the baseline's {old} "
+                             f"({baseline_name}); gate two runs of the same {what}")
 
 
 def decide(baseline: RunResults, candidate: RunResults,
@@ -85,13 +132,14 @@ def decide(baseline: RunResults, candidate: RunResults,
         raise GateInputError(f"--compile-time-budget {budget} is below 1; give a factor such "
                              "as 1.25 (25% slower allowed)")
     comparison = compare_runs(baseline, candidate, budget, slack_seconds)
+    old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")
     findings: list[Finding] = []
-    notes: list[str] = []
+    notes = budget_notes(baseline, candidate)
     regressed = {c.case_id for c in comparison.regressions}
     for change in comparison.regressions:
-        findings.append(Finding("REGRESSION", change.case_id,
-                                f"PASS -> {change.after.value}", True))
+        findings.append(Finding("REGRESSION", change.case_id, f"PASS -> {change.after.value}",
+                                True, old[change.case_id], new[change.case_id]))
     expected_count = 0
     for rec in candidate.records:
         if rec.label.acceptable or rec.case_id in regressed:
@@ -102,23 +150,27 @@ def decide(baseline: RunResults, candidate: RunResults,
             continue
         why = (f"expected {entry.label.value} ({_where(entry)})" if entry
                else "not in the expectations")
-        findings.append(Finding("UNEXPECTED_FAILURE", rec.case_id,
-                                f"{rec.label.value}; {why}", True))
+        findings.append(Finding("UNEXPECTED_FAILURE", rec.case_id, f"{rec.label.value}; {why}",
+                                True, old.get(rec.case_id), rec))
     for rec in comparison.missing:
         findings.append(Finding("MISSING", rec.case_id,
-                                f"in the baseline ({rec.label.value}), absent now", True))
+                                f"in the baseline ({rec.label.value}), absent now", True, rec))
     if comparison.both_cold:
         for c in comparison.slower:
             findings.append(Finding(
                 "COMPILE_TIME", c.case_id,
                 f"{fmt_seconds(c.before)} s -> {fmt_seconds(c.after)} s "
-                f"(x{c.ratio:.2f} >= x{budget:g})", True))
+                f"(x{c.ratio:.2f} >= x{budget:g})", True, old[c.case_id], new[c.case_id]))
     else:
         caches = [r.options.get("compile_cache", "unknown") for r in (baseline, candidate)]
-        notes.append(f"compile times not gated: compile_cache is {caches[0]} (baseline) and "
-                     f"{caches[1]} (candidate); both must be cold")
+        notes.append(Note("COMPILE_NOT_GATED", f"compile times not gated: compile_cache is "
+                          f"{caches[0]} (baseline) and {caches[1]} (candidate); both must be cold"))
     for change in comparison.fixes:
-        findings.append(Finding("FIXED", change.case_id, f"{change.before.value} -> PASS", False))
+        findings.append(Finding("FIXED", change.case_id, f"{change.before.value} -> PASS", False,
+                                old[change.case_id], new[change.case_id]))
+    for rec in comparison.new:
+        findings.append(Finding("NEW", rec.case_id, f"not in the baseline; {rec.label.value} now",
+                                False, None, rec))
     if expectations is not None:
         for entry in stale_expectations(expectations, candidate):
             findings.append(Finding(
@@ -126,14 +178,34 @@ def decide(baseline: RunResults, candidate: RunResults,
                 f"{entry.case} expects {entry.label.value}, which no case shows now",
                 strict_expectations))
         if expected_count:
-            notes.append(f"{expected_count} known failures listed in {expectations.source}")
+            notes.append(Note("KNOWN_FAILURES", f"{expected_count} known failures listed in "
+                              f"{expectations.source}"))
     if baseline.options.get("seed") != candidate.options.get("seed"):
-        notes.append(f"seeds differ (baseline {baseline.options.get('seed')}, candidate "
-                     f"{candidate.options.get('seed')}): inputs differ")
-    order = {kind: i for i, kind in enumerate(BLOCKING_ORDER)}
-    findings.sort(key=lambda f: (not f.blocking, order.get(f.kind, len(order))))
+        notes.append(Note("SEED_CHANGE", f"seeds differ (baseline {baseline.options.get('seed')}, "
+                          f"candidate {candidate.options.get('seed')}): inputs differ"))
+    order = {kind: i for i, kind in enumerate(BLOCKING_ORDER + LISTED_KINDS)}
+    categories = {"blocking": 0, "good news": 1, "listed": 2}
+    findings.sort(key=lambda f: (categories[f.category], order.get(f.kind, len(order))))
+    compared = [r.case_id for r in candidate.records] + [r.case_id for r in comparison.missing]
     return GateDecision(tuple(findings), tuple(notes), verdict_line(baseline),
-                        verdict_line(candidate))
+                        verdict_line(candidate), tuple(compared))
+
+
+def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note per budget (``--compile-timeout``, ``--run-timeout``) that changed: the
+    timeout labels of the two runs were reached under different limits."""
+    notes = []
+    for key in BUDGETS:
+        before, after = baseline.options.get(key), candidate.options.get(key)
+        if before != after:
+            notes.append(Note("BUDGET_CHANGE", f"{key} changed: {_budget(before)} (baseline) -> "
+                              f"{_budget(after)} (candidate); timeouts and passes were judged "
+                              "under different limits", flagged=True))
+    return notes
+
+
+def _budget(value) -> str:
+    return f"{value:g} s" if isinstance(value, (int, float)) else "unknown"
 
 
 def stale_expectations(expectations: Expectations, results: RunResults) -> list[Expectation]:
@@ -163,51 +235,65 @@ def headline(decision: GateDecision) -> str:
 
 
 def finding_counts(decision: GateDecision) -> str:
-    """``blocking: 2 REGRESSION, 1 MISSING; good news: 3 FIXED``."""
+    """``blocking: 2 REGRESSION, 1 MISSING; good news: 3 FIXED; listed: 1 NEW``."""
     parts = []
-    for blocking, title in ((True, "blocking"), (False, "good news")):
+    for category in ("blocking", "good news", "listed"):
         counts: dict[str, int] = {}
         for f in decision.findings:
-            if f.blocking is blocking:
+            if f.category == category:
                 counts[f.kind] = counts.get(f.kind, 0) + 1
         if counts:
-            parts.append(f"{title}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+            parts.append(f"{category}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     return "; ".join(parts) or "no findings"
 
 
+_MARKS = {"blocking": "x", "good news": "+", "listed": "*"}
+
+
 def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
-    """The short table printed on the terminal (at most TEXT_ROWS_PER_KIND rows per kind)."""
+    """The short table printed on the terminal (at most TEXT_ROWS_PER_KIND rows per kind);
+    a failing case's row ends with the first line of its message. Control characters are
+    escaped."""
     lines = [f"gate: {headline(decision)} ({finding_counts(decision)})",
              f"  baseline   {baseline_name}: {decision.baseline_verdict}",
              f"  candidate  {candidate_name}: {decision.candidate_verdict}"]
+    lines += [f"  ! {note.kind}: {note.text}" for note in decision.notes if note.flagged]
     if decision.findings:
-        width = min(max(len(f.subject) for f in decision.findings), 72)
+        width = min(max(len(one_line(f.subject)) for f in decision.findings), 72)
         lines.append("")
         shown: dict[str, int] = {}
         for f in decision.findings:
             shown[f.kind] = shown.get(f.kind, 0) + 1
             if shown[f.kind] <= TEXT_ROWS_PER_KIND:
-                mark = "x" if f.blocking else "+"
-                lines.append(f"  {mark} {f.kind:<18} {f.subject:<{width}}  {f.detail}")
+                why = f" — {f.why}" if f.why else ""
+                lines.append(f"  {_MARKS[f.category]} {f.kind:<18} {one_line(f.subject):<{width}}"
+                             f"  {f.detail}{why}")
         for kind, n in shown.items():
             if n > TEXT_ROWS_PER_KIND:
                 lines.append(f"  ... and {n - TEXT_ROWS_PER_KIND} more {kind} "
-                             "(--markdown FILE lists all)")
-    lines += [f"  note: {note}" for note in decision.notes]
-    return "\n".join(lines) + "\n"
+                             "(--markdown or --json FILE lists all)")
+    lines += [f"  note: {note.text}" for note in decision.notes if not note.flagged]
+    return "\n".join(one_line(line) for line in lines) + "\n"
 
 
 def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
-    """The same, as markdown for a pull-request comment."""
+    """The same, as markdown for a pull-request comment (every finding)."""
+    def text(value: str) -> str:
+        return md_text(value)
+
     mark = "✅" if decision.may_ship else "❌"
-    lines = [f"## Release gate: {mark} {md_text(headline(decision))}", "",
-             md_text(finding_counts(decision)), "",
-             f"- baseline {md_code(baseline_name)}: {md_text(decision.baseline_verdict)}",
-             f"- candidate {md_code(candidate_name)}: {md_text(decision.candidate_verdict)}", ""]
+    lines = [f"## Release gate: {mark} {text(headline(decision))}", "",
+             text(finding_counts(decision)), "",
+             f"- baseline {md_code(baseline_name)}: {text(decision.baseline_verdict)}",
+             f"- candidate {md_code(candidate_name)}: "
+             f"{text(decision.candidate_verdict)}", ""]
+    lines += [f"- **{note.kind}**: {text(note.text)}" for note in decision.notes if note.flagged]
     if decision.findings:
-        lines += md_table(["", "finding", "case", "detail"], [
-            ["blocking" if f.blocking else "good news", f.kind, md_code(f.subject),
-             md_text(f.detail)] for f in decision.findings])
+        if lines[-1].startswith("- **"):
+            lines.append("")
+        lines += md_table(["", "finding", "case", "detail", "why"], [
+            [f.category, f.kind, md_code(f.subject), text(f.detail), text(f.why)]
+            for f in decision.findings])
         lines.append("")
-    lines += [f"- {md_text(note)}" for note in decision.notes]
+    lines += [f"- {text(note.text)}" for note in decision.notes if not note.flagged]
     return "\n".join(lines).rstrip() + "\n"

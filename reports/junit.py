@@ -1,11 +1,16 @@
-"""The properties a case carries in ``pytest --junitxml`` output.
+"""JUnit XML: the properties a case carries in ``pytest --junitxml`` output, and the gate's
+decision as a JUnit file (``flexconf gate --junit FILE``).
 
-The pytest plugin appends them to ``item.user_properties`` once the case's record exists;
-pytest's junitxml writes each as ``<property name=... value=...>`` of the test case.
+The pytest plugin appends the properties to ``item.user_properties`` once the case's record
+exists; pytest's junitxml writes each as ``<property name=... value=...>`` of the test case.
+The gate's file gives each compared case the same properties.
 """
 from __future__ import annotations
 
-from records.results import Record
+import xml.etree.ElementTree as ET
+
+from records.text import clean_text, one_line
+from records.results import Record, RunResults
 
 
 def junit_properties(record: Record) -> list[tuple[str, str]]:
@@ -22,3 +27,71 @@ def junit_properties(record: Record) -> list[tuple[str, str]]:
     if record.metrics and "error_ratio" in record.metrics:
         props.append(("error_ratio", str(record.metrics["error_ratio"])))
     return props
+
+
+def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_name: str) -> str:
+    """The gate's decision (reports.gate.GateDecision) as JUnit XML: one test case per case
+    compared (and per blocking STALE expectation), failed when a blocking finding names it;
+    the failure's text is the candidate's full message. Good news and listed findings go to
+    the case's system-out. Control characters are escaped (XML 1.0 cannot hold them)."""
+    records = candidate.by_id()
+    by_subject: dict[str, list] = {}
+    for finding in decision.findings:
+        by_subject.setdefault(finding.subject, []).append(finding)
+    # every case compared, then what else blocks (a STALE expectation under --strict-...)
+    subjects = list(dict.fromkeys([*decision.case_ids, *(f.subject for f in decision.blocking)]))
+    failed = sum(1 for s in subjects if any(f.blocking for f in by_subject.get(s, ())))
+    suite = _suite(len(subjects), failed, 0)
+    verdict = "MAY_SHIP" if decision.may_ship else "MAY_NOT_SHIP"
+    _properties(suite, [("verdict", verdict), ("baseline", baseline_name),
+                        ("candidate", candidate_name)])
+    for subject in subjects:
+        case = ET.SubElement(suite, "testcase", classname="flexconf.gate", name=_text(subject))
+        record = records.get(subject)
+        if record is not None:
+            _properties(case, junit_properties(record))
+        findings = by_subject.get(subject, [])
+        blocking = [f for f in findings if f.blocking]
+        if blocking:
+            message = "; ".join(f"{f.kind}: {f.detail}" + (f" — {f.why}" if f.why else "")
+                                for f in blocking)
+            failure = ET.SubElement(case, "failure", type=blocking[0].kind,
+                                    message=_text(message))
+            failure.text = _text(record.message if record is not None else message, multiline=True)
+        others = [f"{f.kind}: {f.detail}" for f in findings if not f.blocking]
+        if others:
+            ET.SubElement(case, "system-out").text = _text("\n".join(others), multiline=True)
+    return _xml(suite)
+
+
+def gate_refusal_junit(error: str) -> str:
+    """What ``--junit`` holds when the gate refused to judge (exit 2): one test case in error."""
+    suite = _suite(1, 0, 1)
+    case = ET.SubElement(suite, "testcase", classname="flexconf.gate", name="comparable runs")
+    ET.SubElement(case, "error", type="REFUSED", message=_text(error))
+    return _xml(suite)
+
+
+def _suite(tests: int, failures: int, errors: int) -> ET.Element:
+    return ET.Element("testsuite", name="flexconf gate", tests=str(tests),
+                      failures=str(failures), errors=str(errors), skipped="0")
+
+
+def _properties(parent: ET.Element, pairs: list[tuple[str, str]]) -> None:
+    props = ET.SubElement(parent, "properties")
+    for name, value in pairs:
+        ET.SubElement(props, "property", name=_text(name), value=_text(value))
+
+
+def _text(value: str, multiline: bool = False) -> str:
+    """Text XML can hold: control characters escaped (records/text.py), newlines kept in
+    ``multiline`` text."""
+    return clean_text(value) if multiline else one_line(value)
+
+
+def _xml(suite: ET.Element) -> str:
+    root = ET.Element("testsuites", name="flexconf gate", tests=suite.get("tests"),
+                      failures=suite.get("failures"), errors=suite.get("errors"))
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,14 +1,19 @@
-"""The release gate: each rule that blocks, the good news, and bad input (exit 0, 1, 2)."""
+"""The release gate: each rule that blocks, the good news, new cases, flagged budget changes,
+bad input (exit 0, 1, 2), and the decision as text, JSON and JUnit XML."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conformance.cli import main
-from records.results import Label, write_results
+from records.results import Label, RunResults, write_results
+from records.selection import Selection
 from tests.test_report_doctored import HOSTILE, case_id, record, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,10 +68,24 @@ def test_unsupported_is_not_a_failure(tmp_path):
     assert gate(tmp_path, both, both) == 0
 
 
-def test_a_missing_baseline_case_blocks_and_a_new_passing_case_does_not(tmp_path, capsys):
+def selected(results: RunResults, **fields) -> RunResults:
+    """``results`` with a recorded selection (the whole smoke core matrix unless changed)."""
+    selection = Selection("core", results.options["profile"], (), None, None, "", "", None,
+                          tuple(r.case_id for r in results.records))
+    return replace(results, selection=replace(selection, **fields).to_json())
+
+
+def test_a_missing_baseline_case_blocks_and_a_new_case_is_listed(tmp_path, capsys):
     assert gate(tmp_path, run([record(A), record(B)]), run([record(A), record(C)])) == 1
     out = capsys.readouterr().out
-    assert "MISSING" in out and B in out and C not in out
+    assert "(blocking: 1 MISSING; listed: 1 NEW)" in out
+    assert f"x MISSING            {B}  in the baseline (PASS), absent now" in out
+    assert f"* NEW                {C}  not in the baseline; PASS now" in out
+
+
+def test_new_cases_alone_do_not_block(tmp_path, capsys):
+    assert gate(tmp_path, run([record(A)]), run([record(A), record(B)])) == 0
+    assert capsys.readouterr().out.startswith("gate: MAY SHIP (listed: 1 NEW)")
 
 
 @pytest.mark.parametrize("old_s, new_s, cache, extra, code", [
@@ -110,7 +129,129 @@ def test_markdown_output_is_written_and_escaped(tmp_path):
     assert gate(tmp_path, old, new, "--markdown", str(tmp_path / "gate.md")) == 1
     text = (tmp_path / "gate.md").read_text()
     assert text.startswith("## Release gate: ❌ MAY NOT SHIP: 1 blocking finding")
-    assert f"| blocking | REGRESSION | `{A}` | PASS -&gt; MISMATCH |" in text
+    assert (f"| blocking | REGRESSION | `{A}` | PASS -&gt; MISMATCH | &lt;script&gt;alert(1)"
+            "&lt;/script&gt; &amp; ") in text
+
+
+def test_text_rows_say_why_a_case_fails_and_escape_control_characters(tmp_path, capsys):
+    old = run([record(A), record(B)])
+    new = run([record(A, Label.COMPILE_ERROR, message="neuronx-cc: error: op \x1b[2Jfoo\n"
+                      "  at stage 3\ntraceback ..."),
+               record(B, Label.CRASH, message="")])
+    assert gate(tmp_path, old, new) == 1
+    out = capsys.readouterr().out
+    assert f"{A}  PASS -> COMPILE_ERROR — neuronx-cc: error: op \\x1b[2Jfoo\n" in out
+    assert "\x1b" not in out and "at stage 3" not in out
+    assert out.splitlines()[-1].endswith(f"{B}  PASS -> CRASH")  # no message, nothing added
+
+
+def test_a_budget_change_is_flagged_not_refused(tmp_path, capsys):
+    old = run([record(A), record(B)])
+    new = replace(old, options={**old.options, "compile_timeout": 5000.0})
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[3] == ("  ! BUDGET_CHANGE: compile_timeout changed: 600 s (baseline)"
+                                   " -> 5000 s (candidate); timeouts and passes were judged "
+                                   "under different limits")
+    notes = json.loads((tmp_path / "gate.json").read_text())["notes"]
+    assert [(n["kind"], n["flagged"]) for n in notes] == [("BUDGET_CHANGE", True)]
+    assert gate(tmp_path, old, old) == 0
+    assert "BUDGET_CHANGE" not in capsys.readouterr().out
+
+
+def test_json_decision_has_every_finding_with_labels_times_and_message(tmp_path, capsys):
+    old = run([record(A, compile_seconds=4.0), record(B), record(C)])
+    new = run([record(A, Label.MISMATCH, compile_seconds=6.0, message="error ratio 3.2\nrow 7"),
+               record(B, compile_seconds=9.0)])
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 1
+    data = json.loads((tmp_path / "gate.json").read_text())
+    assert (data["verdict"], data["exit_code"]) == ("MAY_NOT_SHIP", 1)
+    assert data["exit_code_meaning"].startswith("the candidate may not ship")
+    assert data["counts"] == {"REGRESSION": 1, "MISSING": 1, "COMPILE_TIME": 2}
+    regression = data["findings"][0]
+    assert regression == {
+        "kind": "REGRESSION", "category": "blocking", "blocking": True, "subject": A,
+        "case_id": A, "detail": "PASS -> MISMATCH", "old_label": "PASS",
+        "new_label": "MISMATCH", "old_compile_seconds": 4.0, "new_compile_seconds": 6.0,
+        "old_run_seconds": 0.01, "new_run_seconds": 0.01,
+        "message_first_line": "error ratio 3.2", "message": "error ratio 3.2\nrow 7"}
+    missing = next(f for f in data["findings"] if f["kind"] == "MISSING")
+    assert (missing["case_id"], missing["old_label"], missing["new_label"]) == (C, "PASS", None)
+    slower = [f["case_id"] for f in data["findings"] if f["kind"] == "COMPILE_TIME"]
+    assert slower == [B, A]  # the largest growth first
+    assert data["candidate"]["selection"]["matrix"] == "core"
+    assert data["error"] is None
+
+
+def test_junit_has_a_test_case_per_case_compared_failed_by_blocking_findings(tmp_path):
+    old = run([record(A), record(B, Label.MISMATCH), record(C)])
+    new = run([record(A, Label.CRASH, message="worker died \x00\x1b[31m\nwith signal 11"),
+               record(B), record(case_id(seq=1024))])
+    assert gate(tmp_path, old, new, "--junit", str(tmp_path / "gate.xml")) == 1
+    root = ET.parse(tmp_path / "gate.xml").getroot()  # parses: control characters escaped
+    suite = root.find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == [A, B, case_id(seq=1024), C]
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "2")
+    failure = cases[A].find("failure")
+    assert failure.get("type") == "REGRESSION"
+    assert failure.get("message") == "REGRESSION: PASS -> CRASH — worker died \\x00\\x1b[31m"
+    assert failure.text == "worker died \\x00\\x1b[31m\nwith signal 11"
+    assert {p.get("name"): p.get("value") for p in cases[A].iter("property")}["label"] == "CRASH"
+    assert cases[C].find("failure").get("type") == "MISSING"
+    assert cases[B].find("failure") is None
+    assert cases[B].find("system-out").text == "FIXED: MISMATCH -> PASS"
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["verdict"] == "MAY_NOT_SHIP"
+
+
+def test_a_refusal_is_recorded_in_json_and_junit(tmp_path, capsys):
+    old = selected(run([record(A)]))
+    new = selected(run([record(A)]), matrix="extended")
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "g.json"),
+                "--junit", str(tmp_path / "g.xml")) == 2
+    err = capsys.readouterr().err.strip()
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert (data["verdict"], data["exit_code"], data["findings"]) == ("REFUSED", 2, [])
+    assert err == f"flexconf gate: error: {data['error']}"
+    error = ET.parse(tmp_path / "g.xml").getroot().find("testsuite/testcase/error")
+    assert error.get("type") == "REFUSED" and error.get("message") == data["error"]
+
+
+@pytest.mark.parametrize("old_selection, new_selection, words", [
+    (dict(), dict(matrix="extended"), ["matrix 'extended' differs from the baseline's 'core'"]),
+    (dict(), dict(keyword="causal"), ["-k expression 'causal' differs from the baseline's ''"]),
+    (dict(), dict(markexpr="slow"), ["-m expression 'slow'"]),
+    (dict(), dict(cases_modules=("my.cases",)), ["cases modules my.cases differs from the "
+                                                 "baseline's none"]),
+    (dict(case_file="/a/cases.json", case_file_sha256="1" * 64),
+     dict(case_file="/b/cases.json", case_file_sha256="2" * 64),
+     ["case file /b/cases.json (sha256 222222222222) differs from the baseline's "
+      "/a/cases.json (sha256 111111111111)"]),
+    (dict(), dict(shard="1/2"), ["new.json: shard 1/2 of a run, not the whole run; merge"]),
+])
+def test_runs_of_different_case_set_definitions_are_refused(tmp_path, capsys, old_selection,
+                                                           new_selection, words):
+    old = selected(run([record(A)]), **old_selection)
+    new = selected(run([record(A)]), **new_selection)
+    assert gate(tmp_path, old, new) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
+    for word in words:
+        assert word in err, err
+
+
+def test_a_case_file_at_another_path_with_the_same_content_is_comparable(tmp_path):
+    old = selected(run([record(A)]), case_file="/a/cases.json", case_file_sha256="1" * 64)
+    new = selected(run([record(A)]), case_file="/b/cases.json", case_file_sha256="1" * 64)
+    assert gate(tmp_path, old, new) == 0
+
+
+def test_a_baseline_of_another_matrix_without_a_selection_block_is_refused(tmp_path, capsys):
+    old = run([record(A)])
+    old = replace(old, options={**old.options, "matrix": "extended"})
+    assert gate(tmp_path, old, selected(run([record(A)]))) == 2
+    assert "matrix 'core' differs from the baseline's 'extended'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, words", [

@@ -1,4 +1,5 @@
-"""flexconf merge on hand-made shard results: joins, refusals, duplicates, missing cases."""
+"""flexconf merge on hand-made shard results: joins, refusals, duplicates, missing cases,
+completeness judged against the recorded selection (and the fallback for older files)."""
 from __future__ import annotations
 
 import json
@@ -11,23 +12,32 @@ from conformance.cli import main
 from conformance.merge import MergeError, merge_runs
 from conformance.sharding import select_shard
 from records.results import Label, Record, RunResults, load_results, write_results
+from records.selection import Selection
 
 CASES = matrix("smoke")
 ENV = {"backend": "cpu-eager", "torch": "2.13.0+cpu", "host": "ci-1", "device": "cpu"}
 
 
-def shard_run(index: int, count: int = 3, host: str = "ci-1", **changes) -> RunResults:
-    """The results a machine running ``--shard index/count`` of the smoke matrix would write."""
-    part = select_shard(CASES, index - 1, count)
+def shard_run(index: int, count: int = 3, host: str = "ci-1", matrix_name: str = "core",
+              keyword: str = "", selected=None, recorded: bool = True, **changes) -> RunResults:
+    """The results a machine running ``--shard index/count`` of the smoke matrix
+    ``matrix_name`` would write; ``selected`` (case ids) stands for what ``-k keyword`` left,
+    ``recorded=False`` for a file of a suite that did not record its selection."""
+    cases = matrix("smoke", matrix_name)
+    selected = [c.id for c in cases] if selected is None else list(selected)
+    part = [c for c in select_shard(cases, index - 1, count) if c.id in selected]
     records = tuple(Record(case_id=c.id, label=Label.PASS, case=c.to_json(), compile_seconds=0.1,
                            run_seconds=0.01, worker="gw0") for c in part)
+    selection = Selection(matrix_name, "smoke", (), None, None, keyword, "", f"{index}/{count}",
+                          tuple(selected))
     run = RunResults(
         environment={**ENV, "host": host},
         options={"backend": "cpu-eager", "profile": "smoke", "seed": 0, "compile_cache": "cold",
                  "compile_timeout": 600.0, "run_timeout": 300.0, "case_file": None,
-                 "shard": f"{index}/{count}"},
+                 "matrix": matrix_name, "cases_modules": [], "shard": f"{index}/{count}"},
         records=records, suite_version="0.1.0", started_at=f"2026-01-01T00:0{index}:00+00:00",
-        finished_at=f"2026-01-01T01:0{index}:00+00:00")
+        finished_at=f"2026-01-01T01:0{index}:00+00:00",
+        selection=selection.to_json() if recorded else None)
     return replace(run, **changes)
 
 
@@ -86,11 +96,88 @@ def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, c
     assert {r.case_id for r in merged.records} == {c.id for c in CASES} - missing
     assert not merged.complete
     assert "missing: shard 3/3 is in no file given" in captured.err
-    assert f"missing: {len(missing)} cases of profile 'smoke' are in no file:" in captured.err
+    assert (f"missing: {len(missing)} cases of the selection (matrix 'core', profile 'smoke') "
+            "are in no file:") in captured.err
+    assert "note:" not in captured.err  # the recorded selection, not a guess
     assert "duplicated: 2 cases are in more than one file (the first file keeps each):" in captured.err
     first_dup = one.records[0].case_id
     assert f"  {first_dup}: {paths[0]}, {paths[2]}" in captured.err
     assert captured.out.startswith("merged 3 files (shards 1/3, 1/3, 2/3): 64 cases: 64 PASS -> ")
+
+
+def test_the_two_shards_of_an_extended_run_merge_clean(tmp_path, capsys):
+    paths = [write(tmp_path, f"s{i}.json", shard_run(i, 2, matrix_name="extended"))
+             for i in (1, 2)]
+    out = tmp_path / "merged.json"
+    assert main(["merge", *paths, "-o", str(out)]) == 0, capsys.readouterr().err
+    merged = load_results(out)
+    extended = [c.id for c in matrix("smoke", "extended")]
+    assert [r.case_id for r in merged.records] == extended and merged.complete
+    assert merged.selection["matrix"] == "extended" and merged.selection["shard"] is None
+    assert merged.selection["case_ids"] == extended
+    assert capsys.readouterr().err == ""
+
+
+def test_the_shards_of_a_k_run_are_complete_with_the_selected_cases(tmp_path, capsys):
+    selected = [c.id for c in CASES if c.id.startswith("causal/")]
+    paths = [write(tmp_path, f"s{i}.json", shard_run(i, 3, keyword="causal", selected=selected))
+             for i in (1, 2, 3)]
+    out = tmp_path / "merged.json"
+    assert main(["merge", *paths, "-o", str(out)]) == 0, capsys.readouterr().err
+    merged = load_results(out)
+    assert [r.case_id for r in merged.records] == selected and merged.complete
+    assert merged.selection["keyword"] == "causal"
+
+
+def test_a_missing_case_of_a_k_run_is_missing(tmp_path, capsys):
+    selected = [c.id for c in CASES if c.id.startswith("causal/")]
+    whole = shard_run(1, 2, keyword="causal", selected=selected)
+    one = replace(whole, records=whole.records[1:])
+    paths = [write(tmp_path, "a.json", one),
+             write(tmp_path, "b.json", shard_run(2, 2, keyword="causal", selected=selected))]
+    assert main(["merge", *paths, "-o", str(tmp_path / "m.json")]) == 1
+    err = capsys.readouterr().err
+    assert ("missing: 1 cases of the selection (matrix 'core', profile 'smoke', -k 'causal') "
+            "are in no file:") in err
+    assert f"  {whole.records[0].case_id}\n" in err
+    assert not load_results(tmp_path / "m.json").complete
+
+
+@pytest.mark.parametrize("other, what", [
+    (dict(matrix_name="extended"), "matrix is 'extended' there but 'core' here"),
+    (dict(keyword="causal"), "-k expression is 'causal' there but '' here"),
+    (dict(selected=[c.id for c in CASES[:5]]), "the selected cases differ (96 in {a}, 5 in {b}; "
+                                                "'" + CASES[5].id + "' only in {a})"),
+    (dict(recorded=False), "the selection is not recorded there but recorded here"),
+])
+def test_shards_of_different_selections_are_refused(tmp_path, capsys, other, what):
+    a = write(tmp_path, "a.json", shard_run(1, 2))
+    b = write(tmp_path, "b.json", shard_run(2, 2, **other))
+    out = tmp_path / "merged.json"
+    assert main(["merge", a, b, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    what = what.format(a=a, b=b)
+    assert err.startswith(f"flexconf merge: error: cannot merge {b} into {a}: {what}"), err
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_a_core_shard_does_not_merge_with_an_extended_one_without_a_selection(tmp_path, capsys):
+    a = write(tmp_path, "a.json", shard_run(1, 2, recorded=False))
+    b = write(tmp_path, "b.json", shard_run(2, 2, matrix_name="extended", recorded=False))
+    assert main(["merge", a, b, "-o", str(tmp_path / "m.json")]) == 2
+    assert "matrix is 'extended' there but 'core' here" in capsys.readouterr().err
+
+
+def test_older_files_fall_back_to_the_matrix_of_their_options_and_say_so(tmp_path, capsys):
+    paths = [write(tmp_path, f"s{i}.json", shard_run(i, 2, matrix_name="extended",
+                                                     recorded=False)) for i in (1, 2)]
+    out = tmp_path / "merged.json"
+    assert main(["merge", *paths, "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"note: {paths[0]} records no selection (written before results files did): "
+                   "expecting the whole matrix 'extended' of profile 'smoke'\n")
+    assert len(load_results(out).records) == len(matrix("smoke", "extended"))
+    assert load_results(out).selection is None
 
 
 def test_unreadable_input_is_exit_2(tmp_path, capsys):

@@ -202,7 +202,7 @@ def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, cap
 def test_reports_never_import_torch():
     code = ("import sys, reports.render, reports.gate, reports.expectations_update, "
             "reports.cmd_report, reports.cmd_gate, reports.cmd_expectations, reports.junit, "
-            "reports.synthetic; assert 'torch' not in sys.modules, 'torch imported'")
+            "reports.synthetic, reports.gate_json, records.selection; assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

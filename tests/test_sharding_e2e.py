@@ -1,10 +1,13 @@
-"""A matrix run in 3 shards and merged equals the same matrix run unsharded, case for case.
+"""A matrix run in 3 shards and merged equals the same matrix run unsharded, case for case;
+the shards of a ``-k`` run record the selection and merge complete.
 
-Four real pytest runs of the conformance matrix at once (cpu-eager, six tiny cases of a case
-file): ``--shard 1/3``, ``2/3``, ``3/3`` and no shard; then ``flexconf merge``.
+Real pytest runs of the conformance matrix (cpu-eager, six tiny cases of a case file):
+``--shard 1/3``, ``2/3``, ``3/3`` and no shard at once; then ``flexconf merge``. Then two
+shards of a ``-k`` run, one of them with two xdist workers.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -28,10 +31,11 @@ CASES = [
 ]
 
 
-def start_matrix(case_file: Path, report_dir: Path, shard: str | None) -> subprocess.Popen:
+def start_matrix(case_file: Path, report_dir: Path, shard: str | None,
+                 *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "pytest", "conformance/", "-q", "-p", "no:cacheprovider",
                "--backend", "cpu-eager", "--case-file", str(case_file),
-               "--report-dir", str(report_dir), "--reference-cache", "none"]
+               "--report-dir", str(report_dir), "--reference-cache", "none", *extra]
     if shard:
         command += ["--shard", shard]
     return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -71,3 +75,26 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, capsys):
         assert got.case == want.case
         assert got.metrics == want.metrics, got.case_id  # same inputs, same numbers
     assert {r.label.value for r in whole.records} == {"PASS"}
+
+
+@pytest.mark.slow
+def test_the_shards_of_a_k_run_record_the_selection_and_merge_complete(tmp_path, capsys):
+    case_file = tmp_path / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in CASES]))
+    keyword = "causal or alibi or softcap or document"  # four of the six
+    selected = [c.id for c in CASES if c.variant.name in ("causal", "alibi", "softcap", "document")]
+    runs = {"1/2": start_matrix(case_file, tmp_path / "one", "1/2", "-k", keyword),
+            "2/2": start_matrix(case_file, tmp_path / "two", "2/2", "-k", keyword, "-n", "2")}
+    shards = [finish(runs["1/2"], tmp_path / "one"), finish(runs["2/2"], tmp_path / "two")]
+    for path, shard in zip(shards, ("1/2", "2/2")):
+        selection = load_results(path).selection
+        assert selection["case_ids"] == selected, path  # the whole run's, under xdist too
+        assert (selection["keyword"], selection["shard"]) == (keyword, shard)
+        assert selection["case_file"] == str(case_file)
+        assert selection["case_file_sha256"] == hashlib.sha256(case_file.read_bytes()).hexdigest()
+    assert sum(len(load_results(p).records) for p in shards) == len(selected)
+
+    merged_path = tmp_path / "merged.json"
+    assert main(["merge", *map(str, shards), "-o", str(merged_path)]) == 0, capsys.readouterr().err
+    merged = load_results(merged_path)
+    assert merged.complete and [r.case_id for r in merged.records] == selected

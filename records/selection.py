@@ -1,0 +1,119 @@
+"""What a run ran: results.json's ``selection`` block, and where two runs' selections differ.
+
+The block records the case set definition (matrix, profile, case modules, case file) and the
+selection within it (``-k``, ``-m``, ``--shard``), with the ids of every case selected for the
+whole run before sharding. ``flexconf merge`` judges completeness against those ids and
+refuses shards of different selections; ``flexconf gate`` refuses runs of different
+definitions. Files written before the block existed still read: ``selection_of`` derives what
+their options say and leaves the rest unknown (None), and a comparison skips unknown values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from records.results import RunResults
+
+#: what a run means to run: the gate refuses two runs that differ in any of these
+DEFINITION = ("matrix", "profile", "cases_modules", "case_file", "keyword", "markexpr")
+#: the name people know each field by, for one-line refusals
+SPOKEN = {"matrix": "matrix", "profile": "profile", "cases_modules": "cases modules",
+          "case_file": "case file", "keyword": "-k expression", "markexpr": "-m expression",
+          "shard": "shard"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """None in a field means unknown (an older results file without the block)."""
+
+    matrix: str | None
+    profile: str | None
+    cases_modules: tuple[str, ...] | None
+    case_file: str | None  # the path given to --case-file, None without one
+    case_file_sha256: str | None  # of the case file's bytes; compared instead of the path
+    keyword: str | None  # -k, "" when not given
+    markexpr: str | None  # -m, "" when not given
+    shard: str | None  # "I/N", None when unsharded
+    case_ids: tuple[str, ...] | None  # selected for the whole run, before sharding
+    recorded: bool = True  # False: derived from the options of a file without the block
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "profile": self.profile,
+                "cases_modules": list(self.cases_modules or ()), "case_file": self.case_file,
+                "case_file_sha256": self.case_file_sha256, "keyword": self.keyword,
+                "markexpr": self.markexpr, "shard": self.shard,
+                "case_ids": None if self.case_ids is None else list(self.case_ids)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Selection":
+        ids = data.get("case_ids")
+        return cls(matrix=data.get("matrix"), profile=data.get("profile"),
+                   cases_modules=tuple(data.get("cases_modules") or ()),
+                   case_file=data.get("case_file"),
+                   case_file_sha256=data.get("case_file_sha256"),
+                   keyword=data.get("keyword", ""), markexpr=data.get("markexpr", ""),
+                   shard=data.get("shard"), case_ids=None if ids is None else tuple(ids))
+
+    def describe(self) -> str:
+        """``matrix 'extended', profile 'smoke', -k 'causal'`` (what people need to tell runs
+        apart)."""
+        parts = [f"case file {self.case_file}" if self.case_file else f"matrix {self.matrix!r}",
+                 f"profile {self.profile!r}"]
+        if self.cases_modules:
+            parts.append(f"cases modules {', '.join(self.cases_modules)}")
+        parts += [f"{flag} {value!r}" for flag, value in (("-k", self.keyword),
+                                                          ("-m", self.markexpr)) if value]
+        return ", ".join(parts)
+
+
+def selection_of(run: RunResults) -> Selection:
+    """The run's recorded selection, else what its options tell (the rest unknown)."""
+    if run.selection is not None:
+        return Selection.from_json(run.selection)
+    options = run.options
+    modules = options.get("cases_modules")
+    return Selection(matrix=options.get("matrix", "core"), profile=options.get("profile"),
+                     cases_modules=None if modules is None else tuple(modules),
+                     case_file=options.get("case_file"), case_file_sha256=None, keyword=None,
+                     markexpr=None, shard=options.get("shard"), case_ids=None, recorded=False)
+
+
+def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINITION,
+                     ) -> tuple[str, str, str] | None:
+    """(what, a's value, b's value), as text for people, of the first of ``fields`` in which
+    ``a`` and ``b`` differ; values unknown in either are skipped. None when they agree."""
+    for name in fields:
+        if name == "case_file" and a.case_file_sha256 and b.case_file_sha256:
+            old, new = a.case_file_sha256, b.case_file_sha256  # the path may differ by machine
+        elif name == "case_file":
+            old, new = a.case_file or "", b.case_file or ""
+        else:
+            old, new = getattr(a, name), getattr(b, name)
+        if old is None or new is None or old == new:
+            continue
+        return SPOKEN.get(name, name), _shown(a, name), _shown(b, name)
+    return None
+
+
+def ids_difference(a: Sequence[str], b: Sequence[str], name_a: str = "the first",
+                   name_b: str = "the second") -> str | None:
+    """One line saying how two sets of selected case ids differ, None when the same."""
+    set_a, set_b = set(a), set(b)
+    only_a, only_b = [i for i in a if i not in set_b], [i for i in b if i not in set_a]
+    if not (only_a or only_b):
+        return None
+    example = f"{only_a[0]!r} only in {name_a}" if only_a else f"{only_b[0]!r} only in {name_b}"
+    return (f"the selected cases differ ({len(set_a)} in {name_a}, {len(set_b)} in {name_b}; "
+            f"{example})")
+
+
+def _shown(selection: Selection, name: str) -> str:
+    if name == "case_file":
+        if not selection.case_file:
+            return "none"
+        digest = selection.case_file_sha256
+        return f"{selection.case_file}" + (f" (sha256 {digest[:12]})" if digest else "")
+    value = getattr(selection, name)
+    if isinstance(value, tuple):
+        return ", ".join(value) or "none"
+    return repr(value)
