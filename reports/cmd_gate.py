@@ -1,5 +1,7 @@
 """`flexconf gate --baseline OLD.json --candidate NEW.json [--expectations FILE]
-[--compile-time-budget 1.25] [--markdown OUT.md] [--json OUT.json] [--junit OUT.xml]
+[--compile-time-budget 1.25] [--compile-time-slack 0.5] [--run-time-budget 1.25]
+[--run-time-slack SECONDS] [--confirm N [--baseline-python PY] [--candidate-python PY]
+[--confirm-dir DIR]] [--markdown OUT.md] [--json OUT.json] [--junit OUT.xml]
 [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
@@ -8,7 +10,9 @@ Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message sa
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -24,6 +28,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "checked when both runs compiled cold")
     parser.add_argument("--compile-time-slack", type=float, default=0.5, metavar="SECONDS",
                         help="ignore compile-time growth of SECONDS or less (default 0.5)")
+    parser.add_argument("--run-time-budget", type=float, default=1.25, metavar="FACTOR",
+                        help="with --run-time-slack: a case may run at most FACTOR times as "
+                             "long (default 1.25)")
+    parser.add_argument("--run-time-slack", type=float, default=None, metavar="SECONDS",
+                        help="gate run times too (the median of the timed runs), ignoring growth "
+                             "of SECONDS or less; off by default")
+    parser.add_argument("--confirm", type=int, default=0, metavar="N",
+                        help="measure the cases of compile- and run-time findings again N "
+                             "times, cold, and block only on the findings the medians confirm "
+                             "(off by default: one measurement per run decides)")
+    parser.add_argument("--candidate-python", metavar="PY",
+                        help="with --confirm: the python that has the candidate installed "
+                             "(default: the one running the gate)")
+    parser.add_argument("--baseline-python", metavar="PY",
+                        help="with --confirm: the python that has the baseline installed, to "
+                             "measure both releases again side by side (without it the "
+                             "baseline's recorded figures are used)")
+    parser.add_argument("--confirm-dir", metavar="DIR",
+                        help="with --confirm: keep the reruns' report directories here "
+                             "(default: a temporary directory, removed after)")
     parser.add_argument("--markdown", metavar="OUT.md",
                         help="also write the result as markdown (for a pull-request comment)")
     parser.add_argument("--json", metavar="OUT.json",
@@ -51,12 +75,16 @@ def _judge(args: argparse.Namespace) -> int:
     from reports.junit import gate_junit
     from records.results import load_results
 
+    check_confirm_arguments(args)
     baseline = load_results(args.baseline)
     candidate = load_results(args.candidate)
     check_comparable(baseline, candidate, args.baseline, args.candidate)
     expectations = load_expectations(args.expectations) if args.expectations else None
     decision = decide(baseline, candidate, expectations, args.compile_time_budget,
-                      args.compile_time_slack, args.strict_expectations)
+                      args.compile_time_slack, args.strict_expectations, args.run_time_budget,
+                      args.run_time_slack)
+    if args.confirm:
+        decision = _confirm(args, decision, baseline, candidate)
     sys.stdout.write(gate_text(decision, args.baseline, args.candidate))
     if args.markdown:
         Path(args.markdown).write_text(gate_markdown(decision, args.baseline, args.candidate),
@@ -68,6 +96,47 @@ def _judge(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(gate_junit(decision, candidate, args.baseline,
                                                args.candidate), encoding="utf-8")
     return decision.exit_code
+
+
+def check_confirm_arguments(args: argparse.Namespace) -> None:
+    """One line naming the bad value and the fix (ValueError: exit 2)."""
+    if args.confirm < 0:
+        raise ValueError(f"--confirm {args.confirm} is negative; give how many times to measure "
+                         "each flagged case again, e.g. --confirm 3")
+    for flag, value in (("--baseline-python", args.baseline_python),
+                        ("--candidate-python", args.candidate_python),
+                        ("--confirm-dir", args.confirm_dir)):
+        if value and not args.confirm:
+            raise ValueError(f"{flag} {value} is used only by --confirm N; add e.g. --confirm 3")
+    for flag, value in (("--baseline-python", args.baseline_python),
+                        ("--candidate-python", args.candidate_python)):
+        if value and not shutil.which(value):
+            raise ValueError(f"{flag} {value!r} is not an executable python; give the path of "
+                             "the python that has that release installed, e.g. .tox/ENV/bin/python")
+
+
+def _confirm(args, decision, baseline, candidate):
+    from reports.confirm import (Side, confirm_decision, default_python, flagged_cases,
+                                 remeasure)
+
+    cases = flagged_cases(decision)
+    if not cases:
+        return decision
+    sides = [Side("candidate", candidate, args.candidate_python or default_python())]
+    if args.baseline_python:
+        sides.insert(0, Side("baseline", baseline, args.baseline_python))
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.confirm_dir:
+        workdir = Path(args.confirm_dir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        measured = remeasure(sides, cases, args.confirm, workdir, progress=progress)
+    else:
+        with tempfile.TemporaryDirectory(prefix="flexconf-confirm-") as tmp:
+            measured = remeasure(sides, cases, args.confirm, Path(tmp), progress=progress)
+    return confirm_decision(decision, measured)
 
 
 def _write_refusal(args: argparse.Namespace, error: str) -> None:

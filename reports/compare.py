@@ -4,7 +4,8 @@ several runs side by side.
 A *regression* is a case that passed in the baseline and does not pass now; a *fix* the
 reverse. Compile times are compared only for cases that compiled in both runs without a
 cache hit; a case is *slower* when its compile time grew by at least ``slower_factor`` and by
-more than ``slack_seconds`` (the slack keeps sub-second noise from being flagged).
+more than ``slack_seconds`` (the slack keeps sub-second noise from being flagged): ``grew``,
+the one rule, which the gate also applies to run times and to repeated measurements.
 """
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ class LabelChange:
 
 
 @dataclass(frozen=True)
-class CompileChange:
+class TimeChange:
+    """A case's compile (or run) time in the baseline and in the candidate."""
+
     case_id: str
     before: float
     after: float
@@ -54,8 +57,8 @@ class Comparison:
     changed: tuple[LabelChange, ...]  # not passing in either run, but a different label
     new: tuple[Record, ...]  # in the candidate only
     missing: tuple[Record, ...]  # in the baseline only
-    slower: tuple[CompileChange, ...]
-    faster: tuple[CompileChange, ...]
+    slower: tuple[TimeChange, ...]
+    faster: tuple[TimeChange, ...]
     both_cold: bool  # both runs compiled with a cold cache: compile times are comparable
     slower_factor: float
 
@@ -72,12 +75,44 @@ def finished_compile_seconds(record: Record) -> float | None:
     return record.compile_seconds
 
 
+def finished_run_seconds(record: Record) -> float | None:
+    """The run time (median of the timed calls) of a record whose timed calls all finished."""
+    if record.label not in (Label.PASS, Label.MISMATCH):
+        return None
+    return record.run_seconds
+
+
+#: what a time finding measures: the record's compile phase, or its timed runs
+MEASURES = {"compile": finished_compile_seconds, "run": finished_run_seconds}
+
+
+def grew(before: float, after: float, factor: float, slack_seconds: float) -> bool:
+    """Whether a time grew to at least ``factor`` times ``before`` and by more than
+    ``slack_seconds``."""
+    return after >= factor * before and after - before > slack_seconds
+
+
+def slower_cases(baseline: RunResults, candidate: RunResults, measure: str, factor: float,
+                 slack_seconds: float) -> tuple[TimeChange, ...]:
+    """The cases of both runs whose ``measure`` (compile or run) time ``grew``, worst first."""
+    seconds = MEASURES[measure]
+    old = baseline.by_id()
+    slower = []
+    for rec in candidate.records:
+        before = old.get(rec.case_id)
+        t_old = seconds(before) if before is not None else None
+        t_new = seconds(rec)
+        if t_old is not None and t_new is not None and grew(t_old, t_new, factor, slack_seconds):
+            slower.append(TimeChange(rec.case_id, t_old, t_new))
+    return tuple(sorted(slower, key=lambda c: -c.ratio))
+
+
 def compare_runs(baseline: RunResults, candidate: RunResults,
                  slower_factor: float = DEFAULT_SLOWER_FACTOR,
                  slack_seconds: float = DEFAULT_SLACK_SECONDS) -> Comparison:
     old = baseline.by_id()
     new_ids = candidate.by_id()
-    regressions, fixes, changed, new, slower, faster = [], [], [], [], [], []
+    regressions, fixes, changed, new, faster = [], [], [], [], []
     for rec in candidate.records:
         before = old.get(rec.case_id)
         if before is None:
@@ -91,17 +126,15 @@ def compare_runs(baseline: RunResults, candidate: RunResults,
         elif before.label is not rec.label:
             changed.append(change)
         t_old, t_new = finished_compile_seconds(before), finished_compile_seconds(rec)
-        if t_old is not None and t_new is not None:
-            if t_new >= slower_factor * t_old and t_new - t_old > slack_seconds:
-                slower.append(CompileChange(rec.case_id, t_old, t_new))
-            elif t_old >= slower_factor * t_new and t_old - t_new > slack_seconds:
-                faster.append(CompileChange(rec.case_id, t_old, t_new))
+        if t_old is not None and t_new is not None and grew(t_new, t_old, slower_factor,
+                                                            slack_seconds):
+            faster.append(TimeChange(rec.case_id, t_old, t_new))
     missing = [r for r in baseline.records if r.case_id not in new_ids]
-    slower.sort(key=lambda c: -c.ratio)  # the worst first
+    slower = slower_cases(baseline, candidate, "compile", slower_factor, slack_seconds)
     faster.sort(key=lambda c: c.ratio)  # the most improved first
     both_cold = all(r.options.get("compile_cache") == "cold" for r in (baseline, candidate))
     return Comparison(tuple(regressions), tuple(fixes), tuple(changed), tuple(new),
-                      tuple(missing), tuple(slower), tuple(faster), both_cold, slower_factor)
+                      tuple(missing), slower, tuple(faster), both_cold, slower_factor)
 
 
 @dataclass(frozen=True)

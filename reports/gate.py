@@ -5,18 +5,21 @@ It may not ship (blocking findings) when
   - a case fails that the expectations do not list with that label (UNEXPECTED_FAILURE);
   - a case of the baseline is missing from the candidate (MISSING);
   - both runs compiled cold and a case's compile time grew past the budget (COMPILE_TIME);
+  - with ``run_slack_seconds``: a case's run time grew past the run-time budget (RUN_TIME);
   - with ``strict_expectations``: an expectation no longer matches a failure (STALE).
 Fixes and stale expectations are reported as good news; new cases (in the candidate only)
 are listed. Runs that cannot be compared (different backend, suite version or case set
 definition: matrix, profile, case modules, case file, ``-k``/``-m``; a single shard; an
 interrupted run) raise GateInputError. A change of the compile or run budget is a flagged note,
-not a refusal: the labels it affects are still judged.
+not a refusal: the labels it affects are still judged. Time findings rest on one measurement
+per run until reports/confirm.py measures them again (reports/timing.py: confirmed findings
+block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs
+from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import Expectation, Expectations
 from reports.formatting import first_line, fmt_seconds
 from records.text import one_line
@@ -24,15 +27,18 @@ from reports.markdown import md_code, md_table, md_text
 from records.results import Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
 from reports.summary import verdict_line
+from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
 TEXT_ROWS_PER_KIND = 15
 MESSAGE_CHARS = 160  # of a failure's first line in a text row
-BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "STALE")
+BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "RUN_TIME",
+                  "STALE")
 #: findings that neither block nor are good news: listed so that nothing changes silently
 LISTED_KINDS = ("NEW",)
 #: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
 BUDGETS = ("compile_timeout", "run_timeout")
+CATEGORIES = ("blocking", "good news", "dismissed", "listed")
 
 
 class GateInputError(ValueError):
@@ -47,18 +53,30 @@ class Finding:
     blocking: bool
     old: Record | None = None  # the case in the baseline, when it is a case there
     new: Record | None = None  # the case in the candidate, when it is a case there
+    rule: TimeRule | None = None  # a time finding's rule (COMPILE_TIME, RUN_TIME)
+    stage: StageGrowth | None = None  # COMPILE_TIME: the stage that grew most, as recorded
+    confirmation: Confirmation | None = None  # a time finding's: unconfirmed until measured
 
     @property
     def category(self) -> str:
-        """blocking, good news, or listed (neither)."""
+        """blocking, good news, dismissed (a time finding measured again: noise), or listed
+        (neither)."""
         if self.blocking:
             return "blocking"
+        if self.confirmation is not None and not self.confirmation.blocking:
+            return "dismissed"
         return "listed" if self.kind in LISTED_KINDS else "good news"
 
     @property
     def case_id(self) -> str | None:
         record = self.new or self.old
         return record.case_id if record else None
+
+    @property
+    def confirmation_suffix(self) -> str:
+        """``; confirmed, measured again x3: ...`` for a time finding measured again, else ""."""
+        c = self.confirmation
+        return f"; {c.text}" if c is not None and c.status != "unconfirmed" else ""
 
     @property
     def why(self) -> str:
@@ -70,7 +88,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, KNOWN_FAILURES, SEED_CHANGE
+    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, KNOWN_FAILURES, SEED_CHANGE, UNCONFIRMED,
+    #          CONFIRMATION
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -127,10 +146,18 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
 def decide(baseline: RunResults, candidate: RunResults,
            expectations: Expectations | None = None, budget: float = DEFAULT_BUDGET,
            slack_seconds: float = DEFAULT_SLACK_SECONDS,
-           strict_expectations: bool = False) -> GateDecision:
-    if budget < 1:
-        raise GateInputError(f"--compile-time-budget {budget} is below 1; give a factor such "
-                             "as 1.25 (25% slower allowed)")
+           strict_expectations: bool = False, run_budget: float = DEFAULT_BUDGET,
+           run_slack_seconds: float | None = None) -> GateDecision:
+    """The decision on one measurement per run; ``run_slack_seconds`` (None: off) turns on
+    the run-time rule."""
+    for flag, factor in (("--compile-time-budget", budget), ("--run-time-budget", run_budget)):
+        if factor < 1:
+            raise GateInputError(f"{flag} {factor:g} is below 1; give a factor such as 1.25 "
+                                 "(25% slower allowed)")
+    for flag, slack in (("--compile-time-slack", slack_seconds),
+                        ("--run-time-slack", run_slack_seconds)):
+        if slack is not None and not slack >= 0:
+            raise GateInputError(f"{flag} {slack:g} is negative; give seconds >= 0, e.g. 0.5")
     comparison = compare_runs(baseline, candidate, budget, slack_seconds)
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")
@@ -155,13 +182,17 @@ def decide(baseline: RunResults, candidate: RunResults,
     for rec in comparison.missing:
         findings.append(Finding("MISSING", rec.case_id,
                                 f"in the baseline ({rec.label.value}), absent now", True, rec))
-    if comparison.both_cold:
-        for c in comparison.slower:
-            findings.append(Finding(
-                "COMPILE_TIME", c.case_id,
-                f"{fmt_seconds(c.before)} s -> {fmt_seconds(c.after)} s "
-                f"(x{c.ratio:.2f} >= x{budget:g})", True, old[c.case_id], new[c.case_id]))
-    else:
+    rules = [TimeRule("compile", budget, slack_seconds)] if comparison.both_cold else []
+    if run_slack_seconds is not None:
+        rules.append(TimeRule("run", run_budget, run_slack_seconds))
+    for rule in rules:
+        for c in slower_cases(baseline, candidate, rule.measure, rule.factor, rule.slack_seconds):
+            findings.append(time_finding(rule, old[c.case_id], new[c.case_id], c.before, c.after))
+    if any(f.rule for f in findings):
+        notes.append(Note("UNCONFIRMED", "time findings are unconfirmed: each case was measured "
+                          "once per run; --confirm N measures the flagged cases again and "
+                          "dismisses those that do not reproduce"))
+    if not comparison.both_cold:
         caches = [r.options.get("compile_cache", "unknown") for r in (baseline, candidate)]
         notes.append(Note("COMPILE_NOT_GATED", f"compile times not gated: compile_cache is "
                           f"{caches[0]} (baseline) and {caches[1]} (candidate); both must be cold"))
@@ -183,12 +214,28 @@ def decide(baseline: RunResults, candidate: RunResults,
     if baseline.options.get("seed") != candidate.options.get("seed"):
         notes.append(Note("SEED_CHANGE", f"seeds differ (baseline {baseline.options.get('seed')}, "
                           f"candidate {candidate.options.get('seed')}): inputs differ"))
-    order = {kind: i for i, kind in enumerate(BLOCKING_ORDER + LISTED_KINDS)}
-    categories = {"blocking": 0, "good news": 1, "listed": 2}
-    findings.sort(key=lambda f: (categories[f.category], order.get(f.kind, len(order))))
     compared = [r.case_id for r in candidate.records] + [r.case_id for r in comparison.missing]
-    return GateDecision(tuple(findings), tuple(notes), verdict_line(baseline),
+    return GateDecision(ordered(findings), tuple(notes), verdict_line(baseline),
                         verdict_line(candidate), tuple(compared))
+
+
+def ordered(findings) -> tuple[Finding, ...]:
+    """Blocking first, then good news, dismissed, listed; by kind within each (stable)."""
+    order = {kind: i for i, kind in enumerate(BLOCKING_ORDER + LISTED_KINDS)}
+    return tuple(sorted(findings, key=lambda f: (CATEGORIES.index(f.category),
+                                                 order.get(f.kind, len(order)))))
+
+
+def time_finding(rule: TimeRule, old: Record, new: Record, before: float,
+                 after: float) -> Finding:
+    """A COMPILE_TIME or RUN_TIME finding, blocking until measured again; a compile-time one
+    names the stage that grew most when both records carry a breakdown."""
+    stage = stage_growth(old.compile_breakdown, new.compile_breakdown) \
+        if rule.measure == "compile" else None
+    detail = (f"{fmt_seconds(before)} s -> {fmt_seconds(after)} s ({rule.verdict(before, after)})"
+              + (f"; {stage.text}" if stage else ""))
+    return Finding(rule.kind, new.case_id, detail, True, old, new, rule, stage,
+                   Confirmation("unconfirmed", rule))
 
 
 def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
@@ -237,7 +284,7 @@ def headline(decision: GateDecision) -> str:
 def finding_counts(decision: GateDecision) -> str:
     """``blocking: 2 REGRESSION, 1 MISSING; good news: 3 FIXED; listed: 1 NEW``."""
     parts = []
-    for category in ("blocking", "good news", "listed"):
+    for category in CATEGORIES:
         counts: dict[str, int] = {}
         for f in decision.findings:
             if f.category == category:
@@ -247,7 +294,7 @@ def finding_counts(decision: GateDecision) -> str:
     return "; ".join(parts) or "no findings"
 
 
-_MARKS = {"blocking": "x", "good news": "+", "listed": "*"}
+_MARKS = {"blocking": "x", "good news": "+", "dismissed": "~", "listed": "*"}
 
 
 def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
@@ -268,6 +315,8 @@ def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -
                 why = f" — {f.why}" if f.why else ""
                 lines.append(f"  {_MARKS[f.category]} {f.kind:<18} {one_line(f.subject):<{width}}"
                              f"  {f.detail}{why}")
+                if f.confirmation is not None and f.confirmation.status != "unconfirmed":
+                    lines.append(f"      {f.confirmation.text}")
         for kind, n in shown.items():
             if n > TEXT_ROWS_PER_KIND:
                 lines.append(f"  ... and {n - TEXT_ROWS_PER_KIND} more {kind} "
@@ -292,7 +341,7 @@ def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: st
         if lines[-1].startswith("- **"):
             lines.append("")
         lines += md_table(["", "finding", "case", "detail", "why"], [
-            [f.category, f.kind, md_code(f.subject), text(f.detail), text(f.why)]
+            [f.category, f.kind, md_code(f.subject), text(f.detail + f.confirmation_suffix), text(f.why)]
             for f in decision.findings])
         lines.append("")
     lines += [f"- {text(note.text)}" for note in decision.notes if not note.flagged]

@@ -6,12 +6,19 @@
      "baseline": {"file", "verdict", "suite_version", "backend", "selection"}, "candidate": {...},
      "findings": [{"kind", "category", "blocking", "subject", "case_id", "detail",
                    "old_label", "new_label", "old_compile_seconds", "new_compile_seconds",
-                   "old_run_seconds", "new_run_seconds", "message_first_line", "message"}],
+                   "old_run_seconds", "new_run_seconds", "message_first_line", "message",
+                   "stage_grew_most", "confirmation"}],
      "notes": [{"kind", "text", "flagged"}],
      "error": null | "the one-line reason of a refusal"}
 
 Labels, times and messages are null where the case is not in that run (or the finding is not
 about a case: STALE names an expectation). ``message`` is the candidate's full message.
+``category`` is blocking, good news, dismissed (a time finding that its reruns did not
+reproduce) or listed. Time findings (COMPILE_TIME, RUN_TIME) carry ``confirmation``
+(reports/timing.py, ``Confirmation.to_json``: status confirmed, dismissed, unmeasured or
+unconfirmed, the rule, and each side's repeated figures with median, min and max) and
+COMPILE_TIME ones ``stage_grew_most`` ({"stage", "old_seconds", "new_seconds"} from the
+recorded breakdowns, or null); both are null for other findings.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from typing import Any
 
 from reports.formatting import first_line
 from reports.gate import Finding, GateDecision, finding_counts, headline
+from reports.timing import stage_json
 from records.results import Record, RunResults
 from records.selection import selection_of
 
@@ -89,4 +97,5 @@ def _finding(f: Finding) -> dict[str, Any]:
             "old_run_seconds": side(f.old, "run_seconds"),
             "new_run_seconds": side(f.new, "run_seconds"),
             "message_first_line": first_line(message, len(message)) or None,
-            "message": message or None}
+            "message": message or None, "stage_grew_most": stage_json(f.stage),
+            "confirmation": f.confirmation.to_json() if f.confirmation else None}

@@ -54,11 +54,11 @@ def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_na
         blocking = [f for f in findings if f.blocking]
         if blocking:
             message = "; ".join(f"{f.kind}: {f.detail}" + (f" — {f.why}" if f.why else "")
-                                for f in blocking)
+                                + f.confirmation_suffix for f in blocking)
             failure = ET.SubElement(case, "failure", type=blocking[0].kind,
                                     message=_text(message))
             failure.text = _text(record.message if record is not None else message, multiline=True)
-        others = [f"{f.kind}: {f.detail}" for f in findings if not f.blocking]
+        others = [f"{f.kind}: {f.detail}{f.confirmation_suffix}" for f in findings if not f.blocking]
         if others:
             ET.SubElement(case, "system-out").text = _text("\n".join(others), multiline=True)
     return _xml(suite)

@@ -59,29 +59,40 @@ def rerun_command(results: RunResults, case_id: str) -> str:
     option that selected and judged it, into a report directory of its own so it never
     replaces the run it came from. A ``module:object`` backend is named that way again, with
     the PYTHONPATH it was imported from."""
+    env, args = rerun_args(results, [case_id])
+    return " ".join([f"{key}={_word(value)}" for key, value in env.items()]
+                    + ["pytest"] + [_word(arg) for arg in args])
+
+
+def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
+               ) -> tuple[dict[str, str], list[str]]:
+    """What ``rerun_command`` runs, for a subprocess: the environment it adds and the
+    arguments after ``pytest`` (run from the suite's root), rerunning exactly ``case_ids``
+    into ``report_dir`` (default: the run's report directory with ``-rerun`` appended)."""
     opts = results.options
     backend = str(opts.get("backend", "?"))
     requested = opts.get("backend_requested")
-    prefix = []
+    env: dict[str, str] = {}
     if isinstance(requested, str) and ":" in requested:
         backend = requested  # the name of a module:object backend is not registered
         if opts.get("backend_pythonpath"):
-            prefix.append(f"PYTHONPATH={_word(opts['backend_pythonpath'])}")
-    parts = prefix + ["pytest conformance/", f"--backend {_word(backend)}",
-                      f"--profile {_word(opts.get('profile', '?'))}"]
+            env["PYTHONPATH"] = str(opts["backend_pythonpath"])
+    args = ["conformance/", "--backend", backend, "--profile", str(opts.get("profile", "?"))]
     if opts.get("matrix") not in (None, "core"):
-        parts.append(f"--matrix {_word(opts['matrix'])}")
-    parts += [f"--cases-module {_word(m)}" for m in opts.get("cases_modules") or []]
+        args += ["--matrix", str(opts["matrix"])]
+    for module in opts.get("cases_modules") or []:
+        args += ["--cases-module", str(module)]
     if opts.get("case_file"):
-        parts.append(f"--case-file {_word(opts['case_file'])}")
+        args += ["--case-file", str(opts["case_file"])]
     for key in ("seed", "compile_timeout", "run_timeout", "timed_runs"):
         if opts.get(key) is not None:
-            parts.append(f"--{key.replace('_', '-')} {_word(_number(opts[key]))}")
+            args += [f"--{key.replace('_', '-')}", _number(opts[key])]
     if opts.get("compile_cache") == "warm":
-        parts.append("--compile-cache warm")
-    parts.append(f"--case-id {_word(case_id)}")
-    parts.append(f"--report-dir {_word(_rerun_dir(opts.get('report_dir')))}")
-    return " ".join(parts)
+        args += ["--compile-cache", "warm"]
+    for case_id in case_ids:
+        args += ["--case-id", case_id]
+    args += ["--report-dir", report_dir or _rerun_dir(opts.get("report_dir"))]
+    return env, args
 
 
 def _rerun_dir(report_dir) -> str:

@@ -174,7 +174,8 @@ def test_json_decision_has_every_finding_with_labels_times_and_message(tmp_path,
         "case_id": A, "detail": "PASS -> MISMATCH", "old_label": "PASS",
         "new_label": "MISMATCH", "old_compile_seconds": 4.0, "new_compile_seconds": 6.0,
         "old_run_seconds": 0.01, "new_run_seconds": 0.01,
-        "message_first_line": "error ratio 3.2", "message": "error ratio 3.2\nrow 7"}
+        "message_first_line": "error ratio 3.2", "message": "error ratio 3.2\nrow 7",
+        "stage_grew_most": None, "confirmation": None}
     missing = next(f for f in data["findings"] if f["kind"] == "MISSING")
     assert (missing["case_id"], missing["old_label"], missing["new_label"]) == (C, "PASS", None)
     slower = [f["case_id"] for f in data["findings"] if f["kind"] == "COMPILE_TIME"]

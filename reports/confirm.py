@@ -1,0 +1,179 @@
+"""Measure the gate's flagged cases again (``flexconf gate --confirm N``) and confirm or
+dismiss each time finding on the repeated figures (reports/timing.py says how).
+
+Each side is rerun with its own run's options (``reports.summary.rerun_args``: the same
+backend, profile, seed, budgets, timed runs), cold, in a subprocess under that side's python,
+so the gate itself never imports torch and each release is measured with what it has
+installed: the candidate's python always (by default the gate's own), the baseline's when
+given. One rerun is one ``pytest conformance/`` process running every flagged case of that
+side one after the other (no ``-n``, so no case competes with another for the cores), and the
+sides take turns (baseline, candidate, baseline, ...) so that a change in the machine's load
+falls on both.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from records.results import Record, ResultsError, RunResults, load_results
+from records.text import one_line
+from reports.compare import MEASURES
+from reports.gate import Finding, GateDecision, Note, ordered
+from reports.summary import rerun_args
+from reports.timing import Figures, judge
+
+#: the checkout whose ``conformance/`` the reruns run (the gate's own)
+SUITE_ROOT = Path(__file__).resolve().parents[1]
+#: seconds a rerun process may take beyond its cases' compile and run budgets
+RERUN_MARGIN_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Side:
+    """One release to measure again: its run and the python that has it installed."""
+
+    name: str  # baseline | candidate
+    results: RunResults
+    python: str
+
+
+@dataclass
+class Remeasured:
+    """What the reruns gave: per side, per case, the records of the reruns that ran it, and
+    one line per rerun that gave no results file."""
+
+    repeats: int
+    pythons: dict[str, str]  # side name -> python; a side not measured again is absent
+    records: dict[str, dict[str, list[Record]]] = field(default_factory=dict)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+
+
+#: runs one rerun: (side, case ids, report dir) -> results, or the one-line reason it gave none
+Rerun = Callable[[Side, list[str], Path], "RunResults | str"]
+
+
+def flagged_cases(decision: GateDecision) -> list[str]:
+    """The case ids of the time findings, in the decision's order, each once."""
+    return list(dict.fromkeys(f.subject for f in decision.findings if f.rule is not None))
+
+
+def remeasure(sides: list[Side], case_ids: list[str], repeats: int, workdir: Path,
+              rerun: Rerun | None = None,
+              progress: Callable[[str], None] = lambda line: None) -> Remeasured:
+    """Rerun ``case_ids`` ``repeats`` times on each side, the sides taking turns."""
+    rerun = rerun or run_pytest
+    measured = Remeasured(repeats, {s.name: s.python for s in sides})
+    for side in sides:
+        measured.records[side.name] = {cid: [] for cid in case_ids}
+        measured.failures[side.name] = []
+    for i in range(repeats):
+        for side in sides:
+            progress(f"confirm: rerun {i + 1}/{repeats} of the {side.name} ({len(case_ids)} "
+                     f"case{'s' if len(case_ids) != 1 else ''}, {side.python})")
+            outcome = rerun(side, case_ids, workdir / f"{side.name}-{i + 1}")
+            if isinstance(outcome, str):
+                measured.failures[side.name].append(f"rerun {i + 1}: {outcome}")
+                continue
+            by_id = outcome.by_id()
+            for cid in case_ids:
+                if cid in by_id:
+                    measured.records[side.name][cid].append(by_id[cid])
+    return measured
+
+
+def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults | str:
+    """One rerun: ``python -m pytest conformance/ ... --case-id ...`` from the suite's root."""
+    if not (SUITE_ROOT / "conformance" / "plugin.py").is_file():
+        return (f"no conformance/ beside {SUITE_ROOT / 'reports'}; --confirm reruns cases "
+                "from a checkout of the suite")
+    env_extra, args = rerun_args(side.results, case_ids, str(report_dir))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(env_extra)
+    opts = side.results.options
+    budget = (float(opts.get("compile_timeout") or 600) + float(opts.get("run_timeout") or 300)
+              ) * len(case_ids) + RERUN_MARGIN_SECONDS
+    command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    try:
+        proc = subprocess.run(command, cwd=SUITE_ROOT, env=env, capture_output=True, text=True,
+                              timeout=budget)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return one_line(f"{side.python} could not run pytest: {exc}")
+    if proc.returncode not in (0, 1):  # 0, 1: finished, every case has a label
+        tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        return one_line(f"pytest exited {proc.returncode}: {tail[-1] if tail else 'no output'}")
+    try:
+        return load_results(report_dir / "results.json")
+    except ResultsError as exc:
+        return one_line(str(exc))
+
+
+def confirm_decision(decision: GateDecision, measured: Remeasured) -> GateDecision:
+    """The decision with every time finding confirmed, dismissed or unmeasured on the
+    repeated figures; only dismissed ones stop blocking."""
+    findings = [_confirmed(f, measured) if f.rule is not None else f for f in decision.findings]
+    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED"]
+    if any(f.rule for f in findings):
+        notes.append(Note("CONFIRMATION", confirmation_note(findings, measured)))
+    return replace(decision, findings=ordered(findings), notes=tuple(notes))
+
+
+def confirmation_note(findings: list[Finding], measured: Remeasured) -> str:
+    cases = len({f.subject for f in findings if f.rule is not None})
+    counts = {}
+    for f in findings:
+        if f.confirmation is not None:
+            counts[f.confirmation.status] = counts.get(f.confirmation.status, 0) + 1
+    who = f"candidate with {measured.pythons['candidate']}"
+    if "baseline" in measured.pythons:
+        who += f", baseline with {measured.pythons['baseline']}"
+    else:
+        who += ("; the baseline was not measured again (its recorded figures are used: give "
+                "--baseline-python for both releases measured side by side)")
+    failed = sum(len(v) for v in measured.failures.values())
+    return (f"{cases} flagged case{'s' if cases != 1 else ''} measured again "
+            f"{measured.repeats} times, cold, one case at a time: {who}; "
+            + ", ".join(f"{n} {status}" for status, n in counts.items())
+            + (f"; {failed} reruns gave no results" if failed else ""))
+
+
+def _confirmed(finding: Finding, measured: Remeasured) -> Finding:
+    rule = finding.rule
+    recorded = MEASURES[rule.measure](finding.old)
+    candidate = _figures(measured, "candidate", finding.subject, rule.measure)
+    baseline = _figures(measured, "baseline", finding.subject, rule.measure) \
+        if "baseline" in measured.pythons else None
+    confirmation = judge(rule, measured.repeats, recorded, candidate, baseline)
+    return replace(finding, blocking=confirmation.blocking, confirmation=confirmation)
+
+
+def _figures(measured: Remeasured, side: str, case_id: str, measure: str) -> Figures:
+    seconds, failures = [], list(measured.failures.get(side, []))
+    records = measured.records.get(side, {}).get(case_id, [])
+    for record in records:
+        value = MEASURES[measure](record)
+        if value is None:
+            failures.append(f"{record.label.value}" + (" (cache hit)" if record.cache_hit else ""))
+        else:
+            seconds.append(value)
+    return Figures(measured.pythons[side], tuple(seconds), tuple(failures),
+                   median_breakdown(records) if measure == "compile" else None)
+
+
+def median_breakdown(records: list[Record]) -> dict[str, float] | None:
+    """Each compile stage's median seconds over the records that reported stages."""
+    breakdowns = [r.compile_breakdown for r in records
+                  if r.compile_breakdown and MEASURES["compile"](r) is not None]
+    if not breakdowns:
+        return None
+    stages = list(dict.fromkeys(s for b in breakdowns for s in b))
+    return {s: statistics.median(b.get(s, 0.0) for b in breakdowns) for s in stages}
+
+
+def default_python() -> str:
+    """The candidate's python unless told otherwise: the one running the gate."""
+    return sys.executable

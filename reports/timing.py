@@ -1,0 +1,185 @@
+"""The gate's time findings (COMPILE_TIME, RUN_TIME): the rule that flags them, the compile
+stage that grew most, and what measuring the flagged cases again found (``--confirm N``).
+
+A time finding is flagged from one measurement per run. Measured again, it is
+  - ``confirmed`` when the candidate's repeated median still grew past the rule against the
+    baseline's repeated median (or, when the baseline was not measured again, its recorded
+    figure): it blocks;
+  - ``dismissed`` (as noise) when it did not: it does not block;
+  - ``unmeasured`` when the reruns gave no figure for the candidate: it still blocks, since
+    nothing disproved it;
+  - ``unconfirmed`` without ``--confirm``: it blocks, as a single measurement always did.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from reports.compare import grew
+from reports.formatting import fmt_seconds
+
+KINDS = {"compile": "COMPILE_TIME", "run": "RUN_TIME"}
+STATUSES = ("confirmed", "dismissed", "unmeasured", "unconfirmed")
+
+
+@dataclass(frozen=True)
+class TimeRule:
+    """A time may grow to less than ``factor`` times the baseline's, or by ``slack_seconds``
+    at most."""
+
+    measure: str  # compile | run (reports.compare.MEASURES)
+    factor: float
+    slack_seconds: float
+
+    @property
+    def kind(self) -> str:
+        return KINDS[self.measure]
+
+    def grew(self, before: float, after: float) -> bool:
+        return grew(before, after, self.factor, self.slack_seconds)
+
+    def verdict(self, before: float, after: float) -> str:
+        """``x1.30 >= x1.25`` or ``x1.02 < x1.25`` (with the slack when it decided)."""
+        ratio = after / before if before > 0 else float("inf")
+        if self.grew(before, after):
+            return f"x{ratio:.2f} >= x{self.factor:g}"
+        if ratio >= self.factor:
+            return f"x{ratio:.2f}, but +{fmt_seconds(after - before)} s <= {self.slack_seconds:g} s slack"
+        return f"x{ratio:.2f} < x{self.factor:g}"
+
+
+@dataclass(frozen=True)
+class StageGrowth:
+    """The compile stage whose seconds grew most from the baseline to the candidate."""
+
+    stage: str
+    before: float
+    after: float
+
+    @property
+    def text(self) -> str:
+        return (f"stage that grew most: {self.stage} {fmt_seconds(self.before)} s -> "
+                f"{fmt_seconds(self.after)} s")
+
+
+def stage_growth(before: dict[str, float] | None,
+                 after: dict[str, float] | None) -> StageGrowth | None:
+    """The stage of two compile breakdowns (stage -> seconds; a stage one side lacks counts
+    as 0 there) that grew most; None unless both have a breakdown and some stage grew."""
+    if not before or not after:
+        return None
+    stages = list(dict.fromkeys([*after, *before]))
+    stage = max(stages, key=lambda s: after.get(s, 0.0) - before.get(s, 0.0))
+    growth = StageGrowth(stage, before.get(stage, 0.0), after.get(stage, 0.0))
+    return growth if growth.after > growth.before else None
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One side's repeated measurements of one case: the figures the reruns gave, and why
+    the others gave none."""
+
+    python: str
+    seconds: tuple[float, ...]
+    failures: tuple[str, ...] = ()
+    #: the median seconds of each compile stage over the reruns that reported stages
+    breakdown: dict[str, float] | None = None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
+
+    @property
+    def text(self) -> str:
+        """``median 0.61 s (0.55-0.66 over 3)``; ``no figure (CRASH)`` when none."""
+        if not self.seconds:
+            return f"no figure ({'; '.join(self.failures) or 'no rerun'})"
+        spread = f"{fmt_seconds(min(self.seconds))}-{fmt_seconds(max(self.seconds))}"
+        missed = f", {len(self.failures)} without a figure" if self.failures else ""
+        return (f"median {fmt_seconds(self.median)} s ({spread} over "
+                f"{len(self.seconds)}{missed})")
+
+    def to_json(self) -> dict:
+        return {"python": self.python, "seconds": list(self.seconds), "median": self.median,
+                "min": min(self.seconds, default=None), "max": max(self.seconds, default=None),
+                "failures": list(self.failures), "breakdown": self.breakdown}
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What measuring a flagged case again found (see the module's docstring)."""
+
+    status: str  # one of STATUSES
+    rule: TimeRule
+    repeats: int = 0
+    candidate: Figures | None = None
+    baseline: Figures | None = None  # None: the baseline was not measured again
+    recorded_baseline: float | None = None  # the baseline run's figure
+    stage: StageGrowth | None = None  # from the repeated breakdowns, when both sides have them
+
+    @property
+    def blocking(self) -> bool:
+        return self.status != "dismissed"
+
+    @property
+    def compared_baseline(self) -> float | None:
+        """What the candidate's median was held against: the baseline's repeated median,
+        else its recorded figure."""
+        repeated = self.baseline.median if self.baseline is not None else None
+        return repeated if repeated is not None else self.recorded_baseline
+
+    @property
+    def text(self) -> str:
+        """One line: the status and the figures it rests on."""
+        if self.status == "unconfirmed":
+            return "unconfirmed: measured once per run (--confirm N measures it again)"
+        head = {"confirmed": "confirmed", "dismissed": "dismissed as noise",
+                "unmeasured": "not confirmed, still blocking: the reruns gave no figure"
+                }[self.status]
+        parts = [f"candidate {self.candidate.text}" if self.candidate else ""]
+        if self.baseline is not None:
+            parts.append(f"baseline {self.baseline.text}")
+        if self.baseline is None or self.baseline.median is None:
+            parts.append(f"baseline as recorded {fmt_seconds(self.recorded_baseline)} s")
+        line = f"{head}, measured again x{self.repeats}: " + ", ".join(p for p in parts if p)
+        after, before = self.candidate.median if self.candidate else None, self.compared_baseline
+        if after is not None and before is not None:
+            line += f": {self.rule.verdict(before, after)}"
+        if self.stage is not None:
+            line += f"; {self.stage.text}"
+        return line
+
+    def to_json(self) -> dict:
+        after = self.candidate.median if self.candidate else None
+        before = self.compared_baseline
+        return {"status": self.status, "measure": self.rule.measure,
+                "factor": self.rule.factor, "slack_seconds": self.rule.slack_seconds,
+                "repeats": self.repeats,
+                "candidate": self.candidate.to_json() if self.candidate else None,
+                "baseline": self.baseline.to_json() if self.baseline else None,
+                "recorded_baseline_seconds": self.recorded_baseline,
+                "compared": {"baseline_seconds": before, "candidate_seconds": after,
+                             "ratio": after / before if after is not None and before else None},
+                "stage_grew_most": stage_json(self.stage)}
+
+
+def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Figures,
+          baseline: Figures | None) -> Confirmation:
+    """Confirmed or dismissed on the repeated medians; unmeasured when the candidate's reruns
+    gave no figure."""
+    confirmation = Confirmation("unmeasured", rule, repeats, candidate, baseline,
+                                recorded_baseline,
+                                stage_growth(baseline.breakdown if baseline else None,
+                                             candidate.breakdown))
+    after, before = candidate.median, confirmation.compared_baseline
+    if after is None or before is None:
+        return confirmation
+    status = "confirmed" if rule.grew(before, after) else "dismissed"
+    return Confirmation(status, rule, repeats, candidate, baseline, recorded_baseline,
+                        confirmation.stage)
+
+
+def stage_json(stage: StageGrowth | None) -> dict | None:
+    if stage is None:
+        return None
+    return {"stage": stage.stage, "old_seconds": stage.before, "new_seconds": stage.after}

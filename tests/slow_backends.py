@@ -1,0 +1,57 @@
+"""A test backend whose first call is slower by a planted share: a compile-time regression
+whose size is known, to check that the gate's confirmation (``flexconf gate --confirm``)
+keeps a real slowdown blocking and dismisses a finding the machine does not reproduce.
+
+``SlowFirstCall`` is ``cpu-eager`` with a stand-in compiler: its first call (the record's
+compile phase) waits ``STAND_IN_COMPILE_SECONDS`` as a compiler process would, then calls
+flex_attention. On cases of the variant ``causal`` it then sleeps the share
+``$FLEXCONF_TEST_FIRST_CALL_SLOWDOWN`` of the first call it measured (0.5: 50% longer; unset:
+0). The environment variable plays the release: the same backend is the baseline without it
+and the slower candidate with it. The wait makes most of the first call insensitive to the
+load of a shared 2-core machine (where a sub-second eager call varies threefold), so what a
+test of the gate checks is the gate's reasoning, not the machine's speed. Its breakdown
+names the parts, so the gate can say which grew.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from cases.model import Case
+from conformance.backends.cpu import CpuEager
+
+SLOWDOWN = "FLEXCONF_TEST_FIRST_CALL_SLOWDOWN"
+SLOW_VARIANT = "causal"
+STAND_IN_COMPILE_SECONDS = 2.0
+
+
+class SlowFirstCall(CpuEager):
+    name = "test-slow-first-call"
+    _stages: dict[str, float] | None = None
+
+    def begin_case(self, cache_dir: str | None, cold: bool) -> None:
+        self._stages = None
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+        share = float(os.environ.get(SLOWDOWN) or 0) if case.variant.name == SLOW_VARIANT else 0
+        calls = [0]
+
+        def call(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            if calls[0] > 1:
+                return real(q, k, v, score_mod, block_mask)
+            start = time.perf_counter()
+            time.sleep(STAND_IN_COMPILE_SECONDS)
+            waited = time.perf_counter() - start
+            result = real(q, k, v, score_mod, block_mask)
+            seconds = time.perf_counter() - start
+            time.sleep(share * seconds)
+            self._stages = {"stand-in compile": waited, "flex_attention": seconds - waited,
+                            "planted sleep": share * seconds}
+            return result
+
+        return call
+
+    def compile_breakdown(self) -> dict[str, float] | None:
+        return self._stages

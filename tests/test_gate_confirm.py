@@ -1,0 +1,266 @@
+"""The gate's time findings: the run-time rule, the stage that grew, and confirmation
+(``--confirm N``): a finding blocks only when the repeated medians confirm it.
+
+Most tests give the reruns' figures through a stand-in rerun (the decision's logic); the last
+one measures for real, in subprocesses, a planted slowdown and a spurious finding
+(tests/slow_backends.py).
+"""
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from records.results import Label, RunResults, load_results, write_results
+from reports.confirm import Side, confirm_decision, flagged_cases, remeasure
+from reports.gate import decide, gate_text
+from reports.gate_json import gate_json
+from tests.slow_backends import SLOWDOWN
+from tests.test_gate import gate
+from tests.test_plugin_runs import TINY, clean_env, pytest_args, run as run_pytest
+from tests.test_report_doctored import case_id, record, run
+
+A, B = case_id(seq=128), case_id(seq=256)
+
+
+def rerun_giving(figures: dict[str, list[float]], calls: list | None = None,
+                 label: Label = Label.PASS):
+    """A stand-in rerun: the i-th rerun of a side gives each case that side's i-th figure as
+    its compile and run seconds."""
+    count: dict[str, int] = {}
+
+    def rerun(side: Side, case_ids, report_dir: Path):
+        if calls is not None:
+            calls.append((side.name, tuple(case_ids)))
+        i = count[side.name] = count.get(side.name, -1) + 1
+        seconds = figures[side.name][i]
+        records = [replace(record(cid, label, compile_seconds=seconds), run_seconds=seconds)
+                   for cid in case_ids]
+        return RunResults({}, side.results.options, tuple(records), "0.1.0")
+
+    return rerun
+
+
+def confirmed(old: RunResults, new: RunResults, figures: dict[str, list[float]],
+              tmp_path, **rules):
+    decision = decide(old, new, **rules)
+    sides = [Side(name, old if name == "baseline" else new, f"/py/{name}") for name in figures]
+    measured = remeasure(sides, flagged_cases(decision), len(figures["candidate"]), tmp_path,
+                         rerun=rerun_giving(figures))
+    return confirm_decision(decision, measured)
+
+
+def test_sides_take_turns_and_each_rerun_runs_every_flagged_case(tmp_path):
+    old = run([record(A, compile_seconds=4.0), record(B, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=9.0), record(B, compile_seconds=8.0)])
+    decision = decide(old, new)
+    calls: list = []
+    sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
+    remeasure(sides, flagged_cases(decision), 2, tmp_path,
+              rerun=rerun_giving({"baseline": [4, 4], "candidate": [9, 9]}, calls))
+    assert calls == [("baseline", (A, B)), ("candidate", (A, B))] * 2
+
+
+def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(tmp_path):
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=5.2)])
+    assert not decide(old, new).may_ship  # one measurement per run: it blocks
+    decision = confirmed(old, new, {"baseline": [5.0, 4.8, 5.3], "candidate": [5.1, 4.9, 5.6]},
+                         tmp_path)
+    assert decision.may_ship
+    [finding] = decision.findings
+    assert (finding.category, finding.confirmation.status) == ("dismissed", "dismissed")
+    text = gate_text(decision, "old.json", "new.json")
+    assert text.startswith("gate: MAY SHIP (dismissed: 1 COMPILE_TIME)")
+    assert (f"  ~ COMPILE_TIME       {A}  4.00 s -> 5.20 s (x1.30 >= x1.25)\n"
+            "      dismissed as noise, measured again x3: candidate median 5.10 s (4.90-5.60 over "
+            "3), baseline median 5.00 s (4.80-5.30 over 3): x1.02 < x1.25\n") in text
+    assert "note: 1 flagged case measured again 3 times, cold, one case at a time: candidate " \
+           "with /py/candidate, baseline with /py/baseline; 1 dismissed" in text
+
+
+def test_a_slowdown_the_reruns_reproduce_is_confirmed_and_blocks(tmp_path):
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=6.0)])
+    decision = confirmed(old, new, {"baseline": [4.1, 3.9, 4.4], "candidate": [6.2, 5.8, 6.1]},
+                         tmp_path)
+    assert not decision.may_ship
+    [finding] = decision.blocking
+    assert finding.confirmation.status == "confirmed"
+    assert ("      confirmed, measured again x3: candidate median 6.10 s (5.80-6.20 over 3), "
+            "baseline median 4.10 s (3.90-4.40 over 3): x1.49 >= x1.25\n") in \
+        gate_text(decision, "old.json", "new.json")
+    data = gate_json(decision, old, new, "old.json", "new.json")["findings"][0]["confirmation"]
+    assert data["status"] == "confirmed" and data["repeats"] == 3
+    assert data["candidate"] == {"python": "/py/candidate", "seconds": [6.2, 5.8, 6.1],
+                                 "median": 6.1, "min": 5.8, "max": 6.2, "failures": [],
+                                 "breakdown": None}
+    assert data["compared"] == {"baseline_seconds": 4.1, "candidate_seconds": 6.1,
+                                "ratio": pytest.approx(6.1 / 4.1)}
+    assert data["recorded_baseline_seconds"] == 4.0
+
+
+def test_without_the_baseline_measured_again_its_recorded_figure_is_the_yardstick(tmp_path):
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=5.2)])
+    decision = confirmed(old, new, {"candidate": [5.1, 4.9, 5.6]}, tmp_path)
+    assert not decision.may_ship  # 5.1 s against the recorded 4.0 s: confirmed
+    text = gate_text(decision, "old.json", "new.json")
+    assert "confirmed, measured again x3: candidate median 5.10 s (4.90-5.60 over 3), baseline " \
+           "as recorded 4.00 s: x1.27 >= x1.25" in text
+    assert "the baseline was not measured again (its recorded figures are used: give " \
+           "--baseline-python" in text
+    assert gate_json(decision, old, new, "o", "n")["findings"][0]["confirmation"][
+        "baseline"] is None
+
+
+def test_a_finding_whose_reruns_give_no_figure_still_blocks(tmp_path):
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=6.0)])
+    decision = decide(old, new)
+    measured = remeasure([Side("candidate", new, "/py/new")], [A], 2, tmp_path,
+                         rerun=lambda side, ids, d: "pytest exited 3: INTERNALERROR")
+    decision = confirm_decision(decision, measured)
+    assert not decision.may_ship
+    assert decision.findings[0].confirmation.status == "unmeasured"
+    assert ("not confirmed, still blocking: the reruns gave no figure, measured again x2: "
+            "candidate no figure (rerun 1: pytest exited 3: INTERNALERROR; rerun 2: pytest "
+            "exited 3: INTERNALERROR)") in gate_text(decision, "o", "n")
+    crashed = remeasure([Side("candidate", new, "/py/new")], [A], 1, tmp_path,
+                        rerun=rerun_giving({"candidate": [6.0]}, label=Label.CRASH))
+    assert confirm_decision(decide(old, new), crashed).findings[0].confirmation.text.endswith(
+        "candidate no figure (CRASH), baseline as recorded 4.00 s")
+
+
+def test_without_confirm_time_findings_block_and_say_they_are_unconfirmed(tmp_path, capsys):
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=6.0)])
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 1
+    assert "note: time findings are unconfirmed: each case was measured once per run; " \
+           "--confirm N measures the flagged cases again" in capsys.readouterr().out
+    finding = json.loads((tmp_path / "gate.json").read_text())["findings"][0]
+    assert finding["confirmation"]["status"] == "unconfirmed"
+    assert finding["confirmation"]["candidate"] is None
+    assert gate(tmp_path, old, old) == 0
+    assert "unconfirmed" not in capsys.readouterr().out  # no time finding, no note
+
+
+@pytest.mark.parametrize("old_s, new_s, extra, code", [
+    (0.010, 0.020, (), 0),  # run time is not gated by default
+    (0.010, 0.020, ("--run-time-slack", "0.005"), 1),
+    (0.010, 0.012, ("--run-time-slack", "0"), 0),  # x1.2: within the default budget
+    (0.010, 0.020, ("--run-time-slack", "0.02"), 0),  # doubled, but by less than the slack
+    (0.010, 0.020, ("--run-time-slack", "0", "--run-time-budget", "2.5"), 0),
+])
+def test_run_time_blocks_only_when_its_slack_is_given(tmp_path, capsys, old_s, new_s, extra,
+                                                      code):
+    old = run([replace(record(A), run_seconds=old_s)])
+    new = run([replace(record(A), run_seconds=new_s)])
+    assert gate(tmp_path, old, new, *extra) == code
+    assert ("x RUN_TIME" in capsys.readouterr().out) == (code == 1)
+
+
+def test_a_run_time_finding_is_confirmed_on_the_repeated_run_times(tmp_path):
+    old = run([replace(record(A), run_seconds=1.0)])
+    new = run([replace(record(A), run_seconds=2.0)])
+    rule = dict(run_slack_seconds=0.1)
+    assert [f.kind for f in decide(old, new, **rule).blocking] == ["RUN_TIME"]
+    noise = confirmed(old, new, {"baseline": [1.0, 1.1, 1.0], "candidate": [1.1, 1.0, 1.2]},
+                      tmp_path, **rule)
+    assert noise.may_ship and noise.findings[0].confirmation.rule.measure == "run"
+    real = confirmed(old, new, {"baseline": [1.0, 1.1, 1.0], "candidate": [2.1, 1.9, 2.0]},
+                     tmp_path, **rule)
+    assert [f.confirmation.status for f in real.blocking] == ["confirmed"]
+
+
+def test_a_compile_time_finding_names_the_stage_that_grew_most(tmp_path, capsys):
+    old = run([replace(record(A, compile_seconds=4.0), compile_breakdown={
+        "dynamo": 1.0, "inductor codegen": 1.5, "cpp compile": 1.2, "other": 0.3})])
+    new = run([replace(record(A, compile_seconds=6.0), compile_breakdown={
+        "dynamo": 1.1, "inductor codegen": 1.4, "cpp compile": 3.1, "other": 0.4})])
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 1
+    assert (f"x COMPILE_TIME       {A}  4.00 s -> 6.00 s (x1.50 >= x1.25); stage that grew "
+            "most: cpp compile 1.20 s -> 3.10 s") in capsys.readouterr().out
+    finding = json.loads((tmp_path / "gate.json").read_text())["findings"][0]
+    assert finding["stage_grew_most"] == {"stage": "cpp compile", "old_seconds": 1.2,
+                                          "new_seconds": 3.1}
+    without = run([record(A, compile_seconds=4.0)])  # a record without a breakdown
+    assert gate(tmp_path, without, new) == 1
+    assert "stage that grew" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (("--baseline-python", sys.executable), "--baseline-python"),
+    (("--confirm", "-1"), "--confirm -1 is negative"),
+    (("--confirm", "2", "--candidate-python", "/no/such/python"), "'/no/such/python' is not an "
+                                                                   "executable python"),
+    (("--run-time-slack", "-1"), "--run-time-slack -1 is negative"),
+    (("--run-time-budget", "0.9"), "--run-time-budget 0.9 is below 1"),
+])
+def test_bad_confirmation_arguments_are_one_line_errors(tmp_path, capsys, extra, words):
+    assert gate(tmp_path, run([record(A)]), run([record(A)]), *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
+def slow_python(tmp_path: Path, share: str) -> str:
+    """A python whose runs have the planted slowdown: the candidate release of the test."""
+    script = tmp_path / "python-slow"
+    script.write_text(f"#!/bin/sh\n{SLOWDOWN}={share} exec {sys.executable} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+@pytest.mark.slow
+def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_path):
+    """Measured for real: the candidate's ``causal`` case sleeps half its first call longer
+    (tests/slow_backends.py); its ``full`` case is unchanged, but the baseline recorded it at
+    half its time (a figure the machine does not reproduce: noise). The baseline is the
+    candidate's own run as it measured itself without the planted sleep. Both releases are
+    measured again side by side: the baseline with this python, the candidate with a python
+    that has the slowdown."""
+    from cases.model import Case, Variant
+
+    cases = [Case(Variant("causal"), TINY), Case(Variant("full"), TINY)]
+    slow, spurious = (c.id for c in cases)
+    proc = run_pytest(pytest_args(tmp_path, "tests.slow_backends:SlowFirstCall", cases),
+                      env=clean_env(**{SLOWDOWN: "0.5"}))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    candidate = load_results(tmp_path / "report" / "results.json")
+    by_id = candidate.by_id()
+    planted = by_id[slow].compile_breakdown["planted sleep"]
+    assert planted > 0 and by_id[spurious].compile_breakdown["planted sleep"] == 0
+    baseline = replace(candidate, records=(
+        replace(by_id[slow], compile_seconds=by_id[slow].compile_seconds - planted,
+                compile_breakdown={**by_id[slow].compile_breakdown, "planted sleep": 0.0}),
+        replace(by_id[spurious], compile_seconds=by_id[spurious].compile_seconds / 2,
+                compile_breakdown={k: v / 2 for k, v in
+                                   by_id[spurious].compile_breakdown.items()})))
+    write_results(baseline, tmp_path / "old.json")
+    args = ["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+            str(tmp_path / "report" / "results.json")]  # the default budget and slack
+
+    assert main(args + ["--json", str(tmp_path / "once.json")]) == 1
+    once = {f["case_id"]: f for f in json.loads((tmp_path / "once.json").read_text())["findings"]}
+    assert {cid: f["blocking"] for cid, f in once.items()} == {slow: True, spurious: True}
+    assert once[slow]["stage_grew_most"]["stage"] == "planted sleep"
+
+    assert main(args + ["--confirm", "3", "--baseline-python", sys.executable,
+                        "--candidate-python", slow_python(tmp_path, "0.5"),
+                        "--json", str(tmp_path / "confirmed.json")]) == 1
+    data = json.loads((tmp_path / "confirmed.json").read_text())
+    found = {f["case_id"]: f for f in data["findings"]}
+    assert data["counts"] == {"COMPILE_TIME": 2}
+    assert (found[slow]["category"], found[slow]["confirmation"]["status"]) == \
+        ("blocking", "confirmed"), found[slow]["confirmation"]
+    assert (found[spurious]["category"], found[spurious]["confirmation"]["status"]) == \
+        ("dismissed", "dismissed"), found[spurious]["confirmation"]
+    for f in found.values():
+        for side in ("baseline", "candidate"):
+            assert len(f["confirmation"][side]["seconds"]) == 3, f["confirmation"]
+    assert found[slow]["confirmation"]["stage_grew_most"]["stage"] == "planted sleep"
