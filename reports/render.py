@@ -15,6 +15,7 @@ from typing import Sequence
 
 import jinja2
 
+from reports.anatomy import build_anatomy
 from reports.chart import compile_chart
 from reports.compare import Comparison, compare_runs, side_by_side
 from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
@@ -107,6 +108,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         environment_names=[r.name for r in ([baseline] if baseline else []) + list(runs)],
         matrix=build_matrix(main.records),
         chart=compile_chart(main.records, main.options.get("compile_timeout")),
+        anatomy=build_anatomy(main.records),
         failures=failures, failing_ids={r.case_id for r in failing},
         records=main.records,
         counts={k.value: v for k, v in label_counts(main.records).items()},
