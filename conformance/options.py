@@ -96,6 +96,12 @@ def _cases_modules(values, _base) -> tuple[str, ...]:
     return tuple(dict.fromkeys(list(values or []) + entry_point_case_modules()))
 
 
+def _schedule_from(text, base: Path) -> str:
+    from conformance.schedule import AUTO, ESTIMATE, OFF
+
+    return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
+
+
 def _count(flag: str, minimum: int) -> Callable[[Any, Path], int]:
     return lambda text, _base: parse_count(flag, text, minimum)
 
@@ -149,6 +155,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
            "the selected cases it has no record of, then write the whole run there (the same "
            "options as the interrupted run)", _path_or_none, "report"),
+    Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
+           "the measured seconds of RESULTS.json; auto: of the last run in the report "
+           "directory when it is of the same matrix and profile, else by the estimate; "
+           "estimate: by the estimate; off: collection order (xdist's own)",
+           _schedule_from, "controller"),
     Option("--seed", "0", "seed of the inputs (with the case id)", lambda t, _b: parse_seed(t),
            "worker"),
     Option("--memory-budget", None, "run cases concurrently only while their estimated peak "
@@ -203,6 +214,7 @@ class RunOptions:
     phase: str  # all | compile (compile-only pass)
     report_dir: Path
     resume: str | None
+    schedule_from: str  # auto | estimate | off | a results file
     seed: int
     memory_budget: int
     reference_cache: Path | None
