@@ -187,3 +187,62 @@ def _running_torch() -> str:
         return torch.__version__
     except ImportError:
         return "(not installed)"
+
+
+# -- compile anatomy --------------------------------------------------------------------------
+#: torch's CompilationMetrics fields, nested: each contains the next. The first name present
+#: is read (microsecond counters since about 2.5, seconds before), summed over every
+#: compilation since ``clear_compile_metrics`` (a backward case compiles twice).
+_NESTED_COMPILE_TIMERS = (
+    ("dynamo_cumulative_compile_time_us", "entire_frame_compile_time_s"),  # the whole frame
+    ("aot_autograd_cumulative_compile_time_us", "backend_compile_time_s"),  # the backend
+    ("inductor_cumulative_compile_time_us", "inductor_compile_time_s"),  # Inductor
+    ("inductor_code_gen_cumulative_compile_time_us", "code_gen_time_s"),  # its code generation
+    ("triton_compile_time_us",),  # waiting for the kernels' compile (C++ on the CPU, Triton)
+)
+
+
+def clear_compile_metrics() -> None:
+    """Forget earlier compilations' metrics (before a case's first call)."""
+    from torch._dynamo import utils
+
+    clear = getattr(utils, "clear_compilation_metrics", None)
+    if clear is not None:
+        clear()
+
+
+def inductor_compile_stages(kernel_compile: str) -> dict[str, float] | None:
+    """The first call's compile time by stage, from torch's own timed regions (the
+    ``CompilationMetrics`` Dynamo records per compiled frame): ``dynamo_tracing`` (the frame
+    less its backend), ``aot_autograd`` (the backend less Inductor), ``inductor_lowering``
+    (Inductor less code generation), ``inductor_codegen`` (code generation less the wait for
+    the kernels' compile) and ``kernel_compile`` (named by the caller: ``cxx_compile`` on the
+    CPU, ``triton_compile`` on CUDA). None when this torch keeps no such metrics. The stages
+    do not overlap, so they sum to the frame's compile time; the caller adds ``other``."""
+    from torch._dynamo import utils
+
+    get = getattr(utils, "get_compilation_metrics", None)
+    entries = list(get()) if get is not None else []
+    if not entries:
+        return None
+    totals = [_timer_total(entries, names) for names in _NESTED_COMPILE_TIMERS]
+    if totals[0] is None:
+        return None
+    names = ("dynamo_tracing", "aot_autograd", "inductor_lowering", "inductor_codegen",
+             kernel_compile)
+    stages: dict[str, float] = {}
+    for name, outer, inner in zip(names, totals, totals[1:] + [0.0]):
+        if outer is None:
+            break
+        stages[name] = max(0.0, outer - (inner or 0.0))
+    return stages
+
+
+def _timer_total(entries: list, names: tuple[str, ...]) -> float | None:
+    """Seconds of the first of ``names`` present in the metrics, summed; None if absent."""
+    for name in names:
+        values = [getattr(entry, name, None) for entry in entries]
+        if any(v is not None for v in values):
+            scale = 1e-6 if name.endswith("_us") else 1.0
+            return sum(v for v in values if v is not None) * scale
+    return None

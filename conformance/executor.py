@@ -140,6 +140,8 @@ class Executor:
         decision = decide(case, obs, outcome)
         record = self._record(case, decision.label, decision.message, started_at, obs,
                               decision.metrics)
+        if record.run_seconds:  # the timed calls ran: what they cost and how fast they were
+            record = replace(record, performance=_performance(case, record.run_seconds))
         if decision.observed is None:
             return record
         golden, baseline = outcome
@@ -191,6 +193,19 @@ def in_background(fn, *args) -> Future:
 
 def _breakdown(stages: dict | None) -> dict[str, float] | None:
     return {name: _seconds(value) for name, value in stages.items()} if stages else None
+
+
+def _performance(case: Case, run_seconds: float) -> dict[str, float] | None:
+    from cases.density import attention_flops, mask_density
+
+    try:
+        density = mask_density(case)
+    except Exception:  # noqa: BLE001 - a figure we cannot compute is left out, never a failure
+        return None
+    flops = attention_flops(case, density.visible_pairs)
+    return {"density": round(density.density, 6), "block_density": round(density.block_density, 6),
+            "visible_pairs": density.visible_pairs, "flops": flops,
+            "gflops_per_second": flops / run_seconds / 1e9}
 
 
 def _mask_dependence(case: Case) -> frozenset[str]:

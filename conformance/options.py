@@ -39,6 +39,10 @@ class Option:
         return self.field or self.flag[2:].replace("-", "_")
 
     @property
+    def metavar(self) -> str:
+        return self.flag[2:].upper().replace("-", "_")
+
+    @property
     def help_text(self) -> str:
         shown = self.default_text or (None if self.default in (None, False, []) else self.default)
         text = self.help + (f"; default {shown}" if shown is not None else "")
@@ -96,6 +100,12 @@ def _cases_modules(values, _base) -> tuple[str, ...]:
     return tuple(dict.fromkeys(list(values or []) + entry_point_case_modules()))
 
 
+def _schedule_from(text, base: Path) -> str:
+    from conformance.schedule import AUTO, ESTIMATE, OFF
+
+    return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
+
+
 def _count(flag: str, minimum: int) -> Callable[[Any, Path], int]:
     return lambda text, _base: parse_count(flag, text, minimum)
 
@@ -149,13 +159,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
            "the selected cases it has no record of, then write the whole run there (the same "
            "options as the interrupted run)", _path_or_none, "report"),
+    Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
+           "the measured seconds of RESULTS.json; auto: of the last run in the report "
+           "directory when it is of the same matrix and profile, else by the estimate; "
+           "estimate: by the estimate; off: collection order (xdist's own)",
+           _schedule_from, "controller"),
     Option("--seed", "0", "seed of the inputs (with the case id)", lambda t, _b: parse_seed(t),
            "worker"),
     Option("--memory-budget", None, "run cases concurrently only while their estimated peak "
            "memory fits this: bytes with a unit (16G, 512M) or a share of RAM (80%)",
            _memory_budget, "worker", default_text="80%"),
     Option("--reference-cache", None, "directory caching golden outputs; 'none' disables",
-           _reference_cache, "worker", default_text=f"{DEFAULT_CACHE_ROOT}/reference"),
+           _reference_cache, "worker",
+           default_text="~/.cache/flexattention-conformance/reference ($XDG_CACHE_HOME if set)"),
     Option("--reference-cache-size", "4G", "bound of the reference cache",
            _size("--reference-cache-size"), "worker"),
     Option("--reference-device", "cpu", "where the float64 golden is computed: cpu or cuda",
@@ -203,6 +219,7 @@ class RunOptions:
     phase: str  # all | compile (compile-only pass)
     report_dir: Path
     resume: str | None
+    schedule_from: str  # auto | estimate | off | a results file
     seed: int
     memory_budget: int
     reference_cache: Path | None
@@ -235,9 +252,22 @@ def register(parser) -> None:
 
 def add_option(add: Callable[..., Any], option: Option) -> None:
     """Declare ``option`` through ``add`` (pytest's addoption, argparse's add_argument)."""
-    extra = {} if option.action == "store_true" else {"metavar": option.name.upper()}
+    extra = {} if option.action == "store_true" else {"metavar": option.metavar}
     default = list(option.default) if isinstance(option.default, list) else option.default
     add(option.flag, action=option.action, default=default, help=option.help_text, **extra)
+
+
+def options_markdown() -> str:
+    """The options as a Markdown table (docs/execution.md holds this text; a test keeps it so):
+    ``python -c "from conformance.options import options_markdown; print(options_markdown())"``."""
+    rows = ["| Option | Default | Meaning |", "| --- | --- | --- |"]
+    for option in OPTIONS:
+        shown = option.default_text or ("" if option.default in (None, False, []) else option.default)
+        value = "" if option.action == "store_true" else f" {option.metavar}"
+        repeat = " (repeatable)" if option.action == "append" else ""
+        text = option.help.replace("|", "\\|")
+        rows.append(f"| `{option.flag}{value}`{repeat} | {f'`{shown}`' if shown else ''} | {text} |")
+    return "\n".join(rows)
 
 
 def add_arguments(parser, flags: tuple[str, ...]) -> None:

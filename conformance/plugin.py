@@ -96,6 +96,17 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Longest first (conformance/schedule.py) under ``-n N`` with xdist's load distribution."""
+    state = config.stash.get(_STATE, None)
+    if state is None or state.schedule is None or config.getoption("dist", "load") != "load":
+        return None
+    from conformance.schedule import make_scheduler
+
+    return make_scheduler(config, log, state.schedule, _case_id)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     selected = getattr(node, "workeroutput", {}).get(_SELECTED)
     state = node.config.stash[_STATE]
@@ -197,6 +208,7 @@ class ConformanceSession:
         self._runner = None
         self._expected: set[str] = set()
         self._started_at = ""
+        self.schedule = None  # the controller's cost model (conformance/schedule.py)
         self._manifest = None  # the resumed run's (--resume)
         self._resumed_ids: set[str] | None = None
 
@@ -267,6 +279,7 @@ class ConformanceSession:
         from records.store import clear_records, set_aside_results
 
         report_dir = self.options.report_dir
+        self.schedule = self._cost_model(report_dir / "results.json")
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options())
             self._started_at = self._manifest.started_at
@@ -278,6 +291,21 @@ class ConformanceSession:
         clear_outputs(report_dir)
         clear_artifacts(report_dir)  # no link may lead to an earlier run's files
         self._write_manifest()
+
+    def _cost_model(self, last_run: Path):
+        """The order of the cases under xdist (None: collection order, or no xdist)."""
+        from conformance.estimates import relative_cost
+        from conformance.schedule import OFF, ScheduleError, cost_model
+
+        if self.options.schedule_from == OFF or _worker_count(self.config) < 2:
+            return None
+        try:
+            model = cost_model(self.cases(), relative_cost, self.options.schedule_from,
+                               self.options.matrix, self.options.profile, last_run)
+        except ScheduleError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.summary_lines.append(f"schedule: longest first, from {model.source}")
+        return model
 
     def _recorded_options(self) -> dict:
         options = self.options.to_record()

@@ -30,7 +30,9 @@ class Record:
     ``compile_breakdown`` splits the compile phase by stage (stage name to seconds, the
     remainder as ``other``) when the backend's compiler reports its stages. ``artifacts`` is
     the directory, relative to the report directory, holding the case's compile artefacts
-    (kept for failed cases, or for all with ``--keep-artifacts``).
+    (kept for failed cases, or for all with ``--keep-artifacts``). ``performance``: the mask's
+    density and block density, the visible pairs, the flops of one call on them and the
+    achieved throughput at ``run_seconds`` (cases/density.py says how each is counted).
     """
 
     case_id: str
@@ -44,6 +46,8 @@ class Record:
     metrics: dict[str, Any] | None = None
     compile_breakdown: dict[str, float] | None = None
     artifacts: str | None = None
+    #: the case's work and speed (PERFORMANCE_KEYS), for cases that ran their timed calls
+    performance: dict[str, float] | None = None
     worker: str = ""
     started_at: str = ""
     finished_at: str = ""

@@ -15,7 +15,10 @@ from typing import Sequence
 
 import jinja2
 
+from reports.anatomy import build_anatomy
 from reports.chart import compile_chart
+from reports.performance import (DENSE_THRESHOLD, case_performance,
+                                 variant_performance)
 from reports.compare import Comparison, compare_runs, side_by_side
 from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
                                 metrics_items, run_title, truncate)
@@ -66,6 +69,22 @@ def _template() -> jinja2.Template:
     return env.get_template("index.html.j2")
 
 
+@dataclass(frozen=True)
+class PerformanceView:
+    cases: list
+    variants: list
+    dense: list
+    threshold: float
+
+
+def _performance_view(records) -> PerformanceView | None:
+    rows = case_performance(records)
+    if not rows:
+        return None
+    return PerformanceView(rows, variant_performance(rows), [r for r in rows if r.dense],
+                           DENSE_THRESHOLD)
+
+
 def label_css() -> str:
     """The report's label colours, from the label table (records/labels.py)."""
     cells = "".join(f".l-{label.value}{{background:{label.info.cell_colour};"
@@ -107,6 +126,8 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         environment_names=[r.name for r in ([baseline] if baseline else []) + list(runs)],
         matrix=build_matrix(main.records),
         chart=compile_chart(main.records, main.options.get("compile_timeout")),
+        anatomy=build_anatomy(main.records),
+        performance=_performance_view(main.records),
         failures=failures, failing_ids={r.case_id for r in failing},
         records=main.records,
         counts={k.value: v for k, v in label_counts(main.records).items()},

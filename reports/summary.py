@@ -151,6 +151,13 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
         if len(failing) > SUMMARY_MAX_FAILURES:
             lines += ["", f"... and {len(failing) - SUMMARY_MAX_FAILURES} more: see index.html."]
         lines.append("")
+    from reports.performance import DENSE_THRESHOLD, case_performance
+
+    dense = [row for row in case_performance(results.records) if row.dense]
+    if dense:
+        lines += [f"Performance note: {len(dense)} masked cases cost as if dense (sparsity "
+                  f"efficiency worse than {DENSE_THRESHOLD:g}x, e.g. {md_code(dense[0].case_id)}: "
+                  f"{dense[0].efficiency:.2f}x); see index.html. Not a conformance failure.", ""]
     env = results.environment
     facts = [f"{key} {env[key]}" for key in ("device", "torch", "torch_neuronx", "device_check",
                                              "host") if env.get(key)]

@@ -39,6 +39,13 @@ def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path):
     cold, = execute("cpu-inductor", [alibi])
     assert cold.label is Label.PASS, cold.message
     assert cold.cache_hit is False  # Inductor looked the graph up and compiled it
+    # compile anatomy from torch's own timers: the stages sum to the compile phase
+    stages = cold.compile_breakdown
+    assert list(stages) == ["dynamo_tracing", "aot_autograd", "inductor_lowering",
+                            "inductor_codegen", "cxx_compile", "other"], stages
+    assert abs(sum(stages.values()) - cold.compile_seconds) <= 0.02 * cold.compile_seconds + 1e-3
+    assert stages["inductor_lowering"] > 0 and stages["dynamo_tracing"] > 0
+    assert stages["other"] < cold.compile_seconds / 2  # the named stages are most of it
     first, second = execute("cpu-inductor", [document, document], compile_cache="warm",
                             warm_cache_dir=str(tmp_path / "inductor-cache"))
     assert (first.label, second.label) == (Label.PASS, Label.PASS), (first.message, second.message)

@@ -188,3 +188,36 @@ def test_only_whole_upstream_sentences_are_unsupported():
             raise RuntimeError("neuronx-cc: internal compiler error")
     except RuntimeError as err:
         assert compat.unsupported_sentence(err) is None
+
+
+class _Metrics:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+@pytest.mark.parametrize("entries, expected", [
+    # torch >= 2.5: microsecond counters, nested; two compilations (a backward case) add up
+    ([_Metrics(dynamo_cumulative_compile_time_us=10_000_000,
+               aot_autograd_cumulative_compile_time_us=9_000_000,
+               inductor_cumulative_compile_time_us=8_000_000,
+               inductor_code_gen_cumulative_compile_time_us=3_000_000,
+               triton_compile_time_us=2_500_000),
+      _Metrics(dynamo_cumulative_compile_time_us=1_000_000,
+               aot_autograd_cumulative_compile_time_us=None,
+               inductor_cumulative_compile_time_us=None,
+               inductor_code_gen_cumulative_compile_time_us=None, triton_compile_time_us=None)],
+     {"dynamo_tracing": 2.0, "aot_autograd": 1.0, "inductor_lowering": 5.0,
+      "inductor_codegen": 0.5, "cxx_compile": 2.5}),
+    # older torch: seconds, no kernel-compile timer (its wait stays in code generation)
+    ([_Metrics(entire_frame_compile_time_s=4.0, backend_compile_time_s=3.0,
+               inductor_compile_time_s=2.5, code_gen_time_s=1.0)],
+     {"dynamo_tracing": 1.0, "aot_autograd": 0.5, "inductor_lowering": 1.5,
+      "inductor_codegen": 1.0}),
+    ([], None),
+])
+def test_inductor_compile_stages_from_torchs_metrics(monkeypatch, entries, expected):
+    from torch._dynamo import utils
+
+    monkeypatch.setattr(utils, "get_compilation_metrics", lambda: entries)
+    stages = compat.inductor_compile_stages("cxx_compile")
+    assert stages == (pytest.approx(expected) if expected else None)

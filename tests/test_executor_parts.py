@@ -230,3 +230,24 @@ def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path)
     gw2, _ = claim_slot(tmp_path, worker_slot({"workerid": "gw2", "workercount": 2})[0])
     assert gw2 == WorkerSlot(1, 2)
     lock0.close()
+
+
+def test_every_option_is_declared_once_and_docs_show_the_declaration():
+    flags = [option.flag for option in opts.OPTIONS]
+    assert len(flags) == len(set(flags))
+    text = (Path(__file__).resolve().parents[1] / "docs" / "execution.md").read_text()
+    begin = text.index("\n", text.index("<!-- options:begin")) + 1
+    assert text[begin:text.index("<!-- options:end -->")].strip() == opts.options_markdown(), \
+        "docs/execution.md's options table is stale: paste options_markdown() there"
+    fields = set(opts.RunOptions.__dataclass_fields__)
+    assert {option.name for option in opts.OPTIONS} == fields  # one field per option, no other
+
+
+def test_settings_defaults_are_the_options_defaults():
+    from conformance.executor import Settings
+
+    settings = Settings()
+    assert settings.compile_timeout == opts.default_value("--compile-timeout")
+    assert settings.run_timeout == opts.default_value("--run-timeout")
+    assert settings.timed_runs == opts.default_value("--timed-runs")
+    assert settings.seed == opts.default_value("--seed")

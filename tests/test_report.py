@@ -11,7 +11,7 @@ import pytest
 
 from conformance.cli import main
 from reports.render import write_report, write_runs_report
-from records.results import Label, write_results
+from records.results import Label, Record, write_results
 from reports.summary import rerun_command, verdict_line
 from tests.test_report_doctored import (HOSTILE, LABEL_CASES, ODD_ID, Page, case_id,
                                         doctored_run, record, run)
@@ -219,3 +219,26 @@ def test_failure_rows_link_artifacts_and_show_compile_stages(tmp_path):
                                                    "href": "artifacts/alibi__b1-9f00ba4/"}]
     assert "neuronx-cc 41.2 · stablehlo_lowering 3.10 · fx_passes 0.20 · other 0.50" in page.texts
     assert "neuronx-cc 2.00 · other 0.10" in "".join(page.texts)  # every case, in the table
+
+
+def test_compile_anatomy_draws_a_stacked_bar_per_case_slowest_first(tmp_path):
+    from reports.anatomy import build_anatomy
+
+    records = [Record(case_id="fast", label=Label.PASS, compile_seconds=2.0,
+                      compile_breakdown={"dynamo_tracing": 0.5, "inductor_lowering": 1.0,
+                                         "other": 0.5}),
+               Record(case_id="slow", label=Label.PASS, compile_seconds=8.0,
+                      compile_breakdown={"dynamo_tracing": 1.0, "inductor_lowering": 4.0,
+                                         "cxx_compile": 2.0, "other": 1.0}),
+               Record(case_id="none", label=Label.PASS, compile_seconds=1.0)]
+    anatomy = build_anatomy(records)
+    assert [row.case_id for row in anatomy.rows] == ["slow", "fast"] and anatomy.with_stages == 2
+    slow, fast = anatomy.rows
+    assert [(s.name, s.width) for s in slow.segments] == [
+        ("dynamo_tracing", 12.5), ("inductor_lowering", 50.0), ("cxx_compile", 25.0), ("other", 12.5)]
+    assert sum(s.width for s in fast.segments) == 25.0  # on the slowest case's scale
+    assert dict(anatomy.shares)["inductor_lowering"] == 50.0
+    write_report(run(records), tmp_path)
+    table = Page((tmp_path / "index.html").read_text())
+    assert "Compile anatomy: where the compile time went" in table.texts
+    assert build_anatomy(records[2:]).rows == []  # no stages, no section

@@ -90,12 +90,16 @@ class CpuInductor(CpuEager):
         if cache_dir:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         counters.clear()
+        compat.clear_compile_metrics()
 
     def prepare(self, case: Case) -> AttentionFn:
         return case_call(torch_compile_flex(), case)
 
     def cache_hit(self) -> bool | None:
         return inductor_cache_hit()
+
+    def compile_breakdown(self) -> dict[str, float] | None:
+        return compat.inductor_compile_stages("cxx_compile")
 
 
 def case_call(flex: Callable, case: Case) -> AttentionFn:

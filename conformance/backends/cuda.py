@@ -187,6 +187,9 @@ class CudaInductor(CudaEager):
     def cache_hit(self) -> bool | None:
         return inductor_cache_hit()
 
+    def compile_breakdown(self) -> dict[str, float] | None:
+        return compat.inductor_compile_stages("triton_compile")
+
     def _attention_fn(self) -> Callable:
         import torch
         from torch.nn.attention.flex_attention import flex_attention

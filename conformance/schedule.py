@@ -1,0 +1,132 @@
+"""Longest first: the controller hands cases to xdist workers in decreasing expected cost.
+
+On a compiler-bound backend a few cases take the whole compile budget; the makespan then
+depends on where they fall, unless they start first (LPT: longest processing time first,
+within 4/3 of the optimum). Expected cost per case, in seconds:
+
+- from a run's measured setup, compile and run seconds (``--schedule-from RESULTS.json``, or
+  by default the last run in the report directory when it is of the same matrix and profile);
+  cases that run lacks get the estimate scaled to the measured ones;
+- else from the estimate (``conformance.estimates.relative_cost``).
+
+``LongestFirstScheduling`` is xdist's load scheduler with its pending list in that order and
+one case sent at a time (a worker holds two: the one it runs and the next), so a free worker
+always takes the longest case left. Installed through ``pytest_xdist_make_scheduler``.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from records.results import ResultsError, RunResults, load_results
+
+#: ``--schedule-from`` values besides a path: the default (a usable earlier run, else the
+#: estimate), the estimate alone, or xdist's own order (collection order).
+AUTO, ESTIMATE, OFF = "auto", "estimate", "off"
+
+
+class ScheduleError(ValueError):
+    """A --schedule-from file that cannot order this run (one line, with the fix)."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    seconds: dict[str, float]  # case id -> expected seconds
+    source: str  # where the figures came from, for the environment and the terminal
+
+    def cost(self, case_id: str) -> float:
+        return self.seconds.get(case_id, 0.0)
+
+
+def measured_seconds(results: RunResults) -> dict[str, float]:
+    """Each record's wall time in the suite: setup, compile and the timed runs."""
+    timed_runs = int(results.options.get("timed_runs") or 3)
+    seconds = {}
+    for record in results.records:
+        parts = (record.setup_seconds, record.compile_seconds,
+                 (record.run_seconds or 0.0) * timed_runs)
+        if record.compile_seconds is not None:
+            seconds[record.case_id] = sum(p for p in parts if p)
+    return seconds
+
+
+def cost_model(cases: list, estimate: Callable, choice: str, matrix: str, profile: str,
+               last_run: Path | None) -> CostModel:
+    """The expected seconds of ``cases`` for ``choice`` (a path, AUTO, ESTIMATE)."""
+    estimates = {case.id: float(estimate(case)) for case in cases}
+    if choice == ESTIMATE:
+        return CostModel(estimates, "the estimate")
+    if choice == AUTO:
+        if last_run is None or not last_run.exists():
+            return CostModel(estimates, "the estimate (no earlier run in the report directory)")
+        try:
+            return _from_run(last_run, estimates, matrix, profile)
+        except ScheduleError as exc:
+            return CostModel(estimates, f"the estimate ({exc})")
+    return _from_run(Path(choice), estimates, matrix, profile)
+
+
+def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str) -> CostModel:
+    try:
+        results = load_results(path)
+    except ResultsError as exc:
+        raise ScheduleError(f"--schedule-from {path}: {exc}") from None
+    theirs = ((results.selection or {}).get("matrix") or results.options.get("matrix", "core"),
+              (results.selection or {}).get("profile") or results.options.get("profile"))
+    if theirs != (matrix, profile):
+        raise ScheduleError(f"--schedule-from {path} is a run of --matrix {theirs[0]} --profile "
+                            f"{theirs[1]}, this one is --matrix {matrix} --profile {profile}; "
+                            "pass a run of the same matrix, or --schedule-from auto")
+    measured = {cid: s for cid, s in measured_seconds(results).items() if cid in estimates}
+    if not measured:
+        raise ScheduleError(f"--schedule-from {path} measured none of this run's cases; pass "
+                            "a run of the same cases, or --schedule-from auto")
+    scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
+    seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}
+    return CostModel(seconds, f"{path} ({len(measured)} of {len(estimates)} cases measured)")
+
+
+def longest_first(indices: list[int], cost_of: Callable[[int], float]) -> list[int]:
+    """``indices`` in decreasing cost, ties in their given order."""
+    return sorted(indices, key=lambda i: -cost_of(i))
+
+
+def make_scheduler(config, log, model: CostModel, case_id_of: Callable[[str], str | None]):
+    """xdist's LoadScheduling, longest first (see the module doc)."""
+    from xdist.scheduler import LoadScheduling
+
+    class LongestFirstScheduling(LoadScheduling):
+        def schedule(self) -> None:
+            if self.collection is not None or not self.collection_is_completed:
+                return super().schedule()
+            if not self._check_nodes_have_same_collection():
+                return super().schedule()  # xdist reports the difference
+            self.collection = next(iter(self.node2collection.values()))
+            order = longest_first(list(range(len(self.collection))),
+                                  lambda i: model.cost(case_id_of(self.collection[i]) or ""))
+            self.pending[:] = order
+            if not self.collection:
+                return
+            self.maxschedchunk = 1
+            # two cases per worker to start (it runs one and knows the next), dealt in turn
+            # so the longest cases start first, one on each worker
+            for _ in range(2):
+                for node in self.nodes:
+                    if self.pending:
+                        self._send_tests(node, 1)
+            if not self.pending:
+                for node in self.nodes:
+                    node.shutdown()
+
+        def check_schedule(self, node, duration: float = 0) -> None:
+            if node.shutting_down:
+                return
+            if self.pending:
+                if len(self.node2pending[node]) < 2:
+                    self._send_tests(node, 2 - len(self.node2pending[node]))
+            else:
+                node.shutdown()
+
+    return LongestFirstScheduling(config, log)

@@ -1,0 +1,83 @@
+"""Performance conformance, beside the verdict: throughput per case and sparsity efficiency
+per variant. Notes, never failures.
+
+A masked case's **sparsity efficiency** is its run time over the ``full`` variant's at the same
+shape, dtype and mode, divided by the mask's density: 1.0 when its cost follows the visible
+work, 1/density when it pays for the whole score matrix. A case whose efficiency is worse than
+``DENSE_THRESHOLD`` while its mask leaves tiles to skip (block density under
+``SKIPPABLE_BLOCK_DENSITY``) is flagged DENSE: the backend ignores block sparsity there.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+
+from records.results import Record
+
+DENSE_THRESHOLD = 2.0
+#: Below this share of non-empty 128x128 tiles a block-sparse kernel has work to skip.
+SKIPPABLE_BLOCK_DENSITY = 0.9
+
+
+@dataclass(frozen=True)
+class CasePerformance:
+    case_id: str
+    variant: str
+    run_seconds: float
+    gflops_per_second: float
+    density: float
+    block_density: float
+    efficiency: float | None  # None for the full variant, or without a full case to compare
+
+    @property
+    def dense(self) -> bool:
+        return (self.efficiency is not None and self.efficiency > DENSE_THRESHOLD
+                and self.block_density < SKIPPABLE_BLOCK_DENSITY)
+
+
+@dataclass(frozen=True)
+class VariantPerformance:
+    variant: str
+    cases: int
+    median_efficiency: float | None
+    worst_efficiency: float | None
+    dense_cases: int
+    median_gflops_per_second: float
+
+
+def case_performance(records: tuple[Record, ...] | list[Record]) -> list[CasePerformance]:
+    """Every record with performance figures, with its efficiency against ``full``."""
+    timed = [r for r in records if r.performance and r.run_seconds and r.case]
+    full = {_shape_key(r): r.run_seconds for r in timed if r.case.get("variant") == "full"}
+    rows = []
+    for r in timed:
+        perf, variant = r.performance, str(r.case.get("variant", "?"))
+        base = full.get(_shape_key(r))
+        density = float(perf.get("density", 1.0))
+        efficiency = None
+        if variant != "full" and base and density > 0:
+            efficiency = (r.run_seconds / base) / density
+        rows.append(CasePerformance(r.case_id, variant, r.run_seconds,
+                                    float(perf.get("gflops_per_second", 0.0)), density,
+                                    float(perf.get("block_density", 1.0)), efficiency))
+    return rows
+
+
+def variant_performance(rows: list[CasePerformance]) -> list[VariantPerformance]:
+    by_variant: dict[str, list[CasePerformance]] = {}
+    for row in rows:
+        by_variant.setdefault(row.variant, []).append(row)
+    summary = []
+    for variant, cases in by_variant.items():
+        effs = [c.efficiency for c in cases if c.efficiency is not None]
+        summary.append(VariantPerformance(
+            variant, len(cases), statistics.median(effs) if effs else None,
+            max(effs) if effs else None, sum(c.dense for c in cases),
+            statistics.median(c.gflops_per_second for c in cases)))
+    return summary
+
+
+def _shape_key(record: Record) -> str:
+    case = record.case
+    return json.dumps([case.get("shape"), case.get("dtype"), case.get("mode")], sort_keys=True)

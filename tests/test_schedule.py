@@ -1,0 +1,72 @@
+"""Longest first: the costs come from a measured run (or the estimate), bad input is one line,
+and under xdist the longest cases start first."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conformance.schedule import (AUTO, ESTIMATE, ScheduleError, cost_model, longest_first,
+                                  measured_seconds)
+from records import Label, Record, RunResults, load_results, write_results
+from tests.test_plugin_runs import CASES, pytest_args, run
+
+
+def _run_file(path: Path, seconds: dict[str, float], matrix="core", profile="smoke") -> Path:
+    records = tuple(Record(case_id=cid, label=Label.PASS, setup_seconds=0.0,
+                           compile_seconds=s, run_seconds=0.0) for cid, s in seconds.items())
+    write_results(RunResults({}, {"backend": "x", "profile": profile, "matrix": matrix, "seed": 0},
+                             records, "t"), path)
+    return path
+
+
+def test_measured_seconds_order_the_cases_and_the_rest_are_scaled_estimates(tmp_path):
+    ids = [c.id for c in CASES]
+    last = _run_file(tmp_path / "r.json", {ids[0]: 10.0, ids[1]: 40.0, ids[2]: 20.0})
+    model = cost_model(CASES, lambda case: 2.0, str(last), "core", "smoke", None)
+    assert model.seconds[ids[1]] == 40.0 and model.seconds[ids[3]] == pytest.approx(20.0)
+    assert "3 of 4 cases measured" in model.source
+    assert longest_first(list(range(4)), lambda i: model.cost(ids[i])) == [1, 2, 3, 0]
+
+
+def test_bad_schedule_files_are_one_line_errors_unless_auto_falls_back(tmp_path):
+    other = _run_file(tmp_path / "other.json", {CASES[0].id: 1.0}, matrix="extended")
+    with pytest.raises(ScheduleError, match="is a run of --matrix extended --profile smoke, "
+                                            "this one is --matrix core"):
+        cost_model(CASES, lambda c: 1.0, str(other), "core", "smoke", None)
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{not json")
+    with pytest.raises(ScheduleError, match="not JSON"):
+        cost_model(CASES, lambda c: 1.0, str(corrupt), "core", "smoke", None)
+    fallback = cost_model(CASES, lambda c: 1.0, AUTO, "core", "smoke", corrupt)
+    assert fallback.source.startswith("the estimate (--schedule-from") and "not JSON" in fallback.source
+    assert cost_model(CASES, lambda c: 3.0, ESTIMATE, "core", "smoke", None).seconds[CASES[0].id] == 3.0
+
+
+def test_measured_seconds_count_setup_compile_and_every_timed_run():
+    record = Record(case_id="a", label=Label.PASS, setup_seconds=1.0, compile_seconds=2.0,
+                    run_seconds=0.5)
+    run_ = RunResults({}, {"backend": "x", "profile": "smoke", "seed": 0, "timed_runs": 4},
+                      (record, Record(case_id="b", label=Label.UNSUPPORTED)), "t")
+    assert measured_seconds(run_) == {"a": 5.0}
+
+
+def test_under_xdist_the_longest_cases_start_first(tmp_path):
+    ids = [c.id for c in CASES]
+    # the last two cases of collection order are the longest by this "baseline"
+    baseline = _run_file(tmp_path / "baseline.json", {ids[0]: 1.0, ids[1]: 2.0, ids[2]: 30.0,
+                                                       ids[3]: 40.0})
+    baseline_run = load_results(baseline)
+    write_results(replace(baseline_run, selection=None), baseline)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2", "--profile", "smoke",
+                           "--schedule-from", str(baseline)))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"schedule: longest first, from {baseline} (4 of 4 cases measured)" in proc.stdout
+    results = load_results(tmp_path / "report" / "results.json")
+    by_start = [r.case_id for r in sorted(results.records, key=lambda r: r.started_at)]
+    assert set(by_start[:2]) == {ids[3], ids[2]}, by_start
+    bad = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2",
+                          "--schedule-from", str(tmp_path / "missing.json")))
+    assert bad.returncode == 4 and "--schedule-from" in bad.stderr and "no such file" in bad.stderr
