@@ -6,9 +6,10 @@ backend, profile, seed, budgets, timed runs), cold, in a subprocess under that s
 so the gate itself never imports torch and each release is measured with what it has
 installed: the candidate's python always (by default the gate's own), the baseline's when
 given. One rerun is one ``pytest conformance/`` process running every flagged case of that
-side one after the other (no ``-n``, so no case competes with another for the cores), and the
-sides take turns (baseline, candidate, baseline, ...) so that a change in the machine's load
-falls on both.
+side, with as many xdist workers as the run had (``environment.workers``), so each case gets
+the threads it had when it was flagged (the backends give each worker a share of the cores);
+the sides take turns (baseline, candidate, baseline, ...) so that a change in the machine's
+load falls on both.
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults 
     opts = side.results.options
     budget = (float(opts.get("compile_timeout") or 600) + float(opts.get("run_timeout") or 300)
               ) * len(case_ids) + RERUN_MARGIN_SECONDS
-    command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               *worker_args(side.results), *args]
     try:
         proc = subprocess.run(command, cwd=SUITE_ROOT, env=env, capture_output=True, text=True,
                               timeout=budget)
@@ -110,6 +112,12 @@ def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults 
         return load_results(report_dir / "results.json")
     except ResultsError as exc:
         return one_line(str(exc))
+
+
+def worker_args(results: RunResults) -> list[str]:
+    """``-n W`` when the run had W > 1 xdist workers (at most one per case rerun), else none."""
+    workers = results.environment.get("workers")
+    return ["-n", str(workers)] if isinstance(workers, int) and workers > 1 else []
 
 
 def confirm_decision(decision: GateDecision, measured: Remeasured) -> GateDecision:
@@ -136,7 +144,7 @@ def confirmation_note(findings: list[Finding], measured: Remeasured) -> str:
                 "--baseline-python for both releases measured side by side)")
     failed = sum(len(v) for v in measured.failures.values())
     return (f"{cases} flagged case{'s' if cases != 1 else ''} measured again "
-            f"{measured.repeats} times, cold, one case at a time: {who}; "
+            f"{measured.repeats} times, cold, as the runs ran them: {who}; "
             + ", ".join(f"{n} {status}" for status, n in counts.items())
             + (f"; {failed} reruns gave no results" if failed else ""))
 

@@ -17,7 +17,7 @@ import pytest
 
 from conformance.cli import main
 from records.results import Label, RunResults, load_results, write_results
-from reports.confirm import Side, confirm_decision, flagged_cases, remeasure
+from reports.confirm import Side, confirm_decision, flagged_cases, remeasure, worker_args
 from reports.gate import decide, gate_text
 from reports.gate_json import gate_json
 from tests.slow_backends import SLOWDOWN
@@ -66,6 +66,13 @@ def test_sides_take_turns_and_each_rerun_runs_every_flagged_case(tmp_path):
     assert calls == [("baseline", (A, B)), ("candidate", (A, B))] * 2
 
 
+def test_reruns_use_as_many_workers_as_the_run_had():
+    two = replace(run([record(A)]), environment={"workers": 2})
+    assert worker_args(two) == ["-n", "2"]
+    assert worker_args(replace(two, environment={"workers": 1})) == []
+    assert worker_args(run([record(A)])) == []  # not recorded: one process
+
+
 def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(tmp_path):
     old = run([record(A, compile_seconds=4.0)])
     new = run([record(A, compile_seconds=5.2)])
@@ -80,7 +87,7 @@ def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(t
     assert (f"  ~ COMPILE_TIME       {A}  4.00 s -> 5.20 s (x1.30 >= x1.25)\n"
             "      dismissed as noise, measured again x3: candidate median 5.10 s (4.90-5.60 over "
             "3), baseline median 5.00 s (4.80-5.30 over 3): x1.02 < x1.25\n") in text
-    assert "note: 1 flagged case measured again 3 times, cold, one case at a time: candidate " \
+    assert "note: 1 flagged case measured again 3 times, cold, as the runs ran them: candidate " \
            "with /py/candidate, baseline with /py/baseline; 1 dismissed" in text
 
 
