@@ -21,20 +21,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the top level has no options but -h, so the first word is the command; only its module
+    # is imported (another's arguments may need torch: list's name the matrices)
+    chosen = next((word for word in argv if not word.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="flexconf", description="FlexAttention conformance suite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = {}
+    module = None
     for name, (module_name, help_text) in COMMANDS.items():
         cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        module.add_arguments(cmd_parser)
-        modules[name] = module
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(cmd_parser)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(modules[args.command].run(args) or 0)
+        return int(module.run(args) or 0)
     except BrokenPipeError:  # `flexconf list | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0

@@ -291,3 +291,15 @@ def test_gate_as_a_subprocess_exits_1_on_a_regression(tmp_path):
          "--candidate", str(tmp_path / "new.json")], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("gate: MAY NOT SHIP")
+
+
+def test_the_gate_never_imports_torch(tmp_path):
+    write_results(run([record(A, compile_seconds=4.0)]), tmp_path / "old.json")
+    write_results(run([record(A, compile_seconds=6.0)]), tmp_path / "new.json")
+    script = ("import sys; from conformance.cli import main; "
+              f"code = main(['gate', '--baseline', {str(tmp_path / 'old.json')!r}, "
+              f"'--candidate', {str(tmp_path / 'new.json')!r}]); "
+              "print('torch imported' if 'torch' in sys.modules else 'torch-free', code)")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.stdout.splitlines()[-1] == "torch-free 1", proc.stdout + proc.stderr
