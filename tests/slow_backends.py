@@ -11,6 +11,10 @@ and the slower candidate with it. The wait makes most of the first call insensit
 load of a shared 2-core machine (where a sub-second eager call varies threefold), so what a
 test of the gate checks is the gate's reasoning, not the machine's speed. Its breakdown
 names the parts, so the gate can say which grew.
+
+``SlowInductorFirstCall`` plants the same share on ``cpu-inductor`` (no stand-in: its first
+call compiles for seconds), for the planted run on real releases (docs/results/README.md);
+its breakdown is Inductor's stages plus ``planted sleep``.
 """
 from __future__ import annotations
 
@@ -18,11 +22,16 @@ import os
 import time
 
 from cases.model import Case
-from conformance.backends.cpu import CpuEager
+from conformance.backends.cpu import CpuEager, CpuInductor
 
 SLOWDOWN = "FLEXCONF_TEST_FIRST_CALL_SLOWDOWN"
 SLOW_VARIANT = "causal"
 STAND_IN_COMPILE_SECONDS = 2.0
+
+
+def planted_share(case: Case) -> float:
+    """The share of its first call a case sleeps on top of it (0 unless planted)."""
+    return float(os.environ.get(SLOWDOWN) or 0) if case.variant.name == SLOW_VARIANT else 0.0
 
 
 class SlowFirstCall(CpuEager):
@@ -34,7 +43,7 @@ class SlowFirstCall(CpuEager):
 
     def prepare(self, case: Case):
         real = super().prepare(case)
-        share = float(os.environ.get(SLOWDOWN) or 0) if case.variant.name == SLOW_VARIANT else 0
+        share = planted_share(case)
         calls = [0]
 
         def call(q, k, v, score_mod, block_mask):
@@ -55,3 +64,33 @@ class SlowFirstCall(CpuEager):
 
     def compile_breakdown(self) -> dict[str, float] | None:
         return self._stages
+
+
+class SlowInductorFirstCall(CpuInductor):
+    name = "test-slow-inductor-first-call"
+    _planted: float = 0.0
+
+    def begin_case(self, cache_dir: str | None, cold: bool) -> None:
+        super().begin_case(cache_dir, cold)
+        self._planted = 0.0
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+        share = planted_share(case)
+        calls = [0]
+
+        def call(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            if calls[0] > 1:
+                return real(q, k, v, score_mod, block_mask)
+            start = time.perf_counter()
+            result = real(q, k, v, score_mod, block_mask)
+            self._planted = share * (time.perf_counter() - start)
+            time.sleep(self._planted)
+            return result
+
+        return call
+
+    def compile_breakdown(self) -> dict[str, float] | None:
+        stages = super().compile_breakdown()
+        return {**stages, "planted sleep": self._planted} if stages is not None else None
