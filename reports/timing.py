@@ -145,7 +145,7 @@ class Confirmation:
         after, before = self.candidate.median if self.candidate else None, self.compared_baseline
         if after is not None and before is not None:
             line += f": {self.rule.verdict(before, after)}"
-        if self.stage is not None:
+        if self.stage is not None and self.status == "confirmed":  # what grew, when it did
             line += f"; {self.stage.text}"
         return line
 
