@@ -186,15 +186,21 @@ def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
     full_width_rows = max(1, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv))
     window = full_width_rows * (_WINDOW_CHUNKS if mods.mask_mod is not None else 1)
     all_keys = torch.arange(s.Skv, device=heads.device)
-    for w0 in range(0, s.Sq, window):
+    w0 = 0
+    while w0 < s.Sq:
         q_idx = torch.arange(w0, min(w0 + window, s.Sq), device=heads.device)
         mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
         if mask is None:
             yield slice(w0, w0 + len(q_idx)), None
+            w0 += len(q_idx)
             continue
-        for r0, r1 in _cut_by_key_range(mask, len(q_idx), s.Hq):
+        cuts = list(_cut_by_key_range(mask, len(q_idx), s.Hq))
+        if len(cuts) > 1 and w0 + len(q_idx) < s.Sq:
+            cuts.pop()  # cut short by the window's end: the next window starts with its rows
+        for r0, r1 in cuts:
             rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(0, 1)  # a row-free mask
             yield slice(w0 + r0, w0 + r1), mask[..., rows, :]
+        w0 += cuts[-1][1]
 
 
 def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
