@@ -56,9 +56,9 @@ def performance_table(records) -> list[str]:
         lines.append(f"| {v.variant} | {v.cases} | {v.median_gflops_per_second:.3g} | {eff} | "
                      f"{worst} | {v.dense_cases} |")
     dense = [r for r in rows if r.dense]
-    lines += ["", f"DENSE (efficiency worse than {DENSE_THRESHOLD:g}x with tiles to skip): "
+    lines += ["", f"DENSE (more than {DENSE_THRESHOLD:g}x the cost of skipping the empty tiles): "
               f"{len(dense)} of {len(rows)} cases"
-              + (": " + ", ".join(f"`{r.case_id}` {r.efficiency:.2f}x" for r in dense[:8])
+              + (": " + ", ".join(f"`{r.case_id}` {r.tile_efficiency:.2f}x" for r in dense[:8])
                  if dense else "")]
     return lines
 
