@@ -1,14 +1,20 @@
-"""Speed and memory of the float64 golden, against the golden before it evaluated mods point by
-point (``--before``, a commit: its reference/golden.py, which called the mods once on broadcast
-grids), against PyTorch's own golden (eager flex_attention on float64 inputs) on the same case,
-and against this machine's float64 matmul rate, in one run.
+"""Speed and memory of the float64 golden against PyTorch's own golden (eager flex_attention on
+float64 inputs, as PyTorch's test_flex_attention checks against) on causal and ALiBi at B2 H8
+S4096 D64, ours alone on the largest core case (B4 H8 S8192 D128), and this machine's float64
+matmul rate, all in one run; optionally a golden of another commit (``--before REV``) too.
 
-    python benchmarks/bench_golden.py [--skip-largest] [--before c58e235]
+    python benchmarks/bench_golden.py [--repeats 2] [--skip-largest] [--before REV]
 
-Each measurement runs in a fresh subprocess so that peak memory (ru_maxrss) is its own;
-"extra peak" is the peak minus the resident size right after the inputs were made. Ours and
-the one before run alternately ``--repeats`` times and the fastest of each counts, so a change
-of load on a shared machine does not land on one side only.
+Each measurement runs in a fresh subprocess so that peak memory is its own; "extra peak" is
+the peak resident size (VmHWM, reset through /proc/self/clear_refs once the inputs are made and
+the imports done, before the clock) minus the resident size at that point. The goldens of one case run alternately ``--repeats``
+times and the fastest run of each counts, so a change of load on a shared machine does not land
+on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
+The matmul rate is the rate of the golden's own two products (one full-width query chunk
+against all keys, q k^T then p v, best of 5), measured before and after each case's runs (the
+faster counts); the share of it is counted on the unmasked work, 4 D flops per visible
+query-key pair. The share of a large square matmul's rate is shown beside it, a ceiling that
+does not move with the golden's chunk shapes.
 """
 from __future__ import annotations
 
@@ -22,9 +28,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The last commit whose golden evaluated mods on broadcast grids (REFERENCE_VERSION 1).
-BROADCAST_GOLDEN_COMMIT = "c58e235"
-
 CASES = [
     ("causal", "b2-h8x8-s4096x4096-d64"),
     ("alibi", "b2-h8x8-s4096x4096-d64"),
@@ -33,7 +36,7 @@ CASES = [
 ]
 
 _WORKER = r"""
-import json, resource, sys, time, warnings
+import json, re, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, ROOT)
 import torch
@@ -55,7 +58,11 @@ elif which == "before":
     golden_attention = before.golden_attention
 else:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def kib(field):
+    return int(re.search(field + r":\s+(\d+)", open("/proc/self/status").read()).group(1))
+with open("/proc/self/clear_refs", "w") as clear:  # the peak (VmHWM) restarts from here:
+    clear.write("5")  # what making the inputs peaked at is not ours
+rss0 = kib("VmRSS")
 t0 = time.perf_counter()
 if which in ("ours", "before"):
     out = golden_attention(case, inputs).out
@@ -66,8 +73,7 @@ else:
     out = flex_attention(inputs.q.double(), inputs.k.double(), inputs.v.double(),
                          score_mod=mods.score_mod, block_mask=bm)
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": seconds, "extra_peak_mb": (peak - rss0) / 1024,
+print(json.dumps({"seconds": seconds, "extra_peak_mb": (kib("VmHWM") - rss0) / 1024,
                   "checksum": float(out.double().sum())}))
 """
 
@@ -86,8 +92,9 @@ def measure(variant: str, shape: str, which: str, timeout: float, before_path: s
 
 
 def matmul_rate_gflops(shape: str) -> float:
-    """This machine's float64 rate on the golden's own two products for ``shape``, one query
-    chunk against all keys (q k^T, then p v), best of 5: the golden's ceiling."""
+    """This machine's float64 rate on the golden's own two products for ``shape``, one
+    full-width query chunk against all keys (q k^T, then p v), best of 5: the golden's
+    ceiling."""
     import torch
 
     sys.path.insert(0, str(ROOT))
@@ -105,6 +112,20 @@ def matmul_rate_gflops(shape: str) -> float:
         torch.bmm(scores, k)
         best = min(best, time.perf_counter() - t0)
     return 4.0 * s.Hq * rows * s.Skv * s.D / best / 1e9
+
+
+def square_matmul_gflops(n: int = 2048) -> float:
+    """This machine's float64 rate on one large square matmul, best of 3: a ceiling that does
+    not depend on how the golden cuts its chunks."""
+    import torch
+
+    a, b = torch.randn(n, n, dtype=torch.float64), torch.randn(n, n, dtype=torch.float64)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best / 1e9
 
 
 def unmasked_flops(variant: str, shape: str) -> float:
@@ -130,59 +151,75 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-largest", action="store_true", help="only the B2 S4096 cases")
     parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of ours "
-                        "and the one before; the fastest of each counts")
-    parser.add_argument("--before", default=BROADCAST_GOLDEN_COMMIT,
-                        help="the commit whose golden to compare with (default: the last "
-                             "broadcast one)")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each "
+                        "golden; the fastest of each counts")
+    parser.add_argument("--before", default="", help="also run the golden of this commit")
     args = parser.parse_args()
-    before_source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{args.before}:reference/golden.py"],
-        capture_output=True, text=True, check=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix="_golden_before.py", delete=False) as tmp:
-        tmp.write(before_source)
+    before_path = _golden_of(args.before) if args.before else ""
     rows = []
     for variant, shape in CASES:
         if args.skip_largest and "s8192" in shape:
             continue
-        ours_runs, before_runs = [], []
-        for _ in range(args.repeats):
-            ours_runs.append(measure(variant, shape, "ours", args.timeout))
-            before_runs.append(measure(variant, shape, "before", args.timeout, tmp.name))
-        ours, before = _fastest(ours_runs), _fastest(before_runs)
         need = pytorch_golden_bytes(shape)
+        sides = ["ours"] + (["before"] if before_path else [])
         if need > 0.8 * _machine_bytes():
-            theirs = {"error": f"not run: needs about {need / 2**30:.0f} GiB, the machine has "
-                               f"{_machine_bytes() / 2**30:.0f} GiB"}
+            theirs_error = (f"not run: needs about {need / 2**30:.0f} GiB, the machine has "
+                            f"{_machine_bytes() / 2**30:.0f} GiB")
         else:
-            theirs = measure(variant, shape, "pytorch", args.timeout)
-        rate = matmul_rate_gflops(shape)
-        row = {"case": f"{variant} {shape}", "ours": ours, "before": before, "pytorch": theirs,
-               "matmul_gflops": rate}
-        if "seconds" in ours and "seconds" in before:
-            row["time_vs_before"] = ours["seconds"] / before["seconds"]
-            row["same_output_as_before"] = abs(before["checksum"] - ours["checksum"]) < 1e-6
+            theirs_error = ""
+            sides.append("pytorch")
+        rate, square = matmul_rate_gflops(shape), square_matmul_gflops()
+        runs = {side: [] for side in sides}
+        for _ in range(args.repeats):
+            for side in sides:
+                runs[side].append(measure(variant, shape, side, args.timeout, before_path))
+        rate = max(rate, matmul_rate_gflops(shape))
+        square = max(square, square_matmul_gflops())
+        ours = _fastest(runs["ours"])
+        theirs = _fastest(runs["pytorch"]) if "pytorch" in runs else {"error": theirs_error}
+        row = {"case": f"{variant} {shape}", "ours": ours, "pytorch": theirs,
+               "matmul_gflops": rate, "square_matmul_gflops": square}
         if "seconds" in ours:
             row["golden_gflops"] = unmasked_flops(variant, shape) / ours["seconds"] / 1e9
             row["fraction_of_matmul_rate"] = row["golden_gflops"] / rate
+            row["fraction_of_square_matmul_rate"] = row["golden_gflops"] / square
         if "seconds" in ours and "seconds" in theirs:
             row["speedup"] = theirs["seconds"] / ours["seconds"]
-            row["memory_ratio"] = theirs["extra_peak_mb"] / max(ours["extra_peak_mb"], 1)
+            row["memory_ratio"] = theirs["least_extra_peak_mb"] / max(
+                ours["most_extra_peak_mb"], 1)
             row["same_output"] = abs(theirs["checksum"] - ours["checksum"]) < 1e-6
+        if before_path:
+            before = row["before"] = _fastest(runs["before"])
+            if "seconds" in ours and "seconds" in before:
+                row["time_vs_before"] = ours["seconds"] / before["seconds"]
+                row["same_output_as_before"] = abs(before["checksum"] - ours["checksum"]) < 1e-6
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(json.dumps({"rows": rows}))
-    os.unlink(tmp.name)
+    if before_path:
+        os.unlink(before_path)
     return 0
 
 
+def _golden_of(rev: str) -> str:
+    """reference/golden.py of commit ``rev``, written to a temporary file: its path."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:reference/golden.py"],
+                            capture_output=True, text=True, check=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix="_golden_before.py", delete=False) as tmp:
+        tmp.write(source)
+    return tmp.name
+
+
 def _fastest(runs: list[dict]) -> dict:
-    """The fastest run, with every run's seconds; the first error when none finished."""
+    """The fastest run, with every run's seconds and the least and most extra peak; the first
+    error when none finished."""
     done = [run for run in runs if "seconds" in run]
     if not done:
         return runs[0]
+    peaks = [run["extra_peak_mb"] for run in done]
     return dict(min(done, key=lambda run: run["seconds"]),
-                all_seconds=[round(run["seconds"], 2) for run in done])
+                all_seconds=[round(run["seconds"], 2) for run in done],
+                least_extra_peak_mb=min(peaks), most_extra_peak_mb=max(peaks))
 
 
 def _machine_bytes() -> float:

@@ -198,8 +198,13 @@ _NESTED_COMPILE_TIMERS = (
     ("aot_autograd_cumulative_compile_time_us", "backend_compile_time_s"),  # the backend
     ("inductor_cumulative_compile_time_us", "inductor_compile_time_s"),  # Inductor
     ("inductor_code_gen_cumulative_compile_time_us", "code_gen_time_s"),  # its code generation
-    ("triton_compile_time_us",),  # waiting for the kernels' compile (C++ on the CPU, Triton)
 )
+#: Waiting for kernels compiled by a pool of compile workers (in code generation).
+_ASYNC_KERNEL_WAIT = ("triton_compile_time_us",)
+#: ``dynamo_timed`` regions (torch._dynamo.utils.compilation_time_metrics) of in-process
+#: kernel compiles: every C++ compile, during lowering (the template's autotuning choices)
+#: and code generation; and the load of the generated module, which compiles what is left.
+_CXX_COMPILE, _MODULE_LOAD = "compile_file", "PyCodeCache.load_by_key_path"
 
 
 def clear_compile_metrics() -> None:
@@ -209,32 +214,57 @@ def clear_compile_metrics() -> None:
     clear = getattr(utils, "clear_compilation_metrics", None)
     if clear is not None:
         clear()
+    timed = getattr(utils, "compilation_time_metrics", None)
+    if isinstance(timed, dict):
+        timed.clear()
 
 
 def inductor_compile_stages(kernel_compile: str) -> dict[str, float] | None:
-    """The first call's compile time by stage, from torch's own timed regions (the
-    ``CompilationMetrics`` Dynamo records per compiled frame): ``dynamo_tracing`` (the frame
-    less its backend), ``aot_autograd`` (the backend less Inductor), ``inductor_lowering``
-    (Inductor less code generation), ``inductor_codegen`` (code generation less the wait for
-    the kernels' compile) and ``kernel_compile`` (named by the caller: ``cxx_compile`` on the
-    CPU, ``triton_compile`` on CUDA). None when this torch keeps no such metrics. The stages
-    do not overlap, so they sum to the frame's compile time; the caller adds ``other``."""
+    """The first call's compile time by stage, from torch's own timers, in stages that do not
+    overlap (so they sum to the frame's compile time; the caller adds ``other``):
+
+    - ``dynamo_tracing``: the frame less its backend; ``aot_autograd``: the backend less Inductor;
+    - ``inductor_lowering`` and ``inductor_codegen``: Inductor's two parts, each less the kernel
+      compiles inside it;
+    - ``kernel_compile`` (named by the caller: ``cxx_compile`` on the CPU, ``triton_compile`` on
+      CUDA): compiling kernels. In-process compiles (one compile thread, as the suite's CPU
+      workers run) are torch's ``compile_file`` regions: those during code generation are
+      bounded by the generated module's load, the rest fell in lowering (autotuning). With a
+      pool of compile workers it is the wait for them, inside code generation (compiles the
+      pool ran while lowering went on stay in lowering: they overlap it).
+
+    None when this torch keeps no such metrics. Kernel compiles that torch does not time (a
+    backend compiling inside its own call) stay in the stage they happen in.
+    """
     from torch._dynamo import utils
 
     get = getattr(utils, "get_compilation_metrics", None)
     entries = list(get()) if get is not None else []
     if not entries:
         return None
-    totals = [_timer_total(entries, names) for names in _NESTED_COMPILE_TIMERS]
-    if totals[0] is None:
+    frame, backend, inductor, codegen = (_timer_total(entries, names)
+                                         for names in _NESTED_COMPILE_TIMERS)
+    if frame is None:
         return None
-    names = ("dynamo_tracing", "aot_autograd", "inductor_lowering", "inductor_codegen",
-             kernel_compile)
-    stages: dict[str, float] = {}
-    for name, outer, inner in zip(names, totals, totals[1:] + [0.0]):
-        if outer is None:
-            break
-        stages[name] = max(0.0, outer - (inner or 0.0))
+    stages = {"dynamo_tracing": max(0.0, frame - (backend or 0.0))}
+    if backend is None:
+        return stages
+    stages["aot_autograd"] = max(0.0, backend - (inductor or 0.0))
+    if inductor is None:
+        return stages
+    codegen = codegen or 0.0
+    waited = _timer_total(entries, _ASYNC_KERNEL_WAIT) or 0.0
+    timed = getattr(utils, "compilation_time_metrics", {}) or {}
+    # with a pool, compile_file regions overlap (threads) and outlast the wall time: only the
+    # wait for the pool is the compile's own share then
+    in_process = 0.0 if waited else sum(timed.get(_CXX_COMPILE, ()))
+    module_load = min(sum(timed.get(_MODULE_LOAD, ())), codegen) if in_process else 0.0
+    in_lowering = max(0.0, in_process - module_load)
+    in_codegen = module_load + waited
+    stages["inductor_lowering"] = max(0.0, inductor - codegen - in_lowering)
+    stages["inductor_codegen"] = max(0.0, codegen - in_codegen)
+    if in_lowering or in_codegen:
+        stages[kernel_compile] = in_lowering + in_codegen
     return stages
 
 

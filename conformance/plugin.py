@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from conformance import options as opts
+from conformance.run_lifecycle import RunLifecycle, worker_count
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
@@ -166,20 +167,6 @@ def _interrupt_on_termination() -> None:
             return
 
 
-def _import_root(module: str) -> str | None:
-    """The directory ``module`` is imported from (what PYTHONPATH needs to name it again)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(module.split(".")[0])
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    origin = Path(spec.origin).resolve()
-    return str(origin.parent.parent if spec.submodule_search_locations else origin.parent)
-
-
 def _case_ids(nodeids) -> set[str]:
     return {i for i in map(_case_id, nodeids) if i is not None}
 
@@ -192,7 +179,7 @@ def _case_id(nodeid: str) -> str | None:
     return None
 
 
-class ConformanceSession:
+class ConformanceSession(RunLifecycle):
     """Per-process state of the plugin (kept in config.stash, no globals)."""
 
     def __init__(self, config, options: opts.RunOptions):
@@ -266,97 +253,11 @@ class ConformanceSession:
         try:
             require_supported_torch()
             self.backend = resolve_backend(self.options.backend)
-            self.backend.check_worker_count(_worker_count(self.config))
+            self.backend.check_worker_count(worker_count(self.config))
             load_expectations(self.options.expectations)
         except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
-
-    def start_run(self) -> None:
-        from conformance.artifacts import clear_artifacts
-        from conformance.executor import now_iso
-        from conformance.kept_outputs import clear_outputs
-        from records.store import clear_records, set_aside_results
-
-        report_dir = self.options.report_dir
-        self.schedule = self._cost_model(report_dir / "results.json")
-        if self.options.resume:
-            self._manifest = _resumable_run(self.options, self._recorded_options())
-            self._started_at = self._manifest.started_at
-            set_aside_results(report_dir)
-            return
-        self._started_at = now_iso()
-        set_aside_results(report_dir)  # no earlier run's results may look like this one's
-        clear_records(report_dir)
-        clear_outputs(report_dir)
-        clear_artifacts(report_dir)  # no link may lead to an earlier run's files
-        self._write_manifest()
-
-    def _cost_model(self, last_run: Path):
-        """The order of the cases under xdist (None: collection order, or no xdist)."""
-        from conformance.estimates import relative_cost
-        from conformance.schedule import OFF, ScheduleError, cost_model
-
-        if self.options.schedule_from == OFF or _worker_count(self.config) < 2:
-            return None
-        try:
-            model = cost_model(self.cases(), relative_cost, self.options.schedule_from,
-                               self.options.matrix, self.options.profile, last_run)
-        except ScheduleError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        self.summary_lines.append(f"schedule: longest first, from {model.source}")
-        return model
-
-    def _recorded_options(self) -> dict:
-        options = self.options.to_record()
-        options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
-        if ":" in self.options.backend:
-            options["backend_pythonpath"] = _import_root(self.options.backend.partition(":")[0])
-        return options
-
-    def _previously_selected(self) -> set[str]:
-        return set(self._manifest.selected or ()) if self._manifest else set()
-
-    def _write_manifest(self) -> None:
-        from conformance.run_info import suite_version
-        from records.store import RunManifest, write_manifest
-
-        chosen = self._expected | self._previously_selected()
-        order = [c.id for c in self.cases()]
-        selected = [cid for cid in order if cid in chosen] or None
-        write_manifest(self.options.report_dir, RunManifest(
-            self._started_at, suite_version(), self._recorded_options(), order, selected))
-
-    def finish_run(self, interrupted: bool) -> None:
-        from conformance.executor import now_iso
-        from conformance.run_info import run_selection, suite_version
-        from records.store import merge_records, write_run
-
-        report_dir = self.options.report_dir
-        order = [c.id for c in self.cases()]
-        merged = merge_records(report_dir, order)
-        from conformance.runner import run_environment
-
-        environment = merged.environment or run_environment(self.backend, 1)
-        recorded = {r.case_id for r in merged.records}
-        expected = self._expected | self._previously_selected()
-        complete = not interrupted and expected <= recorded
-        selection = run_selection(self.options, self.config.option.keyword,
-                                  self.config.option.markexpr, self.selected)
-        results = write_run(report_dir, merged, environment, self._recorded_options(),
-                            suite_version(), self._started_at, now_iso(), complete,
-                            selected_count=len(expected) or None, selection=selection)
-        counts: dict[str, int] = {}
-        for record in results.records:
-            counts[record.label.value] = counts.get(record.label.value, 0) + 1
-        tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
-                                  f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
-        self.summary_lines.append(f"results: {report_dir / 'results.json'}")
-        from conformance.kept_outputs import summary_lines
-
-        self.summary_lines.extend(summary_lines(results.records, report_dir))
-        self.summary_lines.extend(_render_report(results, report_dir))
 
     # -- worker ---------------------------------------------------------------------------
     def runner(self):
@@ -368,29 +269,6 @@ class ConformanceSession:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-
-
-#: Options a resumed run must share with the run it finishes (they change what a label means).
-_RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
-                "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase")
-
-
-def _resumable_run(options: opts.RunOptions, recorded: dict):
-    """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
-    when there is none or its options differ."""
-    from records.store import read_manifest
-
-    manifest = read_manifest(options.report_dir)
-    if manifest is None:
-        raise pytest.UsageError(f"--resume {options.report_dir}: no run's records there "
-                                "(records/run.json is missing); run without --resume")
-    for key in _RESUME_SAME:
-        before, now = manifest.options.get(key), recorded.get(key)
-        if before != now:
-            raise pytest.UsageError(
-                f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
-                f"{now!r}; resume with the run's own options")
-    return manifest
 
 
 def _build_runner(options: opts.RunOptions, workerinput: dict | None):
@@ -433,12 +311,6 @@ def _shard_ids(cases: list, options: opts.RunOptions) -> set[str] | None:
     return {c.id for c in select_shard(cases, index, count)}
 
 
-def _worker_count(config) -> int:
-    """The number of xdist workers (1 without -n)."""
-    count = getattr(config.option, "numprocesses", None)
-    return count if isinstance(count, int) and count > 0 else 1
-
-
 def _reaches_matrix(config) -> bool:
     """Whether the invocation's paths include the matrix directory (or lie inside it)."""
     for arg in config.args:
@@ -449,15 +321,3 @@ def _reaches_matrix(config) -> bool:
         if path == MATRIX_DIR or MATRIX_DIR in path.parents or path in MATRIX_DIR.parents:
             return True
     return False
-
-
-def _render_report(results, report_dir: Path) -> list[str]:
-    try:
-        from reports.render import write_report
-    except ImportError:
-        return []
-    try:
-        write_report(results, report_dir, baseline=None)
-    except Exception as exc:  # noqa: BLE001 - results.json is written; say why the report is not
-        return [f"report not written: {type(exc).__name__}: {exc}"]
-    return [f"report: {report_dir / 'index.html'}"]

@@ -7,6 +7,7 @@ query head h reads key/value head h // (Hq / Hkv); with Bkv = 1, every batch rea
 
 Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
 mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0).
+Chunks are cut by the key range their rows see, so rows that see few keys go in taller chunks.
 Mods are evaluated as flex_attention defines them, point by point (cases/pointwise.py): the
 score_mod and mask_mod of each chunk run under flex_attention's four nested torch.vmap over the
 chunk's b, h, q_idx and kv_idx, never once on broadcast index grids.
@@ -24,16 +25,24 @@ from dataclasses import dataclass, replace
 import torch
 
 from cases.inputs import Inputs, torch_dtype
-from cases.model import Case
+from cases.model import Case, Shape
 from cases.pointwise import check_mods, evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
 
 #: Version of the reference computation; part of every reference cache key.
 #: 2: mods evaluated point by point (torch.vmap), no longer on broadcast index grids.
-REFERENCE_VERSION = 2
+#: 3: chunks cut by key range (the same values up to float64 rounding: other matmul shapes).
+REFERENCE_VERSION = 3
 
-#: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements.
-_CHUNK_SCORE_ELEMENTS = 8 * 1024 * 1024
+#: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
+#: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
+#: from mmap every time: a chunk's scores, and every intermediate of its score_mod, would then
+#: be page-faulted in again chunk after chunk, which cost more than the arithmetic (8 Mi
+#: elements took 2-3x the time of 3 Mi). Smaller blocks are reused from the heap.
+_CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
+
+#: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
+_WINDOW_CHUNKS = 4
 
 
 @dataclass(frozen=True)
@@ -152,21 +161,70 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     s = case.shape
     device = inputs.q.device
     check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
-    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     heads = torch.arange(s.Hq, device=device)
-    all_keys = torch.arange(s.Skv, device=device)
     for b in range(s.B):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         batch = torch.tensor([b], device=device)
-        for q0 in range(0, s.Sq, rows):
-            q_idx = torch.arange(q0, min(q0 + rows, s.Sq), device=device)
-            span = slice(q0, q0 + len(q_idx))
+        for span, mask in _row_spans(s, mods, batch, heads):
+            q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
-            mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
             yield _Chunk(b, kv_batch, span, q, k, v, mask, _kept_keys(mask, s.Skv), batch,
                          heads, q_idx, 1.0 / math.sqrt(s.D), s.Hq // s.Hkv)
+
+
+def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
+    """(rows, mask of those rows) of one batch, the rows cut so that each chunk's score
+    matrix [Hq, rows, kept keys] holds at most _CHUNK_SCORE_ELEMENTS.
+
+    The mask is evaluated on windows of _WINDOW_CHUNKS full-width chunks of rows; a window's
+    rows are then grouped by the key range they see, so a chunk whose rows see few keys (the
+    first rows of a causal mask, a sliding window) takes more rows: fewer, taller chunks, whose
+    products are larger matmuls. Without a mask every chunk is full width.
+    """
+    full_width_rows = max(1, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv))
+    window = full_width_rows * (_WINDOW_CHUNKS if mods.mask_mod is not None else 1)
+    all_keys = torch.arange(s.Skv, device=heads.device)
+    w0 = 0
+    while w0 < s.Sq:
+        q_idx = torch.arange(w0, min(w0 + window, s.Sq), device=heads.device)
+        mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
+        if mask is None:
+            yield slice(w0, w0 + len(q_idx)), None
+            w0 += len(q_idx)
+            continue
+        cuts = list(_cut_by_key_range(mask, len(q_idx), s.Hq))
+        if len(cuts) > 1 and w0 + len(q_idx) < s.Sq:
+            cuts.pop()  # cut short by the window's end: the next window starts with its rows
+        for r0, r1 in cuts:
+            rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(0, 1)  # a row-free mask
+            yield slice(w0 + r0, w0 + r1), mask[..., rows, :]
+        w0 += cuts[-1][1]
+
+
+def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
+    """(first, stop) row ranges of a window whose kept keys (from the first to the last key
+    any of its rows sees) times rows times heads stay within _CHUNK_SCORE_ELEMENTS; a chunk
+    has at least one row. Rows that see no key widen nothing."""
+    seen = mask.reshape(-1, *mask.shape[-2:]).any(0)  # [rows or 1, Skv]
+    counts = seen.view(torch.uint8)
+    first = counts.argmax(-1).tolist()  # argmax is the first maximum: the first key seen
+    last = (counts.shape[-1] - 1 - counts.flip(-1).argmax(-1)).tolist()
+    sees_any = seen.any(-1).tolist()
+    if len(sees_any) == 1:  # the mask ignores q_idx: every row sees the same keys
+        first, last, sees_any = first * num_rows, last * num_rows, sees_any * num_rows
+    start, lo, hi = 0, None, None
+    for row in range(num_rows):
+        if sees_any[row]:
+            new_lo = first[row] if lo is None else min(lo, first[row])
+            new_hi = last[row] if hi is None else max(hi, last[row])
+            if row > start and (row - start + 1) * (new_hi - new_lo + 1) * num_heads \
+                    > _CHUNK_SCORE_ELEMENTS:
+                yield start, row
+                start, new_lo, new_hi = row, first[row], last[row]
+            lo, hi = new_lo, new_hi
+    yield start, num_rows
 
 
 def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:

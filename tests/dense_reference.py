@@ -69,3 +69,27 @@ def dense_score_transform(case: Case, scores: np.ndarray) -> np.ndarray:
         buckets = np.vectorize(lambda d: _t5_bucket(int(d), nb))(np.abs(i - j))
         return scores + table[:, buckets]
     return scores
+
+
+def dense_attention(case: Case, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                    mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Attention written out on the whole [B, Hq, Sq, Skv] grid in float64: scaled scores, the
+    variant's score transform, the mask (``dense_mask`` unless given, broadcastable to [B, Hq,
+    Sq, Skv]), softmax; a row that sees no key gives out = 0 and lse = -inf. q, k, v are float64
+    [B or 1, H, S, D] arrays (key/value heads repeated for GQA here). Returns (out, lse)."""
+    s = case.shape
+    group = s.Hq // s.Hkv
+    k = np.broadcast_to(np.repeat(k, group, axis=1), (s.B, s.Hq, s.Skv, s.D))
+    v = np.broadcast_to(np.repeat(v, group, axis=1), (s.B, s.Hq, s.Skv, s.D))
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(s.D)
+    scores = np.stack([dense_score_transform(case, scores[b]) for b in range(s.B)])
+    visible = np.broadcast_to(dense_mask(case) if mask is None else mask, scores.shape)
+    scores = np.where(visible, scores, -np.inf)
+    row_max = scores.max(-1, keepdims=True)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    weights = np.exp(scores - row_max)  # exp(-inf) = 0 where masked
+    total = weights.sum(-1, keepdims=True)
+    out = np.einsum("bhqk,bhkd->bhqd", weights, v) / np.where(total > 0, total, 1.0)
+    with np.errstate(divide="ignore"):  # log(0) = -inf: a row that sees nothing
+        lse = (row_max + np.log(total))[..., 0]
+    return out, lse

@@ -195,29 +195,40 @@ class _Metrics:
         self.__dict__.update(fields)
 
 
-@pytest.mark.parametrize("entries, expected", [
-    # torch >= 2.5: microsecond counters, nested; two compilations (a backward case) add up
-    ([_Metrics(dynamo_cumulative_compile_time_us=10_000_000,
-               aot_autograd_cumulative_compile_time_us=9_000_000,
-               inductor_cumulative_compile_time_us=8_000_000,
-               inductor_code_gen_cumulative_compile_time_us=3_000_000,
-               triton_compile_time_us=2_500_000),
-      _Metrics(dynamo_cumulative_compile_time_us=1_000_000,
-               aot_autograd_cumulative_compile_time_us=None,
-               inductor_cumulative_compile_time_us=None,
-               inductor_code_gen_cumulative_compile_time_us=None, triton_compile_time_us=None)],
+_NEW = dict(dynamo_cumulative_compile_time_us=10_000_000,
+            aot_autograd_cumulative_compile_time_us=9_000_000,
+            inductor_cumulative_compile_time_us=8_000_000,
+            inductor_code_gen_cumulative_compile_time_us=3_000_000)
+
+
+@pytest.mark.parametrize("entries, timed, expected", [
+    # a pool of compile workers: the wait for them is the kernel compile, inside codegen; two
+    # compilations (a backward case) add up
+    ([_Metrics(**_NEW, triton_compile_time_us=2_500_000),
+      _Metrics(dynamo_cumulative_compile_time_us=1_000_000)],
+     {"compile_file": [3.0, 3.0]},  # threads of the pool: overlapping, not counted
      {"dynamo_tracing": 2.0, "aot_autograd": 1.0, "inductor_lowering": 5.0,
       "inductor_codegen": 0.5, "cxx_compile": 2.5}),
-    # older torch: seconds, no kernel-compile timer (its wait stays in code generation)
+    # one compile thread: compile_file regions in process, 2 s of them in the module's load
+    ([_Metrics(**_NEW, triton_compile_time_us=None)],
+     {"compile_file": [1.5, 2.5, 1.0], "PyCodeCache.load_by_key_path": [2.0]},
+     {"dynamo_tracing": 1.0, "aot_autograd": 1.0, "inductor_lowering": 2.0,
+      "inductor_codegen": 1.0, "cxx_compile": 5.0}),
+    # older torch: seconds, no kernel-compile timer (compiles stay where they happen)
     ([_Metrics(entire_frame_compile_time_s=4.0, backend_compile_time_s=3.0,
-               inductor_compile_time_s=2.5, code_gen_time_s=1.0)],
+               inductor_compile_time_s=2.5, code_gen_time_s=1.0)], {},
      {"dynamo_tracing": 1.0, "aot_autograd": 0.5, "inductor_lowering": 1.5,
       "inductor_codegen": 1.0}),
-    ([], None),
+    ([], {}, None),
 ])
-def test_inductor_compile_stages_from_torchs_metrics(monkeypatch, entries, expected):
+def test_inductor_compile_stages_from_torchs_metrics(monkeypatch, entries, timed, expected):
     from torch._dynamo import utils
 
     monkeypatch.setattr(utils, "get_compilation_metrics", lambda: entries)
+    monkeypatch.setattr(utils, "compilation_time_metrics", timed)
     stages = compat.inductor_compile_stages("cxx_compile")
     assert stages == (pytest.approx(expected) if expected else None)
+    if expected:  # the stages never overlap: they sum to the frame
+        assert sum(stages.values()) == pytest.approx(
+            sum(getattr(e, "dynamo_cumulative_compile_time_us", 0) or 0 for e in entries) / 1e6
+            or entries[0].entire_frame_compile_time_s)

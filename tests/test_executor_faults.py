@@ -53,6 +53,8 @@ def test_fault_gets_its_label_and_the_next_case_passes(backend, label, first_lin
     assert fault.case_id == FAULTY.id and fault.case == FAULTY.to_json()
     if label is Label.MISMATCH:  # the verdict's numbers and its one-line summary
         assert fault.metrics and fault.message and "\n" not in fault.message
+    if label is Label.COMPILE_ERROR:  # the seconds the compiler ran before it failed
+        assert fault.compile_seconds is not None and fault.compile_seconds >= 0
     assert after.label is Label.PASS, after.message
     assert after.compile_seconds is not None and after.run_seconds is not None
     assert after.metrics  # a PASS keeps the verdict's numbers too

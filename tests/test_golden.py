@@ -16,7 +16,7 @@ from cases.inputs import Inputs, make_inputs
 from cases.model import Case, Shape
 from cases.variants import Mods, build_mods
 from reference.golden import baseline_attention, chunked_attention, golden_attention
-from tests.dense_reference import dense_mask, dense_score_transform
+from tests.dense_reference import dense_attention, dense_mask, dense_score_transform
 
 
 def small_variants(seq: int) -> list:
@@ -114,6 +114,75 @@ def test_chunking_and_key_skipping_do_not_change_the_result(monkeypatch):
     chunked = golden_attention(case, inputs)
     torch.testing.assert_close(chunked.out, whole.out, rtol=1e-13, atol=1e-14)
     torch.testing.assert_close(chunked.lse, whole.lse, rtol=1e-13, atol=1e-14)
+
+
+#: A chunk's score matrix of 16 full-width rows at Hq = 4, Skv = 256: a window is 64 rows, so
+#: the first rows of a causal mask take chunks taller than 16 rows.
+_SMALL_CHUNKS = 4 * 256 * 16
+
+
+def _chunks_of(case: Case, inputs: Inputs, mods: Mods) -> list:
+    return list(golden_module._chunks(case, inputs, mods, torch.float64))
+
+
+def _assert_equals_dense(case: Case, inputs: Inputs, mods: Mods, mask=None) -> None:
+    got_out, got_lse = chunked_attention(case, inputs, mods, torch.float64)
+    q, k, vv = (t.double().numpy() for t in (inputs.q, inputs.k, inputs.v))
+    want_out, want_lse = dense_attention(case, q, k, vv, mask)
+    torch.testing.assert_close(got_out, torch.from_numpy(want_out), rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(got_lse, torch.from_numpy(want_lse), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("variant", [v.causal(), v.alibi(), v.sliding_window(40),
+                                     v.document(), v.prefix_lm(24), v.softcap(5.0),
+                                     v.rel_bias(8), v.full()], ids=lambda var: var.name)
+@pytest.mark.parametrize("shape", [Shape(2, 4, 2, 256, 256, 16),
+                                   Shape(2, 4, 4, 256, 256, 8, Bkv=1)], ids=["gqa", "bkv1"])
+def test_golden_equals_a_dense_float64_evaluation_with_small_chunks(monkeypatch, variant,
+                                                                    shape):
+    """Chunks cut by key range, taller where rows see few keys, with skipped key columns."""
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    case = Case(variant, shape, "bf16")
+    inputs = make_inputs(case, 3)
+    _assert_equals_dense(case, inputs, build_mods(variant, shape))
+
+
+def test_key_ranges_are_skipped_and_chunks_grow_where_rows_see_few_keys(monkeypatch):
+    """What the dense comparison above covers: the causal golden really skips key columns,
+    and its first chunks are taller than a full-width chunk."""
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    shape = Shape(1, 4, 4, 256, 256, 16)
+    for variant in (v.causal(), v.sliding_window(40)):
+        case = Case(variant, shape, "bf16")
+        chunks = _chunks_of(case, make_inputs(case, 0), build_mods(variant, shape))
+        widths = [c.keys.stop - c.keys.start for c in chunks]
+        heights = [c.rows.stop - c.rows.start for c in chunks]
+        assert min(widths) < shape.Skv, variant.name  # key columns skipped
+        assert max(heights) > _SMALL_CHUNKS // (shape.Hq * shape.Skv), variant.name
+        assert all(c.q.shape[0] * h * w <= _SMALL_CHUNKS
+                   for c, h, w in zip(chunks, heights, widths) if h > 1)
+    assert widths[-1] == 40 + heights[-1] - 1  # a sliding window: the keys on both sides
+
+
+def test_chunks_of_rows_that_see_nothing_give_zero_and_minus_inf_like_a_dense_evaluation(
+        monkeypatch):
+    """Rows 40.. see no key: whole chunks of them are skipped, the result is still the dense
+    one (out = 0, lse = -inf there)."""
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    shape = Shape(2, 4, 2, 256, 256, 16)
+    case = Case(v.causal(), shape, "fp32")
+    inputs = make_inputs(case, 4)
+
+    def rows_from_40_see_nothing(b, h, q_idx, kv_idx):
+        return (q_idx < 40) & (kv_idx <= q_idx)
+
+    mods = Mods(rows_from_40_see_nothing, None)
+    i, j = np.arange(256)[:, None], np.arange(256)[None, :]
+    _assert_equals_dense(case, inputs, mods, mask=(i < 40) & (j <= i))
+    empty = [c for c in _chunks_of(case, inputs, mods) if c.keys == slice(0, 0)]
+    assert empty and all(c.rows.start >= 40 for c in empty)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    assert torch.all(out[:, :, 40:] == 0) and torch.all(lse[:, :, 40:] == -math.inf)
 
 
 def test_reference_never_calls_flex_attention_or_sdpa(monkeypatch):
