@@ -34,6 +34,17 @@ def planted_share(case: Case) -> float:
     return float(os.environ.get(SLOWDOWN) or 0) if case.variant.name == SLOW_VARIANT else 0.0
 
 
+def _first_call_then(first, later):
+    """A callable that runs ``first`` on its first call (the compile phase) and ``later`` after."""
+    calls = [0]
+
+    def call(q, k, v, score_mod, block_mask):
+        calls[0] += 1
+        return (first if calls[0] == 1 else later)(q, k, v, score_mod, block_mask)
+
+    return call
+
+
 class SlowFirstCall(CpuEager):
     name = "test-slow-first-call"
     _stages: dict[str, float] | None = None
@@ -44,23 +55,19 @@ class SlowFirstCall(CpuEager):
     def prepare(self, case: Case):
         real = super().prepare(case)
         share = planted_share(case)
-        calls = [0]
 
-        def call(q, k, v, score_mod, block_mask):
-            calls[0] += 1
-            if calls[0] > 1:
-                return real(q, k, v, score_mod, block_mask)
+        def first(*args):
             start = time.perf_counter()
             time.sleep(STAND_IN_COMPILE_SECONDS)
             waited = time.perf_counter() - start
-            result = real(q, k, v, score_mod, block_mask)
+            result = real(*args)
             seconds = time.perf_counter() - start
             time.sleep(share * seconds)
             self._stages = {"stand-in compile": waited, "flex_attention": seconds - waited,
                             "planted sleep": share * seconds}
             return result
 
-        return call
+        return _first_call_then(first, real)
 
     def compile_breakdown(self) -> dict[str, float] | None:
         return self._stages
@@ -77,19 +84,15 @@ class SlowInductorFirstCall(CpuInductor):
     def prepare(self, case: Case):
         real = super().prepare(case)
         share = planted_share(case)
-        calls = [0]
 
-        def call(q, k, v, score_mod, block_mask):
-            calls[0] += 1
-            if calls[0] > 1:
-                return real(q, k, v, score_mod, block_mask)
+        def first(*args):
             start = time.perf_counter()
-            result = real(q, k, v, score_mod, block_mask)
+            result = real(*args)
             self._planted = share * (time.perf_counter() - start)
             time.sleep(self._planted)
             return result
 
-        return call
+        return _first_call_then(first, real)
 
     def compile_breakdown(self) -> dict[str, float] | None:
         stages = super().compile_breakdown()
