@@ -28,11 +28,13 @@ from cases.inputs import Inputs, torch_dtype
 from cases.model import Case, Shape
 from cases.pointwise import check_mods, evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
+from reference.heap import keep_freed_heap
 
 #: Version of the reference computation; part of every reference cache key.
 #: 2: mods evaluated point by point (torch.vmap), no longer on broadcast index grids.
 #: 3: chunks cut by key range (the same values up to float64 rounding: other matmul shapes).
-REFERENCE_VERSION = 3
+#: 4: scale folded into q, exp as exp2, P V as (V^T P^T)^T (float64 rounding only, see _attend).
+REFERENCE_VERSION = 4
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
 #: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
@@ -43,6 +45,14 @@ _CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
 
 #: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
 _WINDOW_CHUNKS = 4
+
+#: exp(x) is computed as exp2(x * log2(e)), as flex_attention's Triton kernels compute their
+#: softmax: torch's float64 exp falls to a slow path (3-7x) wherever its result underflows,
+#: which ALiBi's distant keys and every masked -inf do, and exp2 does not. x = s - rowmax is
+#: formed first (exactly, where it matters: near the row's maximum), so the one extra rounding
+#: changes a probability by at most |x| * 2^-53 relative: a term e^x carries an error of at
+#: most e^-1 * 2^-53 of the largest term.
+_LOG2E = 1.0 / math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,7 @@ def chunked_attention(
     With ``probs_dtype``, the unnormalized probabilities exp(s - rowmax) are rounded to it
     before the product with V (the normalizer is summed before rounding).
     """
+    keep_freed_heap()
     s = case.shape
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
@@ -114,6 +125,7 @@ def chunked_gradients(
 ) -> dict[str, torch.Tensor]:
     """dQ, dK, dV of sum(out * grad_out), chunk by chunk (autograd through one query chunk
     at a time, so memory stays bounded like the forward). Shapes follow q, k, v."""
+    keep_freed_heap()
     s = case.shape
     device = inputs.q.device
     dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
@@ -274,7 +286,10 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     """Softmax attention of one query chunk over its kept key columns.
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
-    batched matmuls over the key/value heads with no copies.
+    batched matmuls over the key/value heads with no copies. The golden (float64) folds the
+    scale into q, a pass over [Hq, n, D] instead of one over the scores, and the baseline scales
+    its float32 scores as fused kernels do; P V is computed as (V^T P^T)^T, which MKL runs at
+    about 1.3x the rate of P V's own layout. Both change the golden by float64 rounding only.
     """
     q, k, v, keys, mask, group = chunk.q, chunk.k, chunk.v, chunk.keys, chunk.mask, chunk.group
     hq, n, d = q.shape
@@ -284,8 +299,12 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     if m == 0:  # every row of the chunk is fully masked
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
+    golden = q.dtype == torch.float64
+    if golden:  # the scale folded into q: a pass over [Hq, n, D], not over the scores
+        q = q * chunk.scale
     scores = torch.bmm(q.reshape(hkv, group * n, d), k_sel.transpose(1, 2)).view(hq, n, m)
-    scores.mul_(chunk.scale)
+    if not golden:
+        scores.mul_(chunk.scale)
     if mods.score_mod is not None:
         kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
         modded = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
@@ -296,11 +315,13 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
     row_max = scores.detach().amax(-1, keepdim=True)
     row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
-    probs = scores.sub_(row_max).exp_()
+    probs = scores.sub_(row_max).mul_(_LOG2E).exp2_()  # exp(x) as exp2(x log2 e): _LOG2E
     denom = probs.sum(-1, keepdim=True)  # >= 1 (the max term is exp(0)) unless fully masked
     if probs_dtype is not None:
         probs = probs.to(probs_dtype).to(q.dtype)
-    out = torch.bmm(probs.view(hkv, group * n, m), v_sel).view(hq, n, -1)
+    # P V as (V^T P^T)^T: the same sums in the layout MKL runs fastest (see _attend's doc)
+    out = torch.bmm(v_sel.transpose(1, 2), probs.view(hkv, group * n, m).transpose(1, 2))
+    out = out.transpose(1, 2).reshape(hq, n, -1)
     out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
     lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse

@@ -3,6 +3,8 @@ flex_attention in float64; it is exact about masking, GQA, broadcast and chunkin
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,3 +236,44 @@ def test_masks_that_ignore_kv_idx_or_return_a_constant_cover_every_key():
         want, want_lse = flex_attention(q, k, vv, block_mask=block_mask, return_lse=True)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
         torch.testing.assert_close(got_lse, want_lse, rtol=1e-12, atol=1e-12, msg=name)
+
+
+_HEAP_PROBE = """
+import ctypes, sys, torch
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "keep":
+    from reference.heap import keep_freed_heap
+    assert keep_freed_heap()
+before = libc.mallinfo2()
+blocks = [torch.empty(3 * 1024 * 1024, dtype=torch.float64).fill_(1.0) for _ in range(3)]
+held = libc.mallinfo2()
+del blocks
+freed = libc.mallinfo2()
+print((held.hblkhd - before.hblkhd) >> 20, (freed.arena - before.arena) >> 20)
+"""
+
+
+@pytest.mark.skipif("glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""),
+                    reason="glibc's malloc only")
+def test_the_golden_keeps_freed_chunk_memory_in_its_heap_for_the_next_chunk():
+    """Three chunk-sized blocks (24 MiB each), held then freed: by default glibc serves them
+    with mmap and gives them back on free (the next chunk page-faults them in again); after
+    keep_freed_heap they come from the heap, which keeps them when they are freed."""
+    import subprocess
+    import sys
+
+    def probe(mode: str) -> tuple[int, int]:
+        """(MiB the blocks took from mmap, MiB the heap grew by and kept after the free)"""
+        out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, mode], capture_output=True,
+                             text=True, check=True, cwd=str(Path(__file__).parents[1])).stdout
+        mmapped_mb, heap_kept_mb = map(int, out.split())
+        return mmapped_mb, heap_kept_mb
+
+    mmapped, heap_kept = probe("default")
+    assert mmapped >= 72 and heap_kept < 24
+    mmapped, heap_kept = probe("keep")
+    assert mmapped < 24 and heap_kept >= 48  # most of the 72 MiB (some fit in free heap)
