@@ -33,7 +33,7 @@ from reference.heap import keep_freed_heap
 #: Version of the reference computation; part of every reference cache key.
 #: 2: mods evaluated point by point (torch.vmap), no longer on broadcast index grids.
 #: 3: chunks cut by key range (the same values up to float64 rounding: other matmul shapes).
-#: 4: scale folded into q, exp as exp2, P V as (V^T P^T)^T (float64 rounding only, see _attend).
+#: 4: scale (and, without a score_mod, log2 e) folded into q, exp as exp2 (float64 rounding).
 REFERENCE_VERSION = 4
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
@@ -53,6 +53,7 @@ _WINDOW_CHUNKS = 4
 #: changes a probability by at most |x| * 2^-53 relative: a term e^x carries an error of at
 #: most e^-1 * 2^-53 of the largest term.
 _LOG2E = 1.0 / math.log(2.0)
+_LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
@@ -287,9 +288,10 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
-    scale into q, a pass over [Hq, n, D] instead of one over the scores, and the baseline scales
-    its float32 scores as fused kernels do; P V is computed as (V^T P^T)^T, which MKL runs at
-    about 1.3x the rate of P V's own layout. Both change the golden by float64 rounding only.
+    scale into q, a pass over [Hq, n, D] instead of one over the scores (float64 rounding
+    only), and the baseline scales its float32 scores as fused kernels do. P V keeps its own
+    layout: (V^T P^T)^T ran at 1.3x its rate at some chunk shapes and at half at others (MKL,
+    by the number of rows), so it was left out.
     """
     q, k, v, keys, mask, group = chunk.q, chunk.k, chunk.v, chunk.keys, chunk.mask, chunk.group
     hq, n, d = q.shape
@@ -300,8 +302,11 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     golden = q.dtype == torch.float64
+    # Without a score_mod nothing needs the scores in natural units: the golden's are made in
+    # log2 units (log2(e) folded into the scale too), one pass fewer before exp2.
+    log2_units = golden and mods.score_mod is None
     if golden:  # the scale folded into q: a pass over [Hq, n, D], not over the scores
-        q = q * chunk.scale
+        q = q * (chunk.scale * _LOG2E if log2_units else chunk.scale)
     scores = torch.bmm(q.reshape(hkv, group * n, d), k_sel.transpose(1, 2)).view(hq, n, m)
     if not golden:
         scores.mul_(chunk.scale)
@@ -315,13 +320,15 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
     row_max = scores.detach().amax(-1, keepdim=True)
     row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
-    probs = scores.sub_(row_max).mul_(_LOG2E).exp2_()  # exp(x) as exp2(x log2 e): _LOG2E
+    shifted = scores.sub_(row_max)
+    probs = (shifted if log2_units else shifted.mul_(_LOG2E)).exp2_()  # exp as exp2: _LOG2E
     denom = probs.sum(-1, keepdim=True)  # >= 1 (the max term is exp(0)) unless fully masked
     if probs_dtype is not None:
         probs = probs.to(probs_dtype).to(q.dtype)
-    # P V as (V^T P^T)^T: the same sums in the layout MKL runs fastest (see _attend's doc)
-    out = torch.bmm(v_sel.transpose(1, 2), probs.view(hkv, group * n, m).transpose(1, 2))
-    out = out.transpose(1, 2).reshape(hq, n, -1)
+    out = torch.bmm(probs.view(hkv, group * n, m), v_sel).view(hq, n, -1)
     out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
-    lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
+    if log2_units:
+        lse = (row_max + torch.log2(denom)).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
+    else:
+        lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse
