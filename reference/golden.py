@@ -222,9 +222,9 @@ def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
     has at least one row. Rows that see no key widen nothing."""
     seen = mask.reshape(-1, *mask.shape[-2:]).any(0)  # [rows or 1, Skv]
     counts = seen.view(torch.uint8)
-    first = counts.argmax(-1).tolist()  # argmax is the first maximum: the first key seen
+    sees, first = counts.max(-1)  # max's index is the first maximum's: the first key seen
+    first, sees_any = first.tolist(), sees.bool().tolist()  # one pass: any(-1) took as long
     last = (counts.shape[-1] - 1 - counts.flip(-1).argmax(-1)).tolist()
-    sees_any = seen.any(-1).tolist()
     if len(sees_any) == 1:  # the mask ignores q_idx: every row sees the same keys
         first, last, sees_any = first * num_rows, last * num_rows, sees_any * num_rows
     start, lo, hi = 0, None, None
