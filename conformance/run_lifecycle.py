@@ -29,7 +29,7 @@ class RunLifecycle:
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options())
             self._started_at = self._manifest.started_at
-            set_aside_results(report_dir)
+            set_aside_results(report_dir, resuming=self._manifest)
             return
         self._started_at = now_iso()
         set_aside_results(report_dir)  # no earlier run's results may look like this one's

@@ -81,11 +81,19 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
                        data.get("selected"))
 
 
-def set_aside_results(report_dir: str | Path) -> list[Path]:
+def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = None) -> list[Path]:
     """Move an earlier run's results.json, index.html and summary.md into ``previous/``, so
     that while this run goes on, and after it is killed, nothing in the directory looks like
-    its results. Returns where they went."""
+    its results. Returns where they went.
+
+    A run that ``resuming`` finishes set the run before it aside when it started, and may have
+    left its own partial results (interrupted, or ``flexconf recover``ed): those are removed
+    instead, so ``previous/`` keeps the last run before it, not a rendering of its own part."""
     report_dir = Path(report_dir)
+    if resuming is not None and _results_started_at(report_dir) == resuming.started_at:
+        for name in RESULT_FILES:
+            (report_dir / name).unlink(missing_ok=True)
+        return []
     moved = []
     for name in RESULT_FILES:
         source = report_dir / name
@@ -95,6 +103,14 @@ def set_aside_results(report_dir: str | Path) -> list[Path]:
             source.replace(target)
             moved.append(target)
     return moved
+
+
+def _results_started_at(report_dir: Path) -> str | None:
+    """When the run of ``report_dir``'s results.json started; None without a readable one."""
+    try:
+        return str(json.loads((report_dir / RESULT_FILES[0]).read_text())["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def finished_ids(report_dir: str | Path) -> set[str]:

@@ -96,6 +96,8 @@ def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run
     assert "2 passed" in resumed.stdout and "1 deselected" in resumed.stdout  # full: done
     whole = load_results(report / "results.json")
     assert whole.complete and whole.started_at == partial.started_at
+    # previous/ still holds the run before, not the recovered rendering of this one's part
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
 
     (tmp_path / "fresh").mkdir()
     fresh = run(pytest_args(tmp_path / "fresh", BACKEND, CASES[:3]))
