@@ -1,8 +1,8 @@
 """`flexconf gate --baseline OLD.json --candidate NEW.json [--expectations FILE]
 [--compile-time-budget 1.25] [--compile-time-slack 0.5] [--run-time-budget 1.25]
 [--run-time-slack SECONDS] [--confirm N [--baseline-python PY] [--candidate-python PY]
-[--confirm-dir DIR]] [--markdown OUT.md] [--json OUT.json] [--junit OUT.xml]
-[--strict-expectations]`.
+[--confirm-dir DIR] [--confirm-max-cases K]] [--markdown OUT.md] [--json OUT.json]
+[--junit OUT.xml] [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
 ``--json`` and ``--junit`` then record the refusal).
@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure the cases of compile- and run-time findings again N "
                              "times, cold, and block only on the findings the medians confirm "
                              "(off by default: one measurement per run decides)")
+    parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
+                        help="with --confirm: measure at most K flagged cases again, those that "
+                             "grew most (default 20); the others stay unconfirmed and block")
     parser.add_argument("--candidate-python", metavar="PY",
                         help="with --confirm: the python that has the candidate installed "
                              "(default: the one running the gate)")
@@ -103,9 +106,13 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
     if args.confirm < 0:
         raise ValueError(f"--confirm {args.confirm} is negative; give how many times to measure "
                          "each flagged case again, e.g. --confirm 3")
+    if args.confirm_max_cases is not None and args.confirm_max_cases < 1:
+        raise ValueError(f"--confirm-max-cases {args.confirm_max_cases} is below 1; give how "
+                         "many flagged cases to measure again at most, e.g. --confirm-max-cases 20")
     for flag, value in (("--baseline-python", args.baseline_python),
                         ("--candidate-python", args.candidate_python),
-                        ("--confirm-dir", args.confirm_dir)):
+                        ("--confirm-dir", args.confirm_dir),
+                        ("--confirm-max-cases", args.confirm_max_cases)):
         if value and not args.confirm:
             raise ValueError(f"{flag} {value} is used only by --confirm N; add e.g. --confirm 3")
     for flag, value in (("--baseline-python", args.baseline_python),
@@ -116,10 +123,10 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
 
 
 def _confirm(args, decision, baseline, candidate):
-    from reports.confirm import (Side, confirm_decision, default_python, flagged_cases,
-                                 remeasure)
+    from reports.confirm import (DEFAULT_MAX_CASES, Side, confirm_decision, default_python,
+                                 flagged_cases, remeasure)
 
-    cases = flagged_cases(decision)
+    cases = flagged_cases(decision, args.confirm_max_cases or DEFAULT_MAX_CASES)
     if not cases:
         return decision
     sides = [Side("candidate", candidate, args.candidate_python or default_python())]

@@ -58,9 +58,24 @@ class Remeasured:
 Rerun = Callable[[Side, list[str], Path], "RunResults | str"]
 
 
-def flagged_cases(decision: GateDecision) -> list[str]:
-    """The case ids of the time findings, in the decision's order, each once."""
-    return list(dict.fromkeys(f.subject for f in decision.findings if f.rule is not None))
+#: How many flagged cases ``--confirm`` measures again at most, by default. Each costs N cold
+#: reruns per side; a run with more findings than this is rarely noise.
+DEFAULT_MAX_CASES = 20
+
+
+def flagged_cases(decision: GateDecision, limit: int | None = None) -> list[str]:
+    """The case ids of the time findings, each once: in the decision's order, or with
+    ``limit``, at most that many, those that grew most first."""
+    cases = list(dict.fromkeys(f.subject for f in decision.findings if f.rule is not None))
+    if limit is None or len(cases) <= limit:
+        return cases
+    growth = {}
+    for f in decision.findings:
+        if f.rule is not None:
+            before, after = (MEASURES[f.rule.measure](r) for r in (f.old, f.new))
+            ratio = after / before if before and after is not None else float("inf")
+            growth[f.subject] = max(growth.get(f.subject, 0.0), ratio)
+    return sorted(cases, key=lambda cid: -growth[cid])[:limit]
 
 
 def remeasure(sides: list[Side], case_ids: list[str], repeats: int, workdir: Path,
@@ -121,17 +136,21 @@ def worker_args(results: RunResults) -> list[str]:
 
 
 def confirm_decision(decision: GateDecision, measured: Remeasured) -> GateDecision:
-    """The decision with every time finding confirmed, dismissed or unmeasured on the
-    repeated figures; only dismissed ones stop blocking."""
-    findings = [_confirmed(f, measured) if f.rule is not None else f for f in decision.findings]
-    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED"]
+    """The decision with every time finding of a case measured again confirmed, dismissed or
+    unmeasured on the repeated figures; only dismissed ones stop blocking. Findings of cases
+    left out (``--confirm-max-cases``) stay unconfirmed, and block."""
+    remeasured = set(measured.records.get("candidate", {}))
+    findings = [_confirmed(f, measured) if f.rule is not None and f.subject in remeasured
+                else f for f in decision.findings]
+    left_out = len({f.subject for f in findings if f.rule is not None} - remeasured)
+    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED" or left_out]
     if any(f.rule for f in findings):
-        notes.append(Note("CONFIRMATION", confirmation_note(findings, measured)))
+        notes.append(Note("CONFIRMATION", confirmation_note(findings, measured, left_out)))
     return replace(decision, findings=ordered(findings), notes=tuple(notes))
 
 
-def confirmation_note(findings: list[Finding], measured: Remeasured) -> str:
-    cases = len({f.subject for f in findings if f.rule is not None})
+def confirmation_note(findings: list[Finding], measured: Remeasured, left_out: int = 0) -> str:
+    cases = len({f.subject for f in findings if f.rule is not None}) - left_out
     counts = {}
     for f in findings:
         if f.confirmation is not None:
@@ -146,7 +165,10 @@ def confirmation_note(findings: list[Finding], measured: Remeasured) -> str:
     return (f"{cases} flagged case{'s' if cases != 1 else ''} measured again "
             f"{measured.repeats} times, cold, as the runs ran them: {who}; "
             + ", ".join(f"{n} {status}" for status, n in counts.items())
-            + (f"; {failed} reruns gave no results" if failed else ""))
+            + (f"; {failed} reruns gave no results" if failed else "")
+            + (f"; {left_out} more flagged case{'s' if left_out != 1 else ''} not measured "
+               f"again (--confirm-max-cases: those that grew most were), their findings "
+               "unconfirmed and blocking" if left_out else ""))
 
 
 def _confirmed(finding: Finding, measured: Remeasured) -> Finding:

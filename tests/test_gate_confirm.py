@@ -271,3 +271,39 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
         for side in ("baseline", "candidate"):
             assert len(f["confirmation"][side]["seconds"]) == 3, f["confirmation"]
     assert found[slow]["confirmation"]["stage_grew_most"]["stage"] == "planted sleep"
+
+
+def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path):
+    """Three flagged cases, at most two measured again: the two that grew most; the third's
+    finding stays unconfirmed and blocks, and the note says so."""
+    C = case_id(seq=512)
+    old = run([record(c, compile_seconds=4.0) for c in (A, B, C)])
+    new = run([record(A, compile_seconds=5.2), record(B, compile_seconds=9.0),
+               record(C, compile_seconds=7.0)])
+    decision = decide(old, new)
+    assert flagged_cases(decision, 2) == [B, C]
+    assert sorted(flagged_cases(decision)) == sorted([A, B, C])
+    sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
+    calls: list = []
+    measured = remeasure(sides, flagged_cases(decision, 2), 1, tmp_path,
+                         rerun=rerun_giving({"baseline": [4.0], "candidate": [4.1]}, calls))
+    assert calls == [("baseline", (B, C)), ("candidate", (B, C))]
+    confirmed_decision = confirm_decision(decision, measured)
+    status = {f.subject: f.confirmation.status if f.confirmation else "unconfirmed"
+              for f in confirmed_decision.findings}
+    assert status == {A: "unconfirmed", B: "dismissed", C: "dismissed"}
+    assert not confirmed_decision.may_ship  # A was never measured again: it still blocks
+    [note] = [n.text for n in confirmed_decision.notes if n.kind == "CONFIRMATION"]
+    assert note.startswith("2 flagged cases measured again 1 times")
+    assert note.endswith("; 1 more flagged case not measured again (--confirm-max-cases: those "
+                         "that grew most were), their findings unconfirmed and blocking")
+
+
+def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_path, capsys):
+    for extra, words in ((("--confirm", "2", "--confirm-max-cases", "0"),
+                          "--confirm-max-cases 0 is below 1"),
+                         (("--confirm-max-cases", "5"), "--confirm-max-cases 5 is used only by "
+                                                        "--confirm N")):
+        assert gate(tmp_path, run([record(A)]), run([record(A)]), *extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
