@@ -90,7 +90,8 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     left its own partial results (interrupted, or ``flexconf recover``ed): those are removed
     instead, so ``previous/`` keeps the last run before it, not a rendering of its own part."""
     report_dir = Path(report_dir)
-    if resuming is not None and _results_started_at(report_dir) == resuming.started_at:
+    if resuming is not None and resuming.started_at \
+            and _results_started_at(report_dir) == resuming.started_at:
         for name in RESULT_FILES:
             (report_dir / name).unlink(missing_ok=True)
         return []

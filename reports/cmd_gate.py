@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "times, cold, and block only on the findings the medians confirm "
                              "(off by default: one measurement per run decides)")
     parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
-                        help="with --confirm: measure at most K flagged cases again, those that "
-                             "grew most (default 20); the others stay unconfirmed and block")
+                        help="with --confirm: measure at most K flagged cases again, those whose "
+                             "time grew by the largest factor (default 20); the others stay "
+                             "unconfirmed and block")
     parser.add_argument("--candidate-python", metavar="PY",
                         help="with --confirm: the python that has the candidate installed "
                              "(default: the one running the gate)")

@@ -65,7 +65,8 @@ DEFAULT_MAX_CASES = 20
 
 def flagged_cases(decision: GateDecision, limit: int | None = None) -> list[str]:
     """The case ids of the time findings, each once: in the decision's order, or with
-    ``limit``, at most that many, those that grew most first."""
+    ``limit``, at most that many, those whose time grew by the largest factor first (ties in
+    the decision's order)."""
     cases = list(dict.fromkeys(f.subject for f in decision.findings if f.rule is not None))
     if limit is None or len(cases) <= limit:
         return cases
@@ -142,18 +143,21 @@ def confirm_decision(decision: GateDecision, measured: Remeasured) -> GateDecisi
     remeasured = set(measured.records.get("candidate", {}))
     findings = [_confirmed(f, measured) if f.rule is not None and f.subject in remeasured
                 else f for f in decision.findings]
-    left_out = len({f.subject for f in findings if f.rule is not None} - remeasured)
-    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED" or left_out]
+    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED"]  # the note below says it
     if any(f.rule for f in findings):
-        notes.append(Note("CONFIRMATION", confirmation_note(findings, measured, left_out)))
+        notes.append(Note("CONFIRMATION", confirmation_note(findings, measured, remeasured)))
     return replace(decision, findings=ordered(findings), notes=tuple(notes))
 
 
-def confirmation_note(findings: list[Finding], measured: Remeasured, left_out: int = 0) -> str:
-    cases = len({f.subject for f in findings if f.rule is not None}) - left_out
+def confirmation_note(findings: list[Finding], measured: Remeasured,
+                      remeasured: set[str]) -> str:
+    """What measuring again found: per status, the findings of the cases measured again; and
+    how many flagged cases were left out (--confirm-max-cases)."""
+    flagged = {f.subject for f in findings if f.rule is not None}
+    cases, left_out = len(flagged & remeasured), len(flagged - remeasured)
     counts = {}
     for f in findings:
-        if f.confirmation is not None:
+        if f.confirmation is not None and f.subject in remeasured:
             counts[f.confirmation.status] = counts.get(f.confirmation.status, 0) + 1
     who = f"candidate with {measured.pythons['candidate']}"
     if "baseline" in measured.pythons:
@@ -167,8 +171,8 @@ def confirmation_note(findings: list[Finding], measured: Remeasured, left_out: i
             + ", ".join(f"{n} {status}" for status, n in counts.items())
             + (f"; {failed} reruns gave no results" if failed else "")
             + (f"; {left_out} more flagged case{'s' if left_out != 1 else ''} not measured "
-               f"again (--confirm-max-cases: those that grew most were), their findings "
-               "unconfirmed and blocking" if left_out else ""))
+               f"again (--confirm-max-cases: those whose time grew by the largest factor "
+               "were), their findings unconfirmed and blocking" if left_out else ""))
 
 
 def _confirmed(finding: Finding, measured: Remeasured) -> Finding:

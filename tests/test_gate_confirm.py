@@ -295,8 +295,10 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
     assert not confirmed_decision.may_ship  # A was never measured again: it still blocks
     [note] = [n.text for n in confirmed_decision.notes if n.kind == "CONFIRMATION"]
     assert note.startswith("2 flagged cases measured again 1 times")
-    assert note.endswith("; 1 more flagged case not measured again (--confirm-max-cases: those "
-                         "that grew most were), their findings unconfirmed and blocking")
+    assert "; 2 dismissed; 1 more flagged case not measured again" in note  # A is not counted
+    assert note.endswith("(--confirm-max-cases: those whose time grew by the largest factor "
+                         "were), their findings unconfirmed and blocking")
+    assert not [n for n in confirmed_decision.notes if n.kind == "UNCONFIRMED"]
 
 
 def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_path, capsys):
