@@ -47,7 +47,7 @@ _CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
 _WINDOW_CHUNKS = 4
 
 #: The golden computes exp(x) as exp2(x * log2(e)), as flex_attention's Triton kernels compute
-#: their softmax: torch's float64 exp falls to a slow path (3-7x) wherever its result underflows,
+#: their softmax: torch's float64 exp falls to a slow path (2-7x) wherever its result underflows,
 #: which ALiBi's distant keys and every masked -inf do, and exp2 does not. x = s - rowmax is
 #: formed first (exactly, where it matters: near the row's maximum), so the one extra rounding
 #: changes a probability by at most |x| * 2^-53 relative: a term e^x carries an error of at
