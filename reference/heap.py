@@ -37,8 +37,8 @@ def keep_freed_heap() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-        if not libc.gnu_get_libc_version:  # glibc only: musl's mallopt does nothing
-            return False
+        # glibc only (AttributeError elsewhere): musl's mallopt does nothing
+        libc.gnu_get_libc_version  # noqa: B018
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
