@@ -4,7 +4,8 @@ flex_attention defines ``mask_mod(b, h, q_idx, kv_idx)`` and ``score_mod(score, 
 kv_idx)`` as functions of 0-d tensors, one point of the [B, H, Sq, Skv] grid at a time, and
 evaluates them batched with four nested ``torch.vmap`` (kv_idx innermost, then q_idx, h, b;
 ``_vmap_for_bhqkv`` in torch/nn/attention/flex_attention.py) under ``TransformGetItemToIndex``,
-its rule that ``table[idx]`` with tensor indices is ``aten.index`` (not a Python int index).
+its rule that ``table[idx]`` with tensor indices is ``aten.index`` (not a Python int index;
+``IndexAsAten`` below applies the same rule).
 Everything here evaluates mods exactly that way, on any sub-grid: vmap applies the mod to each
 point of the grid it is given, so the values on a sub-grid are the values at those points.
 
@@ -21,6 +22,8 @@ from typing import Callable
 import torch
 from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 #: The index arguments of a mod, in flex_attention's order (vmapped outermost first).
 INDEX_NAMES = ("b", "h", "q_idx", "kv_idx")
@@ -34,12 +37,49 @@ class PointwiseModError(ValueError):
     """A mod that cannot be evaluated point by point (under torch.vmap)."""
 
 
+class IndexAsAten(TorchFunctionMode):
+    """flex_attention's indexing rule, ``TransformGetItemToIndex`` (torch/_dynamo/
+    _trace_wrapped_higher_order_op.py): ``table[i, j]`` whose indices are all tensors is
+    ``aten.index(table, [i, j])``; so are ints among them (as 0-d int64 tensors) where the
+    running torch's rule takes them (``_RULE_TAKES_INTS``); any other ``__getitem__`` (a slice,
+    None, ...) is Python's. The two differ, for example, on a list of ints: ``table[[1, 2]]``
+    is ``table[1, 2]`` under the rule that takes ints.
+
+    torch calls that ``aten.index`` through an autograd.Function (``ModIndex``, whose forward is
+    exactly it, and whose backward is the scatter-add that aten.index's own derivative is) with
+    a generated vmap rule, which torch builds again at every call: 1.4 ms per evaluation of a
+    mod that indexes, more than the arithmetic of a score mod on [8, 96, 4096] scores. Calling
+    ``aten.index`` directly gives the same values (tests/test_pointwise_mods.py compares both
+    rules, values and gradients, on mods that index in each way).
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__:
+            table, indices = args[0], pytree.tree_leaves(args[1])
+            kinds = (torch.Tensor, int) if _RULE_TAKES_INTS else torch.Tensor
+            if all(isinstance(i, kinds) for i in indices):
+                return torch.ops.aten.index(table, [
+                    torch.tensor(i, dtype=torch.int64, device=table.device)
+                    if isinstance(i, int) else i for i in indices])
+        return func(*args, **(kwargs or {}))
+
+
+def _torchs_rule_takes_ints() -> bool:
+    """Whether the running torch's TransformGetItemToIndex takes int indices (newer releases)
+    or leaves them to Python (older ones): ``[[1, 2]]`` is then ``[1, 2]``, one element."""
+    with TransformGetItemToIndex():
+        return torch.arange(9).view(3, 3)[[1, 2]].dim() == 0
+
+
+_RULE_TAKES_INTS = _torchs_rule_takes_ints()
+
+
 def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,
                   kv_idx: torch.Tensor) -> torch.Tensor:
     """``mask_mod`` at every point of the grid b x h x q_idx x kv_idx (1-d index tensors):
     a bool tensor [len(b), len(h), len(q_idx), len(kv_idx)]. Dimensions the mask does not
     depend on come back expanded (stride 0, no copy)."""
-    with TransformGetItemToIndex():
+    with IndexAsAten():
         mask = _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
@@ -50,7 +90,7 @@ def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h:
                    q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
     """``score_mod`` at every point of the grid: ``score`` is [len(b), len(h), len(q_idx),
     len(kv_idx)], each point's score in the same place; the result has that shape too."""
-    with TransformGetItemToIndex():
+    with IndexAsAten():
         return _vmap_bhqkv(score_mod, score=True)(score, b, h, q_idx, kv_idx)
 
 
@@ -99,7 +139,7 @@ def mask_dependence(mask_mod: Callable, device: torch.device | str = "cpu") -> f
     captured tensors on ``device``).
 
     Why it is exact: ``make_fx`` traces the scalar mod on 0-d int64 fake tensors, recording
-    every tensor operation, including indexing (under flex_attention's ``TransformGetItemToIndex``).
+    every tensor operation, including indexing (under flex_attention's rule, ``IndexAsAten``).
     Fake tensors carry no values, so a mod whose Python code branches on, or converts, an
     index's value raises instead of being traced down one path; the graph therefore computes
     the output for every index value, and an argument whose placeholder has no path to the
@@ -110,7 +150,7 @@ def mask_dependence(mask_mod: Callable, device: torch.device | str = "cpu") -> f
     """
     args = [torch.zeros((), dtype=torch.int64, device=device) for _ in INDEX_NAMES]
     try:
-        with TransformGetItemToIndex():
+        with IndexAsAten():
             graph = make_fx(mask_mod, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
     except Exception:  # noqa: BLE001 - untraceable: assume the worst (see above)
         return frozenset(INDEX_NAMES)

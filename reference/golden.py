@@ -168,6 +168,7 @@ class _Chunk:
     q_idx: torch.Tensor  # [n]
     scale: float
     group: int  # query heads per key/value head
+    golden: bool  # the float64 golden (scale in q, exp as exp2), not the baseline
 
 
 def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
@@ -187,7 +188,8 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             yield _Chunk(b, kv_batch, span, q, k, v, mask, _kept_keys(mask, s.Skv), batch,
-                         heads, q_idx, 1.0 / math.sqrt(s.D), s.Hq // s.Hkv)
+                         heads, q_idx, 1.0 / math.sqrt(s.D), s.Hq // s.Hkv,
+                         golden=compute_dtype == torch.float64)
 
 
 def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
@@ -304,7 +306,7 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     if m == 0:  # every row of the chunk is fully masked
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
-    golden = q.dtype == torch.float64
+    golden = chunk.golden
     # Without a score_mod nothing needs the scores in natural units: the golden's are made in
     # log2 units (log2(e) folded into the scale too), one pass fewer before exp2.
     log2_units = golden and mods.score_mod is None

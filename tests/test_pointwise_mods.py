@@ -240,3 +240,76 @@ def test_per_batch_head_is_accepted_ignored_and_deprecated():
     with pytest.warns(DeprecationWarning, match=r"per_batch_head=True\) is deprecated and ignored"):
         mods = Mods(lambda b, h, q_idx, kv_idx: h == 0, None, per_batch_head=True)
     assert mask_dependence(mods.mask_mod) == {"h"}  # found without the flag
+
+
+# -- the indexing rule: ours is flex_attention's, call for call ---------------------------------
+_ROWS = torch.randint(0, 3, (9,), generator=torch.Generator().manual_seed(0))
+
+#: Score mods over a captured table [4, 6, 5], indexed in each way a mod can index it.
+_INDEXING_SCORE_MODS = {
+    "by_head": lambda t: lambda s, b, h, q, kv: s + t[h, 0, 0],
+    "by_head_and_python_ints": lambda t: lambda s, b, h, q, kv: s * t[h, 2, 1],
+    "nested_index_tensors": lambda t: lambda s, b, h, q, kv: s + t[b, _ROWS[q], kv % 5],
+    "table_row_then_column": lambda t: lambda s, b, h, q, kv: s - t[h][q % 6][kv % 5],
+    "slice_falls_back_to_python": lambda t: lambda s, b, h, q, kv: s + t[1:3, 0, 0].sum() * h,
+    "float32_table_promoted": lambda t: lambda s, b, h, q, kv: s + t.float()[h, q % 6, 0],
+    # [[1, 2]] is [1, 2] under the rule of torch releases that take ints (a row of 5), and
+    # rows 1 and 2 under Python's indexing (which makes this mod return 2x6 values a point)
+    "list_of_ints": lambda t: lambda s, b, h, q, kv: s + t[[1, 2]][h % 5],
+}
+
+
+def _under_torchs_own_rule(monkeypatch, evaluate):
+    """``evaluate()`` with flex_attention's own TransformGetItemToIndex in place of ours."""
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+
+    import cases.pointwise as pointwise
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pointwise, "IndexAsAten", TransformGetItemToIndex)
+        return evaluate()
+
+
+#: torch's own rule cannot differentiate these to the table under vmap (its zeros_and_scatter
+#: batching rule asserts on an index batched at a level the value is not); ours can.
+_NO_TABLE_GRADIENT_UNDER_TORCHS_RULE = {"table_row_then_column"}
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXING_SCORE_MODS))
+def test_our_indexing_rule_gives_what_flex_attentions_own_gives(monkeypatch, name):
+    """IndexAsAten calls aten.index where torch's TransformGetItemToIndex calls it through
+    ModIndex: the same values, bit for bit, and the same gradients, to the score and (where
+    torch's rule can take it) to a captured table that requires grad."""
+    table0 = torch.randn(4, 6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    score0 = torch.randn(2, 4, 9, 7, dtype=torch.float64)
+    grid = (torch.arange(2), torch.arange(4), torch.arange(9), torch.arange(7))
+    wrt_table = name not in _NO_TABLE_GRADIENT_UNDER_TORCHS_RULE
+
+    def evaluate():
+        table, score = table0.clone().requires_grad_(), score0.clone().requires_grad_()
+        out = evaluate_score(_INDEXING_SCORE_MODS[name](table), score, *grid)
+        return (out.detach(), *torch.autograd.grad(out.sum(), (score, table) if wrt_table
+                                                    else (score,)))
+
+    ours, theirs = evaluate(), _under_torchs_own_rule(monkeypatch, evaluate)
+    assert len(ours) == len(theirs) == (3 if wrt_table else 2)
+    for mine, torchs in zip(ours, theirs):
+        assert torch.equal(mine, torchs)
+    assert not torch.equal(ours[0], score0)  # the mod did something
+    if wrt_table:
+        assert ours[2].abs().sum() > 0  # and the table's gradient is not trivially zero
+
+
+def test_a_mask_that_indexes_gives_what_flex_attentions_own_rule_gives(monkeypatch):
+    doc = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3, 3])
+    heads = torch.tensor([True, False, False, True])
+
+    def same_document_causal_or_head(b, h, q, kv):
+        return (doc[q] == doc[kv]) & (kv <= q) | heads[h] & (kv == 0)
+
+    grid = (torch.arange(2), torch.arange(4), torch.arange(9), torch.arange(9))
+    ours = evaluate_mask(same_document_causal_or_head, *grid)
+    theirs = _under_torchs_own_rule(
+        monkeypatch, lambda: evaluate_mask(same_document_causal_or_head, *grid))
+    assert torch.equal(ours, theirs)
+    assert ours.any() and not ours.all()
