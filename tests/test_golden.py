@@ -14,8 +14,9 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import reference.golden as golden_module
 from cases import variants as v
-from cases.inputs import Inputs, make_inputs
+from cases.inputs import Inputs, make_inputs, torch_dtype
 from cases.model import Case, Shape
+from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
 from reference.golden import baseline_attention, chunked_attention, golden_attention
 from tests.dense_reference import dense_attention, dense_mask, dense_score_transform
@@ -282,3 +283,47 @@ def test_the_golden_keeps_freed_chunk_memory_in_its_heap_for_the_next_chunk():
     assert mmapped >= 72 and heap_kept < 24
     mmapped, heap_kept = probe("keep")
     assert mmapped < 24 and heap_kept >= 48  # most of the 72 MiB (some fit in free heap)
+
+
+def _fused_kernel_rounding(case: Case, inputs: Inputs) -> torch.Tensor:
+    """The baseline's rounding model written out head by head on whole rows: float32 scores
+    scaled after the product, the score mod, -inf where masked, exp(s - rowmax) in float32, the
+    row sums before rounding, the probabilities rounded to the case dtype for P V, the output
+    divided after the product and rounded to the dtype."""
+    s = case.shape
+    dtype = torch_dtype(case.dtype)
+    mods = build_mods(case.variant, s)
+    rows, cols = torch.arange(s.Sq), torch.arange(s.Skv)
+    out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=dtype)
+    for b in range(s.B):
+        for h in range(s.Hq):
+            kb, kh = (b if s.Bkv == s.B else 0), h // (s.Hq // s.Hkv)
+            q, k, vv = (t.float() for t in (inputs.q[b, h], inputs.k[kb, kh], inputs.v[kb, kh]))
+            at = (torch.tensor([b]), torch.tensor([h]), rows, cols)
+            scores = (q @ k.T) * (1.0 / math.sqrt(s.D))
+            if mods.score_mod is not None:
+                scores = evaluate_score(mods.score_mod, scores[None, None], *at)[0, 0].float()
+            if mods.mask_mod is not None:
+                scores = scores.masked_fill(~evaluate_mask(mods.mask_mod, *at)[0, 0], -math.inf)
+            shift = torch.nan_to_num(scores.amax(-1, keepdim=True), neginf=0.0)
+            probs = (scores - shift).exp()
+            denom = probs.sum(-1, keepdim=True)
+            out[b, h] = ((probs.to(dtype).float() @ vv) / denom.clamp_min(1.0)).to(dtype)
+    return out
+
+
+@pytest.mark.parametrize("variant", [v.full(), v.causal(), v.alibi(), v.softcap(5.0),
+                                     v.document(), v.sliding_window(20)],
+                         ids=lambda var: var.name)
+def test_the_baseline_is_the_fused_kernels_rounding_bit_for_bit(variant):
+    """The verdict's limits are calibrated on this baseline, so its rounding is pinned: exp,
+    not exp2, and the scale applied to the float32 scores, not folded into q (either change
+    moves bits here). One chunk and one head per product, so both sides run products of the
+    same sizes and the comparison can be exact."""
+    for shape in (Shape(1, 2, 2, 64, 64, 16), Shape(2, 4, 4, 48, 48, 8),
+                  Shape(1, 2, 2, 96, 96, 32)):
+        for dtype in ("bf16", "fp16", "fp32"):
+            case = Case(variant, shape, dtype)
+            inputs = make_inputs(case, 1)
+            assert torch.equal(baseline_attention(case, inputs),
+                               _fused_kernel_rounding(case, inputs)), (shape.token, dtype)
