@@ -21,6 +21,8 @@ from cases.model import Case, Shape
 from cases.pointwise import (INDEX_NAMES, PointwiseModError, check_mods, evaluate_mask,
                              evaluate_score, mask_dependence)
 from cases.variants import Mods, build_mods, registered_variants
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from reference.golden import golden_attention
 from tests import pointwise_variants as pv
 
@@ -254,8 +256,8 @@ _INDEXING_SCORE_MODS = {
     "slice_falls_back_to_python": lambda t: lambda s, b, h, q, kv: s + t[1:3, 0, 0].sum() * h,
     "float32_table_promoted": lambda t: lambda s, b, h, q, kv: s + t.float()[h, q % 6, 0],
     # [[1, 2]] is [1, 2] under the rule of torch releases that take ints (a row of 5), and
-    # rows 1 and 2 under Python's indexing (which makes this mod return 2x6 values a point)
-    "list_of_ints": lambda t: lambda s, b, h, q, kv: s + t[[1, 2]][h % 5],
+    # rows 1 and 2 under Python's indexing (then this mod returns 6x5 values a point)
+    "list_of_ints": lambda t: lambda s, b, h, q, kv: s + t[[1, 2]][h % 2],
 }
 
 
@@ -283,21 +285,26 @@ def test_our_indexing_rule_gives_what_flex_attentions_own_gives(monkeypatch, nam
     table0 = torch.randn(4, 6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     score0 = torch.randn(2, 4, 9, 7, dtype=torch.float64)
     grid = (torch.arange(2), torch.arange(4), torch.arange(9), torch.arange(7))
-    wrt_table = name not in _NO_TABLE_GRADIENT_UNDER_TORCHS_RULE
 
-    def evaluate():
+    def evaluate(wrt_table: bool):
         table, score = table0.clone().requires_grad_(), score0.clone().requires_grad_()
         out = evaluate_score(_INDEXING_SCORE_MODS[name](table), score, *grid)
         return (out.detach(), *torch.autograd.grad(out.sum(), (score, table) if wrt_table
                                                     else (score,)))
 
-    ours, theirs = evaluate(), _under_torchs_own_rule(monkeypatch, evaluate)
+    wrt_table = name not in _NO_TABLE_GRADIENT_UNDER_TORCHS_RULE
+    ours = evaluate(wrt_table)
+    theirs = _under_torchs_own_rule(monkeypatch, lambda: evaluate(wrt_table))
     assert len(ours) == len(theirs) == (3 if wrt_table else 2)
     for mine, torchs in zip(ours, theirs):
         assert torch.equal(mine, torchs)
     assert not torch.equal(ours[0], score0)  # the mod did something
     if wrt_table:
         assert ours[2].abs().sum() > 0  # and the table's gradient is not trivially zero
+    else:  # torch's rule is really the one in place on the other side: it refuses this one
+        assert len(evaluate(True)) == 3
+        with pytest.raises(AssertionError, match="must match value shape"):
+            _under_torchs_own_rule(monkeypatch, lambda: evaluate(True))
 
 
 def test_a_mask_that_indexes_gives_what_flex_attentions_own_rule_gives(monkeypatch):
@@ -313,3 +320,59 @@ def test_a_mask_that_indexes_gives_what_flex_attentions_own_rule_gives(monkeypat
         monkeypatch, lambda: evaluate_mask(same_document_causal_or_head, *grid))
     assert torch.equal(ours, theirs)
     assert ours.any() and not ours.all()
+
+
+class _RuleThatLeavesIntsToPython(TorchFunctionMode):
+    """The older form of flex_attention's rule (torch 2.6): only indices that are all tensors
+    become aten.index; ints go to Python's indexing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__:
+            indices = pytree.tree_leaves(args[1])
+            if all(isinstance(i, torch.Tensor) for i in indices):
+                return torch.ops.aten.index(args[0], indices)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXING_SCORE_MODS))
+def test_under_a_torch_whose_rule_leaves_ints_to_python_ours_does_too(monkeypatch, name):
+    import cases.pointwise as pointwise
+
+    table = torch.randn(4, 6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    score = torch.randn(2, 4, 9, 7, dtype=torch.float64)
+    grid = (torch.arange(2), torch.arange(4), torch.arange(9), torch.arange(7))
+    mod = _INDEXING_SCORE_MODS[name](table)
+
+    def evaluate():
+        try:
+            return evaluate_score(mod, score, *grid)
+        except Exception as exc:  # noqa: BLE001 - both rules must fail alike
+            return type(exc)
+
+    monkeypatch.setattr(pointwise, "_RULE_TAKES_INTS", False)
+    ours = evaluate()
+    monkeypatch.setattr(pointwise, "IndexAsAten", _RuleThatLeavesIntsToPython)
+    older = evaluate()
+    if isinstance(ours, torch.Tensor):
+        assert isinstance(older, torch.Tensor) and torch.equal(ours, older)
+    else:
+        assert ours is older
+    if name == "list_of_ints":  # where the two forms of the rule differ
+        assert not isinstance(ours, torch.Tensor) or ours.shape != score.shape
+
+
+def test_a_score_mod_that_indexes_what_it_computes_from_the_score_has_its_true_gradient():
+    """Indexing a tensor made from the score: our rule differentiates it as aten.index does,
+    the analytic gradient (torch's ModIndex rule gives other values here under vmap, so the
+    comparison is with the analytic one; the suite's mods index only captured tables)."""
+    score = torch.randn(1, 6, 3, 4, dtype=torch.float64, requires_grad=True)
+    grid = (torch.arange(1), torch.arange(6), torch.arange(3), torch.arange(4))
+
+    def signed_by_head(s, b, h, q, kv):
+        return torch.stack([s, -s, 2 * s])[h % 3]
+
+    out = evaluate_score(signed_by_head, score, *grid)
+    (grad,) = torch.autograd.grad(out.sum(), score)
+    factor = torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)[torch.arange(6) % 3]
+    assert torch.equal(out.detach(), score.detach() * factor.view(1, 6, 1, 1))
+    assert torch.equal(grad, factor.view(1, 6, 1, 1).expand_as(score))
