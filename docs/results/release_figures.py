@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import statistics
 import sys
+from pathlib import Path
 
-from records.results import load_results
-from reports.compare import finished_compile_seconds, finished_run_seconds
-from reports.summary import verdict_line
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, installed or not
+from records.results import load_results  # noqa: E402
+from reports.compare import finished_compile_seconds, finished_run_seconds  # noqa: E402
+from reports.summary import verdict_line  # noqa: E402
 
 
 def median(values) -> float | None:
