@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 from cases import variants as v
 from cases.catalog import CORE_VARIANTS
@@ -21,8 +23,6 @@ from cases.model import Case, Shape
 from cases.pointwise import (INDEX_NAMES, PointwiseModError, check_mods, evaluate_mask,
                              evaluate_score, mask_dependence)
 from cases.variants import Mods, build_mods, registered_variants
-from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
 from reference.golden import golden_attention
 from tests import pointwise_variants as pv
 
