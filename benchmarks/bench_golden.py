@@ -15,7 +15,8 @@ goldens of one case run alternately ``--repeats`` times and the fastest run of e
 first calls and of second calls alike), so a change of load on a shared machine does not land
 on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
 The matmul rate is the rate of the golden's own two products (one full-width query chunk
-against all keys, q k^T then p v, best of 5), measured before and after each case's runs (the
+against all keys, q k^T then p v as the golden runs it, V with a column of ones and zero
+columns, counted on the flops executed, best of 5), measured before and after each case's runs (the
 faster counts); the share of it is counted on the unmasked work, 4 D flops per visible
 query-key pair. The share of a large square matmul's rate is shown beside it, a ceiling that
 does not move with the golden's chunk shapes.
@@ -102,25 +103,27 @@ def measure(variant: str, shape: str, which: str, timeout: float, before_path: s
 
 def matmul_rate_gflops(shape: str) -> float:
     """This machine's float64 rate on the golden's own two products for ``shape``, one
-    full-width query chunk against all keys (q k^T, then p v), best of 5: the golden's
-    ceiling."""
+    full-width query chunk against all keys, as the golden runs them (q k^T, then p times V
+    with its column of ones and zero columns), counted on the flops they execute, best of 5:
+    the golden's ceiling."""
     import torch
 
     sys.path.insert(0, str(ROOT))
     from cases.model import Shape
-    from reference.golden import _CHUNK_SCORE_ELEMENTS
+    from reference.golden import _CHUNK_SCORE_ELEMENTS, _with_ones_column
 
     s = Shape.parse(shape)
     rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     q = torch.randn(s.Hkv, rows * (s.Hq // s.Hkv), s.D, dtype=torch.float64)
     k = torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64)
+    v_ones = _with_ones_column(torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64))
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         scores = torch.bmm(q, k.transpose(1, 2))
-        torch.bmm(scores, k)
+        torch.bmm(scores, v_ones)
         best = min(best, time.perf_counter() - t0)
-    return 4.0 * s.Hq * rows * s.Skv * s.D / best / 1e9
+    return 2.0 * s.Hq * rows * s.Skv * (s.D + v_ones.shape[-1]) / best / 1e9
 
 
 def square_matmul_gflops(n: int = 2048) -> float:

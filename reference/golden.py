@@ -7,7 +7,8 @@ query head h reads key/value head h // (Hq / Hkv); with Bkv = 1, every batch rea
 
 Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
 mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0).
-Chunks are cut by the key range their rows see, so rows that see few keys go in taller chunks.
+Chunks are cut by the key range their rows see, so rows that see few keys go in taller chunks;
+a mask that does not depend on b is planned so for the first batch only, and reused.
 Mods are evaluated as flex_attention defines them, point by point (cases/pointwise.py): the
 score_mod and mask_mod of each chunk run under flex_attention's four nested torch.vmap over the
 chunk's b, h, q_idx and kv_idx, never once on broadcast index grids.
@@ -26,7 +27,7 @@ import torch
 
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case, Shape
-from cases.pointwise import check_mods, evaluate_mask, evaluate_score
+from cases.pointwise import check_mods, evaluate_mask, evaluate_score, mask_dependence
 from cases.variants import Mods, build_mods
 from reference.heap import keep_freed_heap
 
@@ -34,7 +35,8 @@ from reference.heap import keep_freed_heap
 #: 2: mods evaluated point by point (torch.vmap), no longer on broadcast index grids.
 #: 3: chunks cut by key range (the same values up to float64 rounding: other matmul shapes).
 #: 4: scale (and, without a score_mod, log2 e) folded into q, exp as exp2 (float64 rounding).
-REFERENCE_VERSION = 4
+#: 5: the normalizer summed by the P V product, on V with a column of ones (float64 rounding).
+REFERENCE_VERSION = 5
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
 #: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
@@ -45,6 +47,15 @@ _CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
 
 #: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
 _WINDOW_CHUNKS = 4
+
+#: A mask that does not depend on b is evaluated and scanned for key ranges (the windows' masks,
+#: each row's first and last key, each chunk's kept keys) once, for the first batch, and the
+#: plan is reused by the others, when a batch has at least this many query-key pairs: that
+#: bookkeeping took 66 ms per batch of causal at S4096 (6% of the golden), and telling whether
+#: the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the whole batch's
+#: mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
+_SHARED_PLAN_MIN_PAIRS = 1 << 22
+_SHARED_PLAN_BYTES = 64 << 20
 
 #: The golden computes exp(x) as exp2(x * log2(e)), as flex_attention's Triton kernels compute
 #: their softmax: torch's float64 exp falls to a slow path (2-7x) wherever its result underflows,
@@ -57,6 +68,14 @@ _WINDOW_CHUNKS = 4
 #: per-row error enough to flip a fuzzed fp32 case at the edge (row margin 0.96 -> 1.47).
 _LOG2E = 1.0 / math.log(2.0)
 _LN2 = math.log(2.0)
+
+#: The golden's P V product runs on V with a column of ones appended, so the same product
+#: gives the softmax normalizer (the row sums of P) without a pass of its own, padded with zero
+#: columns to a multiple of this. MKL's float64 kernels compute the output in blocks of 24
+#: columns (8 and 12 on narrower vector units, both divisors of 24): a width of 64 left a
+#: partial block and ran at 40-45 GFLOP/s on the 2-core VM, where 72 columns ran at 55-75 and
+#: 144 faster than 128 (docs/performance.md), more than the zero columns cost.
+_PV_COLUMN_MULTIPLE = 24
 
 
 @dataclass(frozen=True)
@@ -161,6 +180,7 @@ class _Chunk:
     q: torch.Tensor  # [Hq, n, D]
     k: torch.Tensor  # [Hkv, Skv, D] of kv_batch (shared by the batch's chunks)
     v: torch.Tensor
+    v_ones: torch.Tensor | None  # the golden's V | 1 | 0..., see _with_ones_column
     mask: torch.Tensor | None  # broadcastable to [Hq, n, Skv]
     keys: slice | torch.Tensor
     batch: torch.Tensor  # [1]: b
@@ -179,17 +199,55 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     device = inputs.q.device
     check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
     heads = torch.arange(s.Hq, device=device)
-    for b in range(s.B):
+    golden = compute_dtype == torch.float64
+    for b, (batch, plan) in enumerate(_batch_plans(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        batch = torch.tensor([b], device=device)
-        for span, mask in _row_spans(s, mods, batch, heads):
+        v_ones = _with_ones_column(v) if golden else None
+        for span, mask, keys in plan:
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
-            yield _Chunk(b, kv_batch, span, q, k, v, mask, _kept_keys(mask, s.Skv), batch,
-                         heads, q_idx, 1.0 / math.sqrt(s.D), s.Hq // s.Hkv,
-                         golden=compute_dtype == torch.float64)
+            yield _Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
+                         1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden)
+
+
+def _batch_plans(s: Shape, mods: Mods, heads: torch.Tensor):
+    """(b as a [1] tensor, its chunks' (rows, mask, kept keys)) for each batch in order.
+
+    The chunks are planned batch by batch, lazily, unless the mask does not depend on b
+    (cases.pointwise.mask_dependence, exact or erring towards a dependence): then the first
+    batch's plan, held as a list, serves every batch (see _SHARED_PLAN_MIN_PAIRS)."""
+    shared = _plan_serves_every_batch(s, mods, heads.device)
+    plan = None
+    for b in range(s.B):
+        batch = torch.tensor([b], device=heads.device)
+        if plan is None:
+            chunks = ((span, mask, _kept_keys(mask, s.Skv))
+                      for span, mask in _row_spans(s, mods, batch, heads))
+            if not shared:
+                yield batch, chunks
+                continue
+            plan = list(chunks)
+        yield batch, plan
+
+
+def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool:
+    if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
+        return False
+    depends = mask_dependence(mods.mask_mod, device)
+    held_bytes = (s.Hq if "h" in depends else 1) * (s.Sq if "q_idx" in depends else 1) * s.Skv
+    return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
+
+
+def _with_ones_column(v: torch.Tensor) -> torch.Tensor:
+    """[Hkv, Skv, D] -> [Hkv, Skv, W]: V, a column of ones, zero columns up to W, the next
+    multiple of _PV_COLUMN_MULTIPLE (differentiable in V: the other columns are constants)."""
+    hkv, skv, d = v.shape
+    width = -(-(d + 1) // _PV_COLUMN_MULTIPLE) * _PV_COLUMN_MULTIPLE
+    ones = torch.ones(hkv, skv, 1, dtype=v.dtype, device=v.device)
+    zeros = torch.zeros(hkv, skv, width - d - 1, dtype=v.dtype, device=v.device)
+    return torch.cat([v, ones, zeros], dim=-1)
 
 
 def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
@@ -225,7 +283,8 @@ def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
     """(first, stop) row ranges of a window whose kept keys (from the first to the last key
     any of its rows sees) times rows times heads stay within _CHUNK_SCORE_ELEMENTS; a chunk
     has at least one row. Rows that see no key widen nothing."""
-    seen = mask.reshape(-1, *mask.shape[-2:]).any(0)  # [rows or 1, Skv]
+    seen = mask.reshape(-1, *mask.shape[-2:])  # [heads or 1, rows or 1, Skv]
+    seen = seen[0] if len(seen) == 1 else seen.any(0)  # a pass saved: what one head sees
     counts = seen.view(torch.uint8)
     sees, first = counts.max(-1)  # max's index is the first maximum's: the first key seen
     first, sees_any = first.tolist(), sees.bool().tolist()  # one pass: any(-1) took as long
@@ -294,14 +353,16 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
     scale into q, a pass over [Hq, n, D] instead of one over the scores (float64 rounding
-    only), and the baseline scales its float32 scores as fused kernels do. P V keeps its own
+    only), and the baseline scales its float32 scores as fused kernels do. The golden's P V
+    product also sums P's rows, on V with a column of ones (_PV_COLUMN_MULTIPLE); the baseline
+    sums them before it rounds P to the case dtype, as fused kernels do. P V keeps its own
     layout: (V^T P^T)^T ran at 1.3x its rate at some chunk shapes and at half at others (MKL,
     by the number of rows), so it was left out.
     """
     q, k, v, keys, mask, group = chunk.q, chunk.k, chunk.v, chunk.keys, chunk.mask, chunk.group
     hq, n, d = q.shape
     hkv = hq // group
-    k_sel, v_sel = k[:, keys], v[:, keys]  # [Hkv, m, D]
+    k_sel = k[:, keys]  # [Hkv, m, D]
     m = k_sel.shape[1]
     if m == 0:  # every row of the chunk is fully masked
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
@@ -330,10 +391,17 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         probs = (shifted if log2_units else shifted.mul_(_LOG2E)).exp2_()
     else:  # the baseline keeps float32 exp: the verdict's limits are calibrated on it
         probs = shifted.exp_()
-    denom = probs.sum(-1, keepdim=True)  # >= 1 (the max term is exp(0)) unless fully masked
-    if probs_dtype is not None:
-        probs = probs.to(probs_dtype).to(q.dtype)
-    out = torch.bmm(probs.view(hkv, group * n, m), v_sel).view(hq, n, -1)
+    d_v = v.shape[-1]
+    if chunk.v_ones is not None:  # one product gives P V and the normalizer, P 1
+        out_and_denom = torch.bmm(probs.view(hkv, group * n, m), chunk.v_ones[:, keys])
+        out_and_denom = out_and_denom.view(hq, n, -1)
+        out, denom = out_and_denom[..., :d_v], out_and_denom[..., d_v:d_v + 1]
+    else:
+        denom = probs.sum(-1, keepdim=True)  # summed before the probabilities are rounded
+        if probs_dtype is not None:
+            probs = probs.to(probs_dtype).to(q.dtype)
+        out = torch.bmm(probs.view(hkv, group * n, m), v[:, keys]).view(hq, n, -1)
+    # denom >= 1 (the max term is exp(0)) unless the row is fully masked
     out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
     if log2_units:
         lse = (row_max + torch.log2(denom)).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked

@@ -143,11 +143,70 @@ def _assert_equals_dense(case: Case, inputs: Inputs, mods: Mods, mask=None) -> N
                                    Shape(2, 4, 4, 256, 256, 8, Bkv=1)], ids=["gqa", "bkv1"])
 def test_golden_equals_a_dense_float64_evaluation_with_small_chunks(monkeypatch, variant,
                                                                     shape):
-    """Chunks cut by key range, taller where rows see few keys, with skipped key columns."""
+    """Chunks cut by key range, taller where rows see few keys, with skipped key columns; the
+    plan of a mask that ignores b shared by both batches."""
     monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
     case = Case(variant, shape, "bf16")
     inputs = make_inputs(case, 3)
     _assert_equals_dense(case, inputs, build_mods(variant, shape))
+
+
+def _row_span_calls(monkeypatch) -> list:
+    """The batches whose masks the golden evaluates and scans (_row_spans is called once per
+    batch that plans its own chunks)."""
+    calls, row_spans = [], golden_module._row_spans
+    monkeypatch.setattr(golden_module, "_row_spans",
+                        lambda s, mods, batch, heads: calls.append(int(batch)) or
+                        row_spans(s, mods, batch, heads))
+    return calls
+
+
+def test_a_mask_that_ignores_b_is_planned_once_and_one_that_reads_b_per_batch(monkeypatch):
+    """Sharing the first batch's plan is right only when the mask ignores b: a mask that
+    reads b (a length per batch) is planned batch by batch, and both equal a dense
+    evaluation, as does a mask too large to hold (_SHARED_PLAN_BYTES)."""
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    shape = Shape(3, 4, 2, 256, 256, 16)
+    case = Case(v.causal(), shape, "fp32")
+    inputs = make_inputs(case, 5)
+    lengths = torch.tensor([256, 90, 170])
+    i, j = np.arange(256)[:, None], np.arange(256)[None, :]
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx
+
+    def causal_within_length(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (kv_idx < lengths[b])
+
+    calls = _row_span_calls(monkeypatch)
+    _assert_equals_dense(case, inputs, Mods(causal, None), mask=j <= i)
+    assert calls == [0]
+    calls.clear()
+    per_batch = (j <= i) & (j < lengths.numpy()[:, None, None, None])
+    _assert_equals_dense(case, inputs, Mods(causal_within_length, None), mask=per_batch)
+    assert calls == [0, 1, 2]
+    calls.clear()
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_BYTES", 256 * 256 - 1)
+    _assert_equals_dense(case, inputs, Mods(causal, None), mask=j <= i)
+    assert calls == [0, 1, 2]
+
+
+def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product():
+    """The golden's V carries a column of ones and zero columns up to a multiple of
+    _PV_COLUMN_MULTIPLE; the output is still exactly V's width, and equals the dense one
+    (test above) at every head size tried here."""
+    for d in (1, 8, 23, 64, 71):
+        v_ones = golden_module._with_ones_column(torch.randn(2, 5, d, dtype=torch.float64))
+        assert v_ones.shape[-1] % golden_module._PV_COLUMN_MULTIPLE == 0
+        assert v_ones.shape[-1] >= d + 1
+        assert torch.all(v_ones[..., d] == 1) and torch.all(v_ones[..., d + 1:] == 0)
+        case = Case(v.causal(), Shape(1, 2, 2, 40, 40, d), "fp32")
+        inputs = make_inputs(case, d)
+        got = golden_attention(case, inputs)
+        assert got.out.shape == (1, 2, 40, d)
+        _assert_equals_dense(case, inputs, build_mods(case.variant, case.shape))
 
 
 def test_key_ranges_are_skipped_and_chunks_grow_where_rows_see_few_keys(monkeypatch):
