@@ -116,7 +116,7 @@ def matmul_rate_gflops(shape: str) -> float:
     rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     q = torch.randn(s.Hkv, rows * (s.Hq // s.Hkv), s.D, dtype=torch.float64)
     k = torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64)
-    v_ones = _with_ones_column(torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64))
+    v_ones = _with_ones_column(torch.randn(s.Hkv, s.Skv, s.D), torch.float64)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()

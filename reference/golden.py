@@ -139,6 +139,7 @@ def chunked_attention(
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
     for chunk in _chunks(case, inputs, mods, compute_dtype):
         out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = _attend(chunk, mods, probs_dtype)
+        del chunk  # a batch's K and V go before the next batch's are made (see _chunks)
     return out, lse
 
 
@@ -203,13 +204,18 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     for b, (batch, plan) in enumerate(_batch_plans(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        v_ones = _with_ones_column(v) if golden else None
+        if golden and not requires_grad:  # V is a view of V | 1 | 0...: one copy, not two
+            v_ones = _with_ones_column(inputs.v[kv_batch], compute_dtype)
+            v = v_ones[..., :s.D]
+        else:
+            v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
+            v_ones = _with_ones_column(v, compute_dtype) if golden else None
         for span, mask, keys in plan:
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             yield _Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
                          1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden)
+        del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
 
 
 def _batch_plans(s: Shape, mods: Mods, heads: torch.Tensor):
@@ -240,14 +246,15 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
     return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
 
 
-def _with_ones_column(v: torch.Tensor) -> torch.Tensor:
-    """[Hkv, Skv, D] -> [Hkv, Skv, W]: V, a column of ones, zero columns up to W, the next
-    multiple of _PV_COLUMN_MULTIPLE (differentiable in V: the other columns are constants)."""
+def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[Hkv, Skv, D] -> [Hkv, Skv, W] in ``dtype``: V, a column of ones, zero columns up to W,
+    the next multiple of _PV_COLUMN_MULTIPLE (differentiable in V: the rest is constant)."""
     hkv, skv, d = v.shape
     width = -(-(d + 1) // _PV_COLUMN_MULTIPLE) * _PV_COLUMN_MULTIPLE
-    ones = torch.ones(hkv, skv, 1, dtype=v.dtype, device=v.device)
-    zeros = torch.zeros(hkv, skv, width - d - 1, dtype=v.dtype, device=v.device)
-    return torch.cat([v, ones, zeros], dim=-1)
+    v_ones = torch.zeros(hkv, skv, width, dtype=dtype, device=v.device)
+    v_ones[..., :d] = v
+    v_ones[..., d] = 1.0
+    return v_ones
 
 
 def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):

@@ -198,7 +198,9 @@ def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product
     _PV_COLUMN_MULTIPLE; the output is still exactly V's width, and equals the dense one
     (test above) at every head size tried here."""
     for d in (1, 8, 23, 64, 71):
-        v_ones = golden_module._with_ones_column(torch.randn(2, 5, d, dtype=torch.float64))
+        values = torch.randn(2, 5, d)
+        v_ones = golden_module._with_ones_column(values, torch.float64)
+        assert v_ones.dtype == torch.float64 and torch.equal(v_ones[..., :d], values.double())
         assert v_ones.shape[-1] % golden_module._PV_COLUMN_MULTIPLE == 0
         assert v_ones.shape[-1] >= d + 1
         assert torch.all(v_ones[..., d] == 1) and torch.all(v_ones[..., d + 1:] == 0)
