@@ -71,10 +71,11 @@ _LN2 = math.log(2.0)
 
 #: The golden's P V product runs on V with a column of ones appended, so the same product
 #: gives the softmax normalizer (the row sums of P) without a pass of its own, padded with zero
-#: columns to a multiple of this. MKL's float64 kernels compute the output in blocks of 24
-#: columns (8 and 12 on narrower vector units, both divisors of 24): a width of 64 left a
-#: partial block and ran at 40-45 GFLOP/s on the 2-core VM, where 72 columns ran at 55-75 and
-#: 144 faster than 128 (docs/performance.md), more than the zero columns cost.
+#: columns to a multiple of this. MKL's float64 kernel computes the output 24 columns at a time
+#: on the development VM (AMD EPYC): a width of 64 leaves a partial block and ran at 39-45
+#: GFLOP/s at the golden's chunk shapes, 72 columns at 55-75, and 144 faster than 128, more
+#: than the zero columns cost (benchmarks/bench_pv_width.py measures it on any machine; where
+#: a BLAS has no such blocks, the zero columns cost up to 12.5% of P V at D = 64).
 _PV_COLUMN_MULTIPLE = 24
 
 
