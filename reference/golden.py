@@ -161,13 +161,14 @@ def chunked_gradients(
             out, _ = _attend(chunk, mods, probs_dtype)
             if not out.requires_grad:  # every row of the chunk is fully masked
                 continue
+            values = chunk.v if chunk.v_ones is None else chunk.v_ones  # V's leaf
             g_q, g_k, g_v = torch.autograd.grad(
-                out, (chunk.q, chunk.k, chunk.v),
+                out, (chunk.q, chunk.k, values),
                 grad_out[chunk.b, :, chunk.rows].to(compute_dtype), allow_unused=True)
         dq[chunk.b, :, chunk.rows] = g_q
         if g_k is not None:
             dk[chunk.kv_batch] += g_k
-            dv[chunk.kv_batch] += g_v
+            dv[chunk.kv_batch] += g_v[..., :s.D]  # V's columns of V | 1 | 0...
     return {"dq": dq, "dk": dk, "dv": dv}
 
 
@@ -205,12 +206,13 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     for b, (batch, plan) in enumerate(_batch_plans(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        if golden and not requires_grad:  # V is a view of V | 1 | 0...: one copy, not two
+        if golden:  # V | 1 | 0... is the leaf, V a view of it: one copy, one graph per chunk
             v_ones = _with_ones_column(inputs.v[kv_batch], compute_dtype)
+            v_ones.requires_grad_(requires_grad)
             v = v_ones[..., :s.D]
         else:
             v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-            v_ones = _with_ones_column(v, compute_dtype) if golden else None
+            v_ones = None
         for span, mask, keys in plan:
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
@@ -225,21 +227,26 @@ def _batch_plans(s: Shape, mods: Mods, heads: torch.Tensor):
     The chunks are planned batch by batch, lazily, unless the mask does not depend on b
     (cases.pointwise.mask_dependence, exact or erring towards a dependence): then the first
     batch's plan, held as a list, serves every batch (see _SHARED_PLAN_MIN_PAIRS)."""
-    shared = _plan_serves_every_batch(s, mods, heads.device)
-    plan = None
-    for b in range(s.B):
-        batch = torch.tensor([b], device=heads.device)
-        if plan is None:
-            chunks = ((span, mask, _kept_keys(mask, s.Skv))
-                      for span, mask in _row_spans(s, mods, batch, heads))
-            if not shared:
-                yield batch, chunks
-                continue
-            plan = list(chunks)
+    def planned(batch: torch.Tensor):
+        for span, mask in _row_spans(s, mods, batch, heads):
+            yield span, mask, _kept_keys(mask, s.Skv)
+
+    batches = [torch.tensor([b], device=heads.device) for b in range(s.B)]
+    if not _plan_serves_every_batch(s, mods, heads.device):
+        for batch in batches:
+            yield batch, planned(batch)
+        return
+    # Each mask is copied out of its window: a window view would also hold the window's rows
+    # that were handed on to the next window (see _row_spans).
+    plan = [(span, None if mask is None else mask.clone(), keys)
+            for span, mask, keys in planned(batches[0])]
+    for batch in batches:
         yield batch, plan
 
 
 def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool:
+    """Whether one batch's plan may serve all: the mask ignores b, the batches are large
+    enough for the trace that tells to pay, and their mask fits in _SHARED_PLAN_BYTES."""
     if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
         return False
     depends = mask_dependence(mods.mask_mod, device)
@@ -249,7 +256,7 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
 
 def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[Hkv, Skv, D] -> [Hkv, Skv, W] in ``dtype``: V, a column of ones, zero columns up to W,
-    the next multiple of _PV_COLUMN_MULTIPLE (differentiable in V: the rest is constant)."""
+    the next multiple of _PV_COLUMN_MULTIPLE (a new tensor: the golden's leaf for autograd)."""
     hkv, skv, d = v.shape
     width = -(-(d + 1) // _PV_COLUMN_MULTIPLE) * _PV_COLUMN_MULTIPLE
     v_ones = torch.zeros(hkv, skv, width, dtype=dtype, device=v.device)
@@ -400,7 +407,8 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     else:  # the baseline keeps float32 exp: the verdict's limits are calibrated on it
         probs = shifted.exp_()
     d_v = v.shape[-1]
-    if chunk.v_ones is not None:  # one product gives P V and the normalizer, P 1
+    if golden:  # one product gives P V and the normalizer, P 1 (P is never rounded here)
+        assert probs_dtype is None, "the golden keeps its probabilities in float64"
         out_and_denom = torch.bmm(probs.view(hkv, group * n, m), chunk.v_ones[:, keys])
         out_and_denom = out_and_denom.view(hq, n, -1)
         out, denom = out_and_denom[..., :d_v], out_and_denom[..., d_v:d_v + 1]

@@ -112,24 +112,40 @@ def test_large_inputs_make_soft_capping_observable():
 def test_gradient_reference_matches_dense_autograd_in_float64():
     for variant in (v.causal(), v.alibi(), v.rel_bias(8), v.document()):
         for shape in (Shape(2, 4, 2, 100, 100, 16), Shape(2, 4, 4, 64, 64, 8, 1)):
-            case = Case(variant, shape, "fp32", "fwd+bwd")
-            inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
-            golden, _ = reference_pair(case, inputs, grad_out)
-            q, k, val = (t.double().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
-            group = shape.Hq // shape.Hkv
-            kk = k.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
-            vv = val.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
-            mods = build_mods(variant, shape)
-            b = torch.arange(shape.B).view(-1, 1, 1, 1)
-            h = torch.arange(shape.Hq).view(1, -1, 1, 1)
-            qi, ki = torch.arange(shape.Sq).view(-1, 1), torch.arange(shape.Skv)
-            scores = q @ kk.transpose(-1, -2) / math.sqrt(shape.D)
-            if mods.score_mod:
-                scores = mods.score_mod(scores, b, h, qi, ki)
-            scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
-            (torch.softmax(scores, -1) @ vv).backward(grad_out.double())
-            for name, want in (("dq", q.grad), ("dk", k.grad), ("dv", val.grad)):
-                torch.testing.assert_close(golden.grads[name], want, rtol=1e-12, atol=1e-12)
+            _assert_gradients_match_dense_autograd(variant, shape)
+
+
+def test_gradient_reference_matches_dense_autograd_over_many_chunks(monkeypatch):
+    """Several chunks per batch, as every catalog backward case has (S1024 at H8 is 8 Mi
+    scores): each chunk's autograd runs through its own graph, K and V accumulate."""
+    import reference.golden as golden_module
+
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", 4 * 128 * 9)  # 9-row chunks
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    for variant in (v.causal(), v.alibi(), v.document(), v.sliding_window(20)):
+        for shape in (Shape(2, 4, 2, 128, 128, 16), Shape(2, 4, 4, 128, 128, 8, 1)):
+            _assert_gradients_match_dense_autograd(variant, shape)
+
+
+def _assert_gradients_match_dense_autograd(variant, shape: Shape) -> None:
+    case = Case(variant, shape, "fp32", "fwd+bwd")
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    golden, _ = reference_pair(case, inputs, grad_out)
+    q, k, val = (t.double().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
+    group = shape.Hq // shape.Hkv
+    kk = k.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
+    vv = val.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
+    mods = build_mods(variant, shape)
+    b = torch.arange(shape.B).view(-1, 1, 1, 1)
+    h = torch.arange(shape.Hq).view(1, -1, 1, 1)
+    qi, ki = torch.arange(shape.Sq).view(-1, 1), torch.arange(shape.Skv)
+    scores = q @ kk.transpose(-1, -2) / math.sqrt(shape.D)
+    if mods.score_mod:
+        scores = mods.score_mod(scores, b, h, qi, ki)
+    scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
+    (torch.softmax(scores, -1) @ vv).backward(grad_out.double())
+    for name, want in (("dq", q.grad), ("dk", k.grad), ("dv", val.grad)):
+        torch.testing.assert_close(golden.grads[name], want, rtol=1e-12, atol=1e-12)
 
 
 def test_gradient_verdict_passes_the_baseline_and_catches_broken_gradients():

@@ -193,6 +193,21 @@ def test_a_mask_that_ignores_b_is_planned_once_and_one_that_reads_b_per_batch(mo
     assert calls == [0, 1, 2]
 
 
+def test_a_shared_plan_holds_its_masks_and_nothing_of_their_windows(monkeypatch):
+    """_SHARED_PLAN_BYTES bounds what a shared plan holds: one byte per query-key pair of a
+    batch, not the windows the chunks' masks were cut from."""
+    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    shape = Shape(2, 4, 4, 256, 256, 16)
+    mods = build_mods(v.causal(), shape)
+    plans = list(golden_module._batch_plans(shape, mods, torch.arange(shape.Hq)))
+    plan = plans[0][1]
+    assert plans[1][1] is plan
+    storages = {mask.untyped_storage().data_ptr(): mask.untyped_storage().nbytes()
+                for _, mask, _ in plan}
+    assert sum(storages.values()) == shape.Sq * shape.Skv
+
+
 def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product():
     """The golden's V carries a column of ones and zero columns up to a multiple of
     _PV_COLUMN_MULTIPLE; the output is still exactly V's width, and equals the dense one
