@@ -51,8 +51,8 @@ _WINDOW_CHUNKS = 4
 #: A mask that does not depend on b is evaluated and scanned for key ranges (the windows' masks,
 #: each row's first and last key, each chunk's kept keys) once, for the first batch, and the
 #: plan is reused by the others, when a batch has at least this many query-key pairs: that
-#: bookkeeping took 66 ms per batch of causal at S4096 (6% of the golden), and telling whether
-#: the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the whole batch's
+#: bookkeeping took 49-66 ms per batch of causal at S4096 (10-13% of that batch's golden), and
+#: telling whether the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the whole batch's
 #: mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
 _SHARED_PLAN_MIN_PAIRS = 1 << 22
 _SHARED_PLAN_BYTES = 64 << 20
@@ -75,7 +75,7 @@ _LN2 = math.log(2.0)
 #: on the development VM (AMD EPYC): a width of 64 leaves a partial block and ran at 39-45
 #: GFLOP/s at the golden's chunk shapes, 72 columns at 55-75, and 144 faster than 128, more
 #: than the zero columns cost (benchmarks/bench_pv_width.py measures it on any machine; where
-#: a BLAS has no such blocks, the zero columns cost up to 12.5% of P V at D = 64).
+#: a BLAS has no such blocks they are work for nothing: 12.5% of P V at D = 64, 50% at 16, 32).
 _PV_COLUMN_MULTIPLE = 24
 
 
