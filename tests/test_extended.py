@@ -122,7 +122,7 @@ def test_gradient_reference_matches_dense_autograd_over_many_chunks(monkeypatch)
 
     monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", 4 * 128 * 9)  # 9-row chunks
     monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
-    for variant in (v.causal(), v.alibi(), v.document(), v.sliding_window(20)):
+    for variant in (v.full(), v.causal(), v.alibi(), v.document(), v.sliding_window(20)):
         for shape in (Shape(2, 4, 2, 128, 128, 16), Shape(2, 4, 4, 128, 128, 8, 1)):
             _assert_gradients_match_dense_autograd(variant, shape)
 
@@ -142,7 +142,8 @@ def _assert_gradients_match_dense_autograd(variant, shape: Shape) -> None:
     scores = q @ kk.transpose(-1, -2) / math.sqrt(shape.D)
     if mods.score_mod:
         scores = mods.score_mod(scores, b, h, qi, ki)
-    scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
+    if mods.mask_mod:
+        scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
     (torch.softmax(scores, -1) @ vv).backward(grad_out.double())
     for name, want in (("dq", q.grad), ("dk", k.grad), ("dv", val.grad)):
         torch.testing.assert_close(golden.grads[name], want, rtol=1e-12, atol=1e-12)
