@@ -52,8 +52,8 @@ _WINDOW_CHUNKS = 4
 #: each row's first and last key, each chunk's kept keys) once, for the first batch, and the
 #: plan is reused by the others, when a batch has at least this many query-key pairs: that
 #: bookkeeping took 49-66 ms per batch of causal at S4096 (10-13% of that batch's golden), and
-#: telling whether the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the whole batch's
-#: mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
+#: telling whether the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the
+#: whole batch's mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
 _SHARED_PLAN_MIN_PAIRS = 1 << 22
 _SHARED_PLAN_BYTES = 64 << 20
 
