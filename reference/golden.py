@@ -21,6 +21,7 @@ flex_attention's Triton template and its eager path all do), and the output roun
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
@@ -249,9 +250,21 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
     enough for the trace that tells to pay, and their mask fits in _SHARED_PLAN_BYTES."""
     if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
         return False
-    depends = mask_dependence(mods.mask_mod, device)
+    depends = _mask_dependence_of(mods.mask_mod, device)
     held_bytes = (s.Hq if "h" in depends else 1) * (s.Sq if "q_idx" in depends else 1) * s.Skv
     return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
+
+
+#: mask_mod -> {device: mask_dependence}: reference_pair plans the same mods up to four times
+#: (golden, baseline, their gradients), and each trace takes 10-15 ms.
+_MASK_DEPENDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _mask_dependence_of(mask_mod, device: torch.device) -> frozenset[str]:
+    known = _MASK_DEPENDENCE.setdefault(mask_mod, {})
+    if device not in known:
+        known[device] = mask_dependence(mask_mod, device)
+    return known[device]
 
 
 def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +192,21 @@ def test_a_mask_that_ignores_b_is_planned_once_and_one_that_reads_b_per_batch(mo
     monkeypatch.setattr(golden_module, "_SHARED_PLAN_BYTES", 256 * 256 - 1)
     _assert_equals_dense(case, inputs, Mods(causal, None), mask=j <= i)
     assert calls == [0, 1, 2]
+
+
+def test_whether_a_mask_ignores_b_is_traced_once_per_reference_pair(monkeypatch):
+    """The golden, the baseline and both gradients plan the same mods: one trace serves all."""
+    from cases.inputs import make_grad_output
+    from reference.golden import reference_pair
+
+    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(golden_module, "_MASK_DEPENDENCE", weakref.WeakKeyDictionary())
+    traced = []
+    monkeypatch.setattr(golden_module, "mask_dependence",
+                        lambda mod, device: traced.append(mod) or frozenset({"q_idx", "kv_idx"}))
+    case = Case(v.causal(), Shape(2, 2, 2, 64, 64, 8), "fp32", "fwd+bwd")
+    reference_pair(case, make_inputs(case, 0), make_grad_output(case, 0))
+    assert len(traced) == 1
 
 
 def test_a_shared_plan_holds_its_masks_and_nothing_of_their_windows(monkeypatch):
