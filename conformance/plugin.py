@@ -136,8 +136,21 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
                 "--case-id (flexconf list prints the case ids)")
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        else:
+            state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    if state.active:
+        _terminate_by_default()
+
+
+def _terminate_by_default() -> None:
+    """Once the run's results are written, SIGTERM and SIGHUP end the process as they would
+    any other: nothing is left to keep, and pytest's own exit (its garbage collection passes,
+    seconds with torch loaded) is no place for a KeyboardInterrupt and its traceback."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except ValueError:  # not the main thread: nothing was installed
             return
-        state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
 
 def pytest_unconfigure(config) -> None:

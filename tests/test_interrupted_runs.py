@@ -138,3 +138,19 @@ def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directo
     assert [r.case_id for r in rerun.records] == [cases[0].id] and rerun.complete
     assert rerun.options["seed"] == 3 and rerun.records[0].label is Label.PASS
     assert load_results(tmp_path / "report" / "results.json") == original  # untouched
+
+
+def test_a_sigterm_after_the_results_are_written_ends_the_process_quietly(tmp_path):
+    """pytest's own exit takes seconds with torch loaded (its garbage collection passes); a
+    scheduler's SIGTERM that lands there finds the run already complete, and must neither
+    raise a KeyboardInterrupt nor touch the results."""
+    (tmp_path / "sigterm_at_exit.py").write_text(
+        "import os, signal\n"
+        "def pytest_unconfigure(config):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "sigterm_at_exit"), env=env)
+    assert proc.returncode == -signal.SIGTERM, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "KeyboardInterrupt" not in proc.stdout + proc.stderr
+    results = load_results(tmp_path / "report" / "results.json")
+    assert results.complete and [r.label for r in results.records] == [Label.PASS]
