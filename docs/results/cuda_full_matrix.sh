@@ -2,17 +2,21 @@
 # The core full matrix on cuda-inductor, prepared to run as one command on a lent GPU machine
 # (issue 12; 15 minutes of device time in all, at most 10 per command): a compile pass into the
 # warm compiler cache (--phase compile; each case's first compile, cold, label COMPILED), then
-# the timed and judged run from that cache. Each phase is stopped after PHASE_LIMIT_S seconds
-# (SIGTERM, which the suite turns into an orderly stop that keeps every finished record), so
+# the timed and judged run from that cache. Each phase is stopped after its limit (below;
+# SIGTERM, which the suite turns into an orderly stop that keeps every finished record), so
 # both phases' results come back even when the matrix takes longer than planned.
 #
 #   bash docs/results/cuda_full_matrix.sh OUT_DIR [more pytest options]
 #
 # OUT_DIR receives 8 files (what the device tool brings back at most): the two phases'
-# results.json and pytest output, the run's summary.md and its HTML report (index.html), the figures of
-# benchmarks/summarise_run.py, and a log of the machine and the phases.
-# Environment: BACKEND (cuda-inductor), PROFILE (full), WORKERS (8), PHASE_LIMIT_S (250).
-# Rehearsed on the CPU with BACKEND=cpu-inductor PROFILE=smoke WORKERS=2 (docs/results/README.md).
+# results.json and pytest output, the run's summary.md and its HTML report (index.html), the
+# figures of benchmarks/summarise_run.py, and a log of the machine and the phases.
+# Environment: BACKEND (cuda-inductor), PROFILE (full), COMPILE_WORKERS (14: the compile pass
+# times no run, so it may take the machine's 16 cores), WORKERS (8, the run), COMPILE_LIMIT_S
+# (280) and RUN_LIMIT_S (220): both phases, each killed 20 s after its SIGTERM at worst, fit
+# the device tool's 600 s per command.
+# Rehearsed on the CPU with BACKEND=cpu-inductor PROFILE=smoke COMPILE_WORKERS=2 WORKERS=2
+# (docs/results/README.md).
 #
 # The device machine has torch, pytest and pytest-xdist but no jsonschema, and nothing can be
 # installed there from an index. Before the call, in the checkout (.whl is git-excluded):
@@ -27,8 +31,10 @@ out=${1:?give the folder for the results (on the device machine: \$OUT)}
 shift
 backend=${BACKEND:-cuda-inductor}
 profile=${PROFILE:-full}
+compile_workers=${COMPILE_WORKERS:-14}
 workers=${WORKERS:-8}
-limit=${PHASE_LIMIT_S:-250}
+compile_limit=${COMPILE_LIMIT_S:-280}
+run_limit=${RUN_LIMIT_S:-220}
 mkdir -p "$out" || exit 2
 log=$out/log.txt
 export PYTHONUNBUFFERED=1
@@ -48,19 +54,19 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "import triton; print('triton', triton.__version__)"
 } 2>&1 | tee "$log"
 
-run_phase() {  # name, then pytest options
-  local name=$1
-  shift
+run_phase() {  # name, seconds, workers, then pytest options
+  local name=$1 limit=$2 n=$3
+  shift 3
   local start=$SECONDS
-  timeout -k 30 "$limit" python3 -m pytest -n "$workers" conformance/ --backend "$backend" \
+  timeout -k 20 "$limit" python3 -m pytest -n "$n" conformance/ --backend "$backend" \
     --profile "$profile" --report-dir "reports/cuda/$name" -q "$@" > "$out/pytest-$name.log" 2>&1
   local status=$?
   tail -n 15 "$out/pytest-$name.log" | tee -a "$log"
   echo "phase $name: exit $status after $((SECONDS - start)) s" | tee -a "$log"
 }
 
-run_phase compile --phase compile "$@"
-run_phase run --compile-cache warm "$@"
+run_phase compile "$compile_limit" "$compile_workers" --phase compile "$@"
+run_phase run "$run_limit" "$workers" --compile-cache warm "$@"
 
 cp reports/cuda/compile/results.json "$out/compile-results.json" 2>/dev/null
 for f in results.json summary.md index.html; do
