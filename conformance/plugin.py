@@ -139,18 +139,16 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         else:
             state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if state.active:
-        _terminate_by_default()
+        _restore_termination_handlers()
 
 
-def _terminate_by_default() -> None:
-    """Once the run's results are written, SIGTERM and SIGHUP end the process as they would
-    any other: nothing is left to keep, and pytest's own exit (its garbage collection passes,
+def _restore_termination_handlers() -> None:
+    """Once the run's results are written, SIGTERM and SIGHUP get back what they did before
+    the run: nothing is left to keep, and pytest's own exit (its garbage collection passes,
     seconds with torch loaded) is no place for a KeyboardInterrupt and its traceback."""
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            signal.signal(number, signal.SIG_DFL)
-        except ValueError:  # not the main thread: nothing was installed
-            return
+    while _REPLACED_HANDLERS:
+        number, previous = _REPLACED_HANDLERS.popitem()
+        signal.signal(number, previous)
 
 
 def pytest_unconfigure(config) -> None:
@@ -167,17 +165,26 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(line)
 
 
+#: signal number -> the handler _interrupt_on_termination replaced, put back at the end.
+_REPLACED_HANDLERS: dict[int, object] = {}
+
+
 def _interrupt_on_termination() -> None:
     """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
-    run as Ctrl-C does: children killed, what finished written as an incomplete run."""
+    run as Ctrl-C does: children killed, what finished written as an incomplete run. A signal
+    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it."""
     def interrupt(signum, _frame):
         raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
 
     for number in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(number)
+        if previous is signal.SIG_IGN:
+            continue
         try:
             signal.signal(number, interrupt)
         except ValueError:  # not the main thread: leave the default
             return
+        _REPLACED_HANDLERS[number] = signal.SIG_DFL if previous is None else previous
 
 
 def _case_ids(nodeids) -> set[str]:

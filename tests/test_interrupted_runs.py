@@ -140,17 +140,37 @@ def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directo
     assert load_results(tmp_path / "report" / "results.json") == original  # untouched
 
 
-def test_a_sigterm_after_the_results_are_written_ends_the_process_quietly(tmp_path):
-    """pytest's own exit takes seconds with torch loaded (its garbage collection passes); a
-    scheduler's SIGTERM that lands there finds the run already complete, and must neither
-    raise a KeyboardInterrupt nor touch the results."""
-    (tmp_path / "sigterm_at_exit.py").write_text(
+def _self_signalling_plugin(tmp_path, hook: str, signal_name: str) -> dict[str, str]:
+    """An extra pytest plugin (``-p self_signal``) that sends ``signal_name`` to its own
+    process from ``hook``, and the environment that finds it."""
+    (tmp_path / "self_signal.py").write_text(
         "import os, signal\n"
-        "def pytest_unconfigure(config):\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)\n")
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "sigterm_at_exit"), env=env)
-    assert proc.returncode == -signal.SIGTERM, proc.stdout[-3000:] + proc.stderr[-3000:]
+        f"def {hook}(*args, **kwargs):\n"
+        f"    os.kill(os.getpid(), signal.{signal_name})\n")
+    return clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_signal_after_the_results_are_written_ends_the_process_quietly(tmp_path, signal_name):
+    """pytest's own exit takes seconds with torch loaded (its garbage collection passes); a
+    scheduler's SIGTERM (or a hangup) that lands there finds the run already complete, and
+    must neither raise a KeyboardInterrupt nor touch the results."""
+    env = _self_signalling_plugin(tmp_path, "pytest_unconfigure", signal_name)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "self_signal"), env=env)
+    signum = getattr(signal, signal_name)
+    assert proc.returncode == -signum, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "KeyboardInterrupt" not in proc.stdout + proc.stderr
     results = load_results(tmp_path / "report" / "results.json")
     assert results.complete and [r.label for r in results.records] == [Label.PASS]
+
+
+def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
+    """A run started with SIGHUP ignored (``nohup``) keeps it ignored: a hangup in the middle
+    of the run (here, as its first case starts) changes nothing."""
+    env = _self_signalling_plugin(tmp_path, "pytest_runtest_setup", "SIGHUP")
+    proc = subprocess.run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"),
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = load_results(tmp_path / "report" / "results.json")
+    assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
