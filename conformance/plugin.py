@@ -131,7 +131,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         return
     state.close_runner()
     if state.active and state.is_controller:
-        if state.nothing_selected():
+        if state.nothing_selected() and exitstatus == pytest.ExitCode.INTERRUPTED:
+            state.summary_lines.append(  # as flexconf recover says of the same store
+                "interrupted before any case was selected: nothing ran and no results were "
+                "written; run it again")
+        elif state.nothing_selected():
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
                 "--case-id (flexconf list prints the case ids)")

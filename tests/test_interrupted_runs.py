@@ -174,3 +174,21 @@ def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = load_results(tmp_path / "report" / "results.json")
     assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
+
+
+def test_a_signal_before_any_case_is_selected_is_an_interruption_not_an_empty_selection(
+        tmp_path):
+    """A SIGTERM while pytest collects (xdist still bringing up its workers, say): the run is
+    interrupted (exit 2), says so, and writes no results; not "0 cases selected" (a usage
+    error, exit 4), which would send the user to widen a selection that was fine."""
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    env = _self_signalling_plugin(tmp_path, "pytest_collection", "SIGTERM")
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "interrupted before any case was selected: nothing ran and no results were " \
+        "written; run it again" in output
+    assert "0 cases selected" not in output
+    assert not (report / "results.json").exists()  # and the earlier run is set aside
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
