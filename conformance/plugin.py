@@ -131,17 +131,21 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         return
     state.close_runner()
     if state.active and state.is_controller:
-        if state.nothing_selected() and exitstatus == pytest.ExitCode.INTERRUPTED:
+        # A signal counts even when a second one cut pytest's own handling of the first short
+        # (exitstatus then is not INTERRUPTED).
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(_SIGNALS_RECEIVED)
+        if state.nothing_selected() and interrupted:
             state.summary_lines.append(  # as flexconf recover says of the same store
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
         elif state.nothing_selected():
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
                 "--case-id (flexconf list prints the case ids)")
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
-            state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+            state.finish_run(interrupted=interrupted)
     if state.active:
         _restore_termination_handlers()
 
@@ -171,14 +175,21 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 #: signal number -> the handler _interrupt_on_termination replaced, put back at the end.
 _REPLACED_HANDLERS: dict[int, object] = {}
+#: The termination signals received. Only the first stops the run: ``timeout`` and Slurm also
+#: signal the whole process group, so the controller gets SIGTERM twice, and a second
+#: KeyboardInterrupt would land in pytest's handling of the first (or in writing the results).
+_SIGNALS_RECEIVED: list[int] = []
 
 
 def _interrupt_on_termination() -> None:
     """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
-    run as Ctrl-C does: children killed, what finished written as an incomplete run. A signal
-    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it."""
+    run as Ctrl-C does: children killed, what finished written as an incomplete run; further
+    ones are noted and ignored. A signal the run was started ignoring stays ignored: under
+    ``nohup`` a hangup does not stop it."""
     def interrupt(signum, _frame):
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+        _SIGNALS_RECEIVED.append(signum)
+        if len(_SIGNALS_RECEIVED) == 1:  # later ones would cut short the stop under way
+            raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
 
     for number in (signal.SIGTERM, signal.SIGHUP):
         previous = signal.getsignal(number)

@@ -140,13 +140,14 @@ def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directo
     assert load_results(tmp_path / "report" / "results.json") == original  # untouched
 
 
-def _self_signalling_plugin(tmp_path, hook: str, signal_name: str) -> dict[str, str]:
+def _self_signalling_plugin(tmp_path, hook: str, signal_name: str, *more_hooks: str
+                            ) -> dict[str, str]:
     """An extra pytest plugin (``-p self_signal``) that sends ``signal_name`` to its own
-    process from ``hook``, and the environment that finds it."""
-    (tmp_path / "self_signal.py").write_text(
-        "import os, signal\n"
-        f"def {hook}(*args, **kwargs):\n"
-        f"    os.kill(os.getpid(), signal.{signal_name})\n")
+    process from ``hook`` (and from each of ``more_hooks``), and the environment that finds
+    it."""
+    (tmp_path / "self_signal.py").write_text("import os, signal\n" + "".join(
+        f"def {name}(*args, **kwargs):\n    os.kill(os.getpid(), signal.{signal_name})\n"
+        for name in (hook, *more_hooks)))
     return clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
 
 
@@ -176,14 +177,18 @@ def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
     assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
 
 
+@pytest.mark.parametrize("signals", ["once", "twice"])
 def test_a_signal_before_any_case_is_selected_is_an_interruption_not_an_empty_selection(
-        tmp_path):
+        tmp_path, signals):
     """A SIGTERM while pytest collects (xdist still bringing up its workers, say): the run is
     interrupted (exit 2), says so, and writes no results; not "0 cases selected" (a usage
-    error, exit 4), which would send the user to widen a selection that was fine."""
+    error, exit 4), which would send the user to widen a selection that was fine. ``timeout``
+    and Slurm signal the process group as well as the process, so a second SIGTERM comes while
+    pytest handles the first: it is ignored."""
     report = tmp_path / "report"
     _stale_green_run(report)
-    env = _self_signalling_plugin(tmp_path, "pytest_collection", "SIGTERM")
+    again = ("pytest_keyboard_interrupt",) if signals == "twice" else ()
+    env = _self_signalling_plugin(tmp_path, "pytest_collection", "SIGTERM", *again)
     proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-3000:]
