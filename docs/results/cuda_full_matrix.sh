@@ -44,7 +44,8 @@ log=$out/log.txt
 export PYTHONUNBUFFERED=1
 # A machine kept warm between calls keeps files too: this call's reports and caches start empty.
 rm -rf reports/cuda
-export XDG_CACHE_HOME=$PWD/reports/cuda/cache  # the suite's compiler caches (conformance/options.py)
+# the suite's compiler caches live under it (conformance/options.py)
+export XDG_CACHE_HOME=$PWD/reports/cuda/cache
 
 if ! python3 -c "import jsonschema" 2>/dev/null; then
   if ! ls .whl/*.whl > /dev/null 2>&1; then
@@ -55,7 +56,8 @@ if ! python3 -c "import jsonschema" 2>/dev/null; then
     --target /tmp/site .whl/*.whl 2>&1 | tee -a "$log"
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "import jsonschema" 2>> "$log" \
-    || { echo "the wheels in .whl did not install for $(python3 -V): see the log" | tee -a "$log"; exit 2; }
+    || { echo "the wheels in .whl did not install for $(python3 -V): see the log" \
+           | tee -a "$log"; exit 2; }
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
@@ -94,7 +96,8 @@ run_phase compile "$compile_limit" "$compile_workers" --phase compile "$@"
 cp reports/cuda/compile/results.json "$out/compile-results.json" 2>/dev/null
 run_phase run "$run_limit" "$workers" --compile-cache warm "$@"
 for f in results.json summary.md index.html; do
-  cp "reports/cuda/run/$f" "$out/run-$f" 2>/dev/null || echo "no $f from the run phase" | tee -a "$log"
+  cp "reports/cuda/run/$f" "$out/run-$f" 2>/dev/null \
+    || echo "no $f from the run phase" | tee -a "$log"
 done
 cat "$out/figures.md" 2>/dev/null
 date -u +"end %Y-%m-%dT%H:%M:%SZ" | tee -a "$log"
