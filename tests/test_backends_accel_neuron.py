@@ -8,8 +8,10 @@ SDK's caches, artefacts, metrics, fallbacks and asynchronous compilation.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -35,8 +37,24 @@ TINY = Shape(1, 2, 2, 64, 64, 16)
 CAUSAL = Case(variants.causal(), TINY, "fp32")
 ALIBI = Case(variants.alibi(), TINY, "fp32")
 ON_CPU = "tests.standin_neuron:NeuronOnCpu"
-STOCK_SENTENCE = ("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
-                  "Found input tensors on {} device.")
+#: The native backend, and with it the Neuron backend, needs torch-neuronx 2.13 or later, which
+#: pairs with torch 2.13 ([RN] in conformance/backends/neuron_sdk.py): on an older torch the
+#: stand-in (which takes the running torch's release) is rightly "not available".
+NEEDS_NATIVE_RELEASE = pytest.mark.skipif(
+    tuple(int(p) for p in torch.__version__.split(".")[:2]) < sdk.MIN_RELEASE,
+    reason=f"torch {torch.__version__}: the Neuron backend needs torch-neuronx "
+           f"{'.'.join(map(str, sdk.MIN_RELEASE))}+, which pairs with the same torch")
+
+
+def _stock_sentence(device_type: str) -> str:
+    """Upstream flex_attention's rejection of ``device_type``, as the running torch's source
+    writes it: the list of devices grew between releases ("CUDA, CPU or HPU" in 2.11, "CUDA,
+    CPU, HPU, or MPS" in 2.13)."""
+    from torch.nn.attention import flex_attention as module
+
+    head = re.search(r'"(FlexAttention is only supported on [^"]+ devices\. )"',
+                     inspect.getsource(module)).group(1)
+    return f"{head}Found input tensors on {device_type} device."
 _STANDIN_ENV = ("STANDIN_NEURON_FAIL_COMPILE", "STANDIN_NEURON_FALLBACK_OPS",
                 "STANDIN_NEURON_EXEC_TIMEOUT_AT", "STANDIN_NEURON_NO_SYNC",
                 "STANDIN_NEURON_REJECT_DEVICE", "STANDIN_NEURON_COMPILE_SECONDS",
@@ -152,6 +170,7 @@ def test_matching_release_is_available():
 
 
 # -- environment -----------------------------------------------------------------------------
+@NEEDS_NATIVE_RELEASE
 def test_environment_records_versions_tools_settings_and_sources(standin, monkeypatch):
     monkeypatch.setenv("NEURON_RT_EXEC_TIMEOUT", "120")
     monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")
@@ -173,7 +192,7 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
     # stock torch rejects 'neuron': the default is to lift that one check, and to say so
     assert env["device_check"].startswith(f"device check bypassed for neuron (torch "
                                           f"{torch.__version__}: flex_attention rejects it: "
-                                          + STOCK_SENTENCE.format("neuron"))
+                                          + _stock_sentence("neuron"))
     strict = Neuron(device_check_mode="strict").environment()["device_check"]
     assert strict.startswith("kept (--neuron-device-check strict)")
 
@@ -205,6 +224,7 @@ def test_cores_only_in_their_documented_forms():
         sdk.format_cores([0, 2])
 
 
+@NEEDS_NATIVE_RELEASE
 def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
@@ -253,7 +273,7 @@ def test_stock_torch_rejects_neuron_and_the_bypass_lifts_only_that(monkeypatch):
 
     monkeypatch.setattr(module, "_validate_device", module._validate_device)  # restored after
     found = device_check.probe("neuron")
-    assert found == device_check.Probe("rejected", STOCK_SENTENCE.format("neuron"))
+    assert found == device_check.Probe("rejected", _stock_sentence("neuron"))
     assert device_check.probe("cuda").verdict == "accepted"
     assert device_check.apply("neuron", "strict").startswith("kept (--neuron-device-check strict)")
     with pytest.raises(ValueError, match="Found input tensors on neuron device"):
@@ -286,14 +306,14 @@ def test_bypassed_device_check_runs_the_cases_and_strict_gives_upstreams_sentenc
     monkeypatch.setenv(sdk.DEVICE_CHECK_ENV, "strict")
     records = _run([CAUSAL, ALIBI], tmp_path)
     assert _labels(records) == [Label.UNSUPPORTED, Label.UNSUPPORTED]
-    assert {r.message for r in records} == {"ValueError: " + STOCK_SENTENCE.format("cpu")}
+    assert {r.message for r in records} == {"ValueError: " + _stock_sentence("cpu")}
 
 
 def test_a_device_flex_attention_rejects_is_unsupported_in_strict_mode(standin, tmp_path, monkeypatch):
     monkeypatch.setenv(sdk.DEVICE_CHECK_ENV, "strict")
     (record,) = _run([CAUSAL], tmp_path, spec="tests.standin_neuron:NeuronOnRejectedDevice")
     assert record.label is Label.UNSUPPORTED
-    assert record.message == "ValueError: " + STOCK_SENTENCE.format("meta")
+    assert record.message == "ValueError: " + _stock_sentence("meta")
     assert [c for c in _compiles(standin)] == []  # rejected before any compile
 
 

@@ -6,6 +6,7 @@ what a mask depends on is read off the mask."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -303,8 +304,11 @@ def test_our_indexing_rule_gives_what_flex_attentions_own_gives(monkeypatch, nam
         assert ours[2].abs().sum() > 0  # and the table's gradient is not trivially zero
     else:  # torch's rule is really the one in place on the other side: it refuses this one
         assert len(evaluate(True)) == 3
-        with pytest.raises(AssertionError, match="must match value shape"):
+        with pytest.raises(AssertionError) as refused:
             _under_torchs_own_rule(monkeypatch, lambda: evaluate(True))
+        # raised in torch itself; its text differs by release ('must match value shape' in
+        # 2.13 and 2.14, none in 2.11)
+        assert f"{os.sep}torch{os.sep}" in str(refused.traceback[-1].path)
 
 
 def test_a_mask_that_indexes_gives_what_flex_attentions_own_rule_gives(monkeypatch):

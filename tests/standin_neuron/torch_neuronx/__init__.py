@@ -336,9 +336,13 @@ def _model_stock_device_check() -> None:
     stock = module._validate_device
 
     def _validate_device(query, key, value):
-        if query.device.type == "cpu":
-            raise ValueError("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
-                             f"Found input tensors on {query.device.type} device.")
+        if query.device.type == "cpu":  # stock's own words for "neuron", which differ by release
+            on_neuron = types.SimpleNamespace(device=types.SimpleNamespace(type="neuron"),
+                                              requires_grad=False)
+            try:
+                stock(on_neuron, on_neuron, on_neuron)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace("on neuron device", "on cpu device")) from None
         return stock(query, key, value)
 
     module._validate_device = _validate_device
