@@ -23,6 +23,7 @@ whose first line starts with ``[LABEL]``.
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -131,10 +132,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         return
     state.close_runner()
     if state.active and state.is_controller:
-        # A signal counts even when a second one cut pytest's own handling of the first short
-        # (exitstatus then is not INTERRUPTED).
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(_SIGNALS_RECEIVED)
-        if state.nothing_selected() and interrupted:
+        if state.nothing_selected() and (exitstatus == pytest.ExitCode.INTERRUPTED
+                                         or _INTERRUPTED_AT):
             state.summary_lines.append(  # as flexconf recover says of the same store
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
@@ -145,7 +144,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "--case-id (flexconf list prints the case ids)")
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
-            state.finish_run(interrupted=interrupted)
+            state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if state.active:
         _restore_termination_handlers()
 
@@ -163,6 +162,7 @@ def pytest_unconfigure(config) -> None:
     state = config.stash.get(_STATE, None)
     if state is not None:
         state.close_runner()
+    _restore_termination_handlers()  # also after a usage error, which skips sessionfinish
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -175,22 +175,29 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 #: signal number -> the handler _interrupt_on_termination replaced, put back at the end.
 _REPLACED_HANDLERS: dict[int, object] = {}
-#: The termination signals received. Only the first stops the run: ``timeout`` and Slurm also
-#: signal the whole process group, so the controller gets SIGTERM twice, and a second
-#: KeyboardInterrupt would land in pytest's handling of the first (or in writing the results).
-_SIGNALS_RECEIVED: list[int] = []
+#: When a termination signal last stopped the run (time.monotonic()). Another within
+#: _ECHO_SECONDS is its echo, and is ignored: ``timeout`` and Slurm signal the process group as
+#: well as the process, so the controller gets SIGTERM twice, and a second KeyboardInterrupt
+#: would land in pytest's handling of the first (or in writing the results). A later one stops
+#: the run again, for the first may have been lost: one raised inside a __del__ or a garbage
+#: collector's callback is printed as "Exception ignored" and dropped.
+_INTERRUPTED_AT: list[float] = []
+_ECHO_SECONDS = 5.0
 
 
 def _interrupt_on_termination() -> None:
     """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
-    run as Ctrl-C does: children killed, what finished written as an incomplete run; further
-    ones are noted and ignored. A signal the run was started ignoring stays ignored: under
-    ``nohup`` a hangup does not stop it."""
+    run as Ctrl-C does: children killed, what finished written as an incomplete run. A signal
+    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it."""
     def interrupt(signum, _frame):
-        _SIGNALS_RECEIVED.append(signum)
-        if len(_SIGNALS_RECEIVED) == 1:  # later ones would cut short the stop under way
-            raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+        now = time.monotonic()
+        if _INTERRUPTED_AT and now - _INTERRUPTED_AT[-1] < _ECHO_SECONDS:
+            return  # the echo of the signal whose stop is under way
+        _INTERRUPTED_AT.append(now)
+        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
 
+    _restore_termination_handlers()  # a run before this one in the process left them
+    _INTERRUPTED_AT.clear()
     for number in (signal.SIGTERM, signal.SIGHUP):
         previous = signal.getsignal(number)
         if previous is signal.SIG_IGN:

@@ -52,9 +52,11 @@ def _stock_sentence(device_type: str) -> str:
     CPU, HPU, or MPS" in 2.13)."""
     from torch.nn.attention import flex_attention as module
 
-    head = re.search(r'"(FlexAttention is only supported on [^"]+ devices\. )"',
-                     inspect.getsource(module)).group(1)
-    return f"{head}Found input tensors on {device_type} device."
+    found = re.search(r'"(FlexAttention is only supported on [^"]+ devices\. )"',
+                      inspect.getsource(module))
+    assert found, (f"torch {torch.__version__}'s flex_attention.py no longer words its device "
+                   "check as 'FlexAttention is only supported on ... devices. ': update this")
+    return f"{found.group(1)}Found input tensors on {device_type} device."
 _STANDIN_ENV = ("STANDIN_NEURON_FAIL_COMPILE", "STANDIN_NEURON_FALLBACK_OPS",
                 "STANDIN_NEURON_EXEC_TIMEOUT_AT", "STANDIN_NEURON_NO_SYNC",
                 "STANDIN_NEURON_REJECT_DEVICE", "STANDIN_NEURON_COMPILE_SECONDS",

@@ -197,3 +197,27 @@ def test_a_signal_before_any_case_is_selected_is_an_interruption_not_an_empty_se
     assert "0 cases selected" not in output
     assert not (report / "results.json").exists()  # and the earlier run is set aside
     assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+
+
+def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_echo(tmp_path):
+    """A KeyboardInterrupt raised inside a __del__ (or a garbage collector's callback) is
+    printed as "Exception ignored" and dropped, so that signal stopped nothing; the next one,
+    past the echo window (set to 0 here), must stop the run."""
+    (tmp_path / "swallowed_then_again.py").write_text(
+        "import os, signal\n"
+        "import conformance.plugin\n"
+        "conformance.plugin._ECHO_SECONDS = 0.0\n"
+        "class SignalsWhenCollected:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "def pytest_runtest_setup(item):\n"
+        "    SignalsWhenCollected()  # collected at once: its KeyboardInterrupt is dropped\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "swallowed_then_again"),
+               env=env)
+    output = proc.stdout + proc.stderr
+    assert "Exception ignored" in output  # the first signal's interrupt was lost, as modelled
+    assert proc.returncode == 2, output[-3000:]  # the second one stopped the run
+    results = load_results(tmp_path / "report" / "results.json")
+    assert not results.complete and results.selected_count == 2
