@@ -148,7 +148,12 @@ def _self_signalling_plugin(tmp_path, hook: str, signal_name: str, *more_hooks: 
     (tmp_path / "self_signal.py").write_text("import os, signal\n" + "".join(
         f"def {name}(*args, **kwargs):\n    os.kill(os.getpid(), signal.{signal_name})\n"
         for name in (hook, *more_hooks)))
-    return clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    return _env_importing_from(tmp_path)
+
+
+def _env_importing_from(folder) -> dict[str, str]:
+    """The test environment, with ``folder`` first on PYTHONPATH (for ``-p`` plugins there)."""
+    return clean_env(PYTHONPATH=os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
@@ -169,9 +174,8 @@ def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
     """A run started with SIGHUP ignored (``nohup``) keeps it ignored: a hangup in the middle
     of the run (here, as its first case starts) changes nothing."""
     env = _self_signalling_plugin(tmp_path, "pytest_runtest_setup", "SIGHUP")
-    proc = subprocess.run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"),
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env,
+               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = load_results(tmp_path / "report" / "results.json")
     assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
@@ -213,9 +217,8 @@ def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_ec
         "def pytest_runtest_setup(item):\n"
         "    SignalsWhenCollected()  # collected at once: its KeyboardInterrupt is dropped\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n")
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "swallowed_then_again"),
-               env=env)
+               env=_env_importing_from(tmp_path))
     output = proc.stdout + proc.stderr
     assert "Exception ignored" in output  # the first signal's interrupt was lost, as modelled
     assert proc.returncode == 2, output[-3000:]  # the second one stopped the run

@@ -36,9 +36,9 @@ def pytest_args(tmp_path: Path, backend: str, cases, *extra: str) -> list[str]:
             "--report-dir", str(tmp_path / "report"), "--reference-cache", "none", *extra]
 
 
-def run(args, env=None, timeout=300) -> subprocess.CompletedProcess:
+def run(args, env=None, timeout=300, **popen) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=env or clean_env())
+                          env=env or clean_env(), **popen)
 
 
 def test_two_workers_give_one_merged_results_file(tmp_path):
