@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from records.text import one_line
+
 #: subcommand name -> module with ``add_arguments(parser)`` and ``run(args) -> int``
 COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("conformance.cmd_list", "print the case ids of a matrix, one per line"),
@@ -20,20 +22,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line that names the bad value and where the usage is, not
+    argparse's usage block first (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}; see {self.prog} -h\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # the top level has no options but -h, so the first word is the command; only its module
     # is imported (another's arguments may need torch: list's name the matrices)
     chosen = next((word for word in argv if not word.startswith("-")), None)
-    parser = argparse.ArgumentParser(prog="flexconf", description="FlexAttention conformance suite")
+    parser = _OneLineParser(prog="flexconf", description="FlexAttention conformance suite")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    module = None
+    module, parsers = None, {}
     for name, (module_name, help_text) in COMMANDS.items():
-        cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        parsers[name] = cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             module = importlib.import_module(module_name)
             module.add_arguments(cmd_parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser, whose -h lists what it takes
+        parsers.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not args.command:
         parser.print_help(sys.stderr)
         return 2
@@ -44,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, KeyError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"flexconf {args.command}: error: {message}", file=sys.stderr)
+        print(f"flexconf {args.command}: error: {one_line(message)}", file=sys.stderr)
         return 2
 
 

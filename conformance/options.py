@@ -8,7 +8,6 @@ is a usage error of one line that names the value and the fix
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -103,6 +102,9 @@ def _cases_modules(values, _base) -> tuple[str, ...]:
 def _schedule_from(text, base: Path) -> str:
     from conformance.schedule import AUTO, ESTIMATE, OFF
 
+    if not str(text).strip():
+        raise ValueError("--schedule-from '' names nothing; give a run's results.json, or "
+                         f"{AUTO}, {ESTIMATE} or {OFF}")
     return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
 
 
@@ -361,12 +363,12 @@ def load_case_file(path: str) -> list:
     """Cases of a JSON case file: one spec, a list of specs, or {"cases": [...]}."""
     from cases.model import Case
 
+    from records.files import UserFileError, read_json
+
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"--case-file {path!r} does not exist; pass a JSON case spec file") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--case-file {path!r} is not JSON ({exc}); pass a JSON case spec file") from None
+        data = read_json(path, "pass a JSON case spec file (docs/cases.md)")
+    except UserFileError as exc:
+        raise ValueError(f"--case-file {exc}") from None
     if isinstance(data, dict) and "cases" in data:
         data = data["cases"]
     specs = data if isinstance(data, list) else [data]

@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from records.files import UserFileError, read_json
 from records.labels import Label, label_names
-from records.text import clean_json, clean_text
+from records.text import clean_json, clean_text, one_line
 
 SCHEMA_NAME = "flexattention-conformance/results"
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
+RESULTS_FILE_FIX = "pass the results.json of a run"
 
 
 @dataclass(frozen=True)
@@ -147,26 +149,27 @@ def validate_results_json(data: Any, source: str = "results") -> None:
     schema = results_schema()
     if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
         raise ResultsError(
-            f"{source}: schema_version {data.get('schema_version')!r} is not supported "
+            f"{one_line(source)}: schema_version {data.get('schema_version')!r} is not supported "
             f"(this suite reads version {SCHEMA_VERSION}); re-run or re-render with a matching suite"
         )
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
                     key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
-        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
-        raise ResultsError(f"{source}: not a valid results file at {where}: {first.message}")
+        where = one_line("/".join(str(p) for p in first.absolute_path) or "(top level)")
+        problem = one_line(first.message)
+        if len(problem) > 160:  # jsonschema quotes the whole offending value
+            problem = problem[:160] + "..."
+        raise ResultsError(f"{one_line(source)}: not a valid results file at {where}: "
+                           f"{problem}; {RESULTS_FILE_FIX}")
 
 
 def load_results(path: str | Path) -> RunResults:
     """Read and validate a results.json."""
-    path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file; pass the results.json of a run") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not JSON ({exc}); pass the results.json of a run") from None
+        data = read_json(path, RESULTS_FILE_FIX)
+    except UserFileError as exc:
+        raise ResultsError(str(exc)) from None
     validate_results_json(data, str(path))
     return RunResults.from_json(data)
 

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from records.files import UserFileError, read_json
 from records.labels import Label
 from records.results import Record, RunResults, write_results
+from records.text import one_line
 
 RECORDS_DIR = "records"
 #: The run's own description, written when it starts: what ``flexconf recover`` and
@@ -71,11 +73,16 @@ def write_manifest(report_dir: str | Path, manifest: RunManifest) -> None:
 
 
 def read_manifest(report_dir: str | Path) -> RunManifest | None:
-    """The run's manifest; None when the directory holds no run's records."""
-    try:
-        data = json.loads((records_dir(report_dir) / MANIFEST_NAME).read_text())
-    except (OSError, json.JSONDecodeError):
+    """The run's manifest; None when the directory holds no run's records. A manifest that is
+    there but cannot be read (a disk fault, a hand edit) is a UserFileError, one line: it is
+    written whole (a temporary file renamed), so a run never leaves it torn."""
+    path = records_dir(report_dir) / MANIFEST_NAME
+    if not path.exists():
         return None
+    data = read_json(path, "this directory's run cannot be recovered or resumed; run it again")
+    if not isinstance(data, dict):
+        raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object); this "
+                            "directory's run cannot be recovered or resumed; run it again")
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
                        data.get("selected"))
@@ -88,10 +95,13 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
 
     A run that ``resuming`` finishes set the run before it aside when it started, and may have
     left its own partial results (interrupted, or ``flexconf recover``ed): those are removed
-    instead, so ``previous/`` keeps the last run before it, not a rendering of its own part."""
+    instead, so ``previous/`` keeps the last run before it, not a rendering of its own part.
+    So are the results of a run that recorded no case (stopped before its first case started):
+    they hold nothing, and moved they would push the last real run out of ``previous/``."""
     report_dir = Path(report_dir)
-    if resuming is not None and resuming.started_at \
-            and _results_started_at(report_dir) == resuming.started_at:
+    earlier = _results_head(report_dir)
+    if earlier.get("records") == 0 or (resuming is not None and resuming.started_at
+                                       and earlier.get("started_at") == resuming.started_at):
         for name in RESULT_FILES:
             (report_dir / name).unlink(missing_ok=True)
         return []
@@ -106,12 +116,20 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     return moved
 
 
-def _results_started_at(report_dir: Path) -> str | None:
-    """When the run of ``report_dir``'s results.json started; None without a readable one."""
+def _results_head(report_dir: Path) -> dict[str, Any]:
+    """``started_at`` and the number of ``records`` of ``report_dir``'s results.json, each
+    where it can be read (a partial or corrupt file gives what it can, maybe nothing)."""
     try:
-        return str(json.loads((report_dir / RESULT_FILES[0]).read_text())["started_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        data = json.loads((report_dir / RESULT_FILES[0]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    head: dict[str, Any] = {}
+    if isinstance(data, dict):
+        if isinstance(data.get("started_at"), str):
+            head["started_at"] = data["started_at"]
+        if isinstance(data.get("records"), list):
+            head["records"] = len(data["records"])
+    return head
 
 
 def finished_ids(report_dir: str | Path) -> set[str]:
@@ -159,7 +177,7 @@ class Merged:
 def read_events(report_dir: str | Path) -> Iterable[dict]:
     """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
     for path in sorted(records_dir(report_dir).glob("*.jsonl")):
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # a bad byte: a bad line
             for line in f:
                 try:
                     yield json.loads(line)

@@ -95,13 +95,18 @@ def xfail_reason(expectations: Expectations | None, backend: str, case_id: str,
 
 
 def load_expectations(path: str | Path) -> Expectations:
+    from records.files import UserFileError, read_text
+    from records.text import one_line
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         raise ExpectationsError(
-            f"{path}: no such expectations file; create it with "
-            f"`flexconf expectations update RESULTS.json --expectations {path}`") from None
+            f"{one_line(str(path))}: no such expectations file; create it with "
+            f"`flexconf expectations update RESULTS.json --expectations {one_line(str(path))}`")
+    try:
+        text = read_text(path, "pass a TOML expectations file (docs/gate.md)")
+    except UserFileError as exc:
+        raise ExpectationsError(str(exc)) from None
     return parse_expectations(text, str(path))
 
 

@@ -283,6 +283,57 @@ def test_unreadable_files_are_bad_input(tmp_path, capsys):
     assert "known.toml:1: unknown label 'PASSED'" in capsys.readouterr().err
 
 
+def test_unreadable_kinds_of_file_name_the_file_and_the_fix(tmp_path, capsys):
+    write_results(run([record(A)]), tmp_path / "old.json")
+    (tmp_path / "binary.json").write_bytes(b"\xd9\x00garbage")  # 0xd9 needs a continuation
+    (tmp_path / "other.json").write_text('{"anything": 1}')
+    (tmp_path / "dir.json").mkdir()
+    for name, problem in (("binary.json", "not UTF-8 text (byte 0xd9 at offset 0)"),
+                          ("dir.json", "is a directory, not a file"),
+                          ("other.json", "not a valid results file at (top level)")):
+        assert main(["gate", "--baseline", str(tmp_path / "old.json"),
+                     "--candidate", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(f"flexconf gate: error: {tmp_path / name}: {problem}")
+        assert err.endswith("; pass the results.json of a run")
+
+
+@pytest.mark.parametrize("flag", ["--compile-time-budget", "--run-time-budget",
+                                  "--compile-time-slack", "--run-time-slack"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_factor_or_slack_that_is_not_a_finite_number_is_bad_input(tmp_path, capsys, flag,
+                                                                     value):
+    """nan compares false with everything: as a budget it let every compile time through,
+    and a run that the default budget blocks shipped (exit 0)."""
+    old = run([replace(record(A, compile_seconds=4.0), run_seconds=0.1)])
+    new = run([replace(record(A, compile_seconds=8.0), run_seconds=0.2)])
+    assert gate(tmp_path, old, new, "--run-time-slack", "0") == 1  # blocked, as it must be
+    capsys.readouterr()
+    extra = (flag, value) if flag == "--run-time-slack" else (flag, value, "--run-time-slack", "0")
+    assert gate(tmp_path, old, new, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"flexconf gate: error: {flag} ")
+    assert "finite" in err and "give" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--confirm", "abc"), "argument --confirm: invalid int value: 'abc'"),
+    (("--confirm", "1.5"), "argument --confirm: invalid int value: '1.5'"),
+    (("--run-time-slack", "abc"), "argument --run-time-slack: invalid float value: 'abc'"),
+    (("--no-such-option",), "unrecognized arguments: --no-such-option"),
+])
+def test_a_value_argparse_refuses_is_one_line_naming_it_and_where_the_usage_is(tmp_path, args,
+                                                                                words):
+    write_results(run([record(A)]), tmp_path / "old.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "gate", "--baseline", str(tmp_path / "old.json"),
+         "--candidate", str(tmp_path / "old.json"), *args], cwd=REPO, capture_output=True,
+        text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"flexconf gate: error: {words}; see flexconf gate -h"]
+
+
 def test_gate_as_a_subprocess_exits_1_on_a_regression(tmp_path):
     write_results(run([record(A)]), tmp_path / "old.json")
     write_results(run([record(A, Label.CRASH)]), tmp_path / "new.json")

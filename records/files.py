@@ -1,0 +1,48 @@
+"""Reading a file a person named on the command line: any way it cannot be read is one line
+that names the file (escaped, records.text.one_line), says what is wrong and what to do.
+
+Every command and option that takes such a file reads it here (results files, case files,
+expectations, a run's manifest), so a directory, a missing file, a file without permission or
+bytes that are not UTF-8 text give the same kind of message everywhere, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from records.text import one_line
+
+
+class UserFileError(ValueError):
+    """A named file that cannot be used; the message is one line with the fix."""
+
+
+def read_text(path: str | Path, fix: str) -> str:
+    """The UTF-8 text of ``path``; UserFileError (``"<path>: <problem>; <fix>"``) otherwise."""
+    shown = one_line(str(path))
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserFileError(f"{shown}: no such file; {fix}") from None
+    except IsADirectoryError:
+        raise UserFileError(f"{shown}: is a directory, not a file; {fix}") from None
+    except PermissionError:
+        raise UserFileError(f"{shown}: cannot be read (permission denied); {fix}") from None
+    except OSError as exc:
+        raise UserFileError(f"{shown}: cannot be read ({one_line(exc.strerror or exc)}); "
+                            f"{fix}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserFileError(f"{shown}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start}); {fix}") from None
+
+
+def read_json(path: str | Path, fix: str) -> Any:
+    """The JSON value in ``path``; UserFileError, one line, when it is unreadable or not JSON."""
+    text = read_text(path, fix)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserFileError(f"{one_line(str(path))}: not JSON ({exc}); {fix}") from None
