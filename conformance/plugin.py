@@ -22,9 +22,11 @@ whose first line starts with ``[LABEL]``.
 """
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 import pytest
 
@@ -45,18 +47,32 @@ def pytest_configure(config) -> None:
         options = opts.parse(config.getoption, Path(config.invocation_params.dir))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    import os
-
     # read by the neuron backend in every child (docs/backends.md)
     os.environ["FLEXCONF_NEURON_CORES_PER_WORKER"] = str(options.neuron_cores_per_worker)
     os.environ["FLEXCONF_NEURON_DEVICE_CHECK"] = options.neuron_device_check
     state = ConformanceSession(config, options)
     config.stash[_STATE] = state
     if state.active:
-        _interrupt_on_termination()
+        _interrupt_on_termination(lambda: _xdist_worker_pids(config) if state.is_controller
+                                  else ())
     if state.active and state.is_controller:
+        _check_selection_expressions(config)
         state.validate_backend()
         state.start_run()
+
+
+def _check_selection_expressions(config) -> None:
+    """A bad -k or -m is a usage error before the run starts (nothing set aside), also under
+    xdist, whose workers would each fail to collect and take the controller down with an
+    INTERNALERROR. pytest's own parser judges and words it (a private function: where this
+    pytest lacks it, the workers say it, as before)."""
+    try:
+        from _pytest.mark import _parse_expression
+    except ImportError:
+        return
+    for flag, text in (("-k", config.option.keyword), ("-m", config.option.markexpr)):
+        if text:
+            _parse_expression(text, f"Wrong expression passed to '{flag}'")  # UsageError
 
 
 def pytest_generate_tests(metafunc) -> None:
@@ -185,15 +201,27 @@ _INTERRUPTED_AT: list[float] = []
 _ECHO_SECONDS = 5.0
 
 
-def _interrupt_on_termination() -> None:
+def _interrupt_on_termination(workers: Callable[[], Iterable[int]]) -> None:
     """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
     run as Ctrl-C does: children killed, what finished written as an incomplete run. A signal
-    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it."""
+    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it.
+
+    The controller passes the signal on to its xdist workers (``workers()``: their pids), so
+    a signal sent to it alone (``kill PID``, a container's init) stops them as Ctrl-C does, at
+    once: each kills its supervised child and compiler processes and records what it was
+    running as cut off. Without that they would finish their queued cases until xdist's
+    teardown killed them (with SIGKILL) after 10 s. Where the signal went to the whole
+    process group too, the worker takes the second copy as an echo."""
     def interrupt(signum, _frame):
         now = time.monotonic()
         if _INTERRUPTED_AT and now - _INTERRUPTED_AT[-1] < _ECHO_SECONDS:
             return  # the echo of the signal whose stop is under way
         _INTERRUPTED_AT.append(now)
+        for pid in workers():
+            try:
+                os.kill(pid, signum)
+            except OSError:  # gone already
+                pass
         raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
 
     _restore_termination_handlers()  # a run before this one in the process left them
@@ -207,6 +235,19 @@ def _interrupt_on_termination() -> None:
         except ValueError:  # not the main thread: leave the default
             return
         _REPLACED_HANDLERS[number] = signal.SIG_DFL if previous is None else previous
+
+
+def _xdist_worker_pids(config) -> list[int]:
+    """The pids of this controller's running xdist workers (none without xdist). execnet,
+    which starts them, does not publish the pid: it is read where execnet keeps its Popen."""
+    dsession = config.pluginmanager.getplugin("dsession")
+    group = getattr(getattr(dsession, "nodemanager", None), "group", None)
+    pids = []
+    for gateway in list(group or ()):
+        popen = getattr(getattr(gateway, "_io", None), "popen", None)
+        if popen is not None and popen.poll() is None:
+            pids.append(popen.pid)
+    return pids
 
 
 def _case_ids(nodeids) -> set[str]:

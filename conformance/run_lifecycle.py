@@ -7,6 +7,7 @@ and call ``reports/`` once for the report. ``ConformanceSession`` (plugin.py) in
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ class RunLifecycle:
         from records.store import clear_records, set_aside_results
 
         report_dir = self.options.report_dir
+        _check_writable(report_dir, "--resume" if self.options.resume else "--report-dir")
         self.schedule = self._cost_model(report_dir / "results.json")
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options())
@@ -39,17 +41,22 @@ class RunLifecycle:
         self._write_manifest()
 
     def _cost_model(self, last_run: Path):
-        """The order of the cases under xdist (None: collection order, or no xdist)."""
+        """The order of the cases under xdist (None: collection order, or no xdist). A file
+        the user named is checked even without xdist: a bad one is a usage error either way."""
         from conformance.estimates import relative_cost
-        from conformance.schedule import OFF, ScheduleError, cost_model
+        from conformance.schedule import AUTO, ESTIMATE, OFF, ScheduleError, cost_model
 
-        if self.options.schedule_from == OFF or worker_count(self.config) < 2:
+        choice = self.options.schedule_from
+        one_process = worker_count(self.config) < 2
+        if choice == OFF or (one_process and choice in (AUTO, ESTIMATE)):
             return None
         try:
-            model = cost_model(self.cases(), relative_cost, self.options.schedule_from,
-                               self.options.matrix, self.options.profile, last_run)
+            model = cost_model(self.cases(), relative_cost, choice, self.options.matrix,
+                               self.options.profile, last_run)
         except ScheduleError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if one_process:  # one process runs the cases in collection order
+            return None
         self.summary_lines.append(f"schedule: longest first, from {model.source}")
         return model
 
@@ -113,9 +120,13 @@ _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "s
 def _resumable_run(options: opts.RunOptions, recorded: dict):
     """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
     when there is none or its options differ."""
+    from records.files import UserFileError
     from records.store import read_manifest
 
-    manifest = read_manifest(options.report_dir)
+    try:
+        manifest = read_manifest(options.report_dir)
+    except UserFileError as exc:
+        raise pytest.UsageError(f"--resume: {exc}") from None
     if manifest is None:
         raise pytest.UsageError(f"--resume {options.report_dir}: no run's records there "
                                 "(records/run.json is missing); run without --resume")
@@ -126,6 +137,28 @@ def _resumable_run(options: opts.RunOptions, recorded: dict):
                 f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
                 f"{now!r}; resume with the run's own options")
     return manifest
+
+
+def _check_writable(report_dir: Path, flag: str) -> None:
+    """UsageError, one line, unless ``report_dir`` is (or, for --report-dir, can be made) a
+    writable directory; a missing --resume directory is left for _resumable_run to name."""
+    from records.text import one_line
+
+    problem = None
+    if report_dir.exists() and not report_dir.is_dir():
+        problem = "it is a file, not a directory"
+    elif not report_dir.exists():
+        if flag == "--resume":
+            return
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"it cannot be made ({exc.strerror or exc})"
+    if problem is None and not os.access(report_dir, os.W_OK | os.X_OK):
+        problem = "it is not writable"
+    if problem is not None:
+        raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; pass a "
+                                "directory this user can write, e.g. --report-dir reports/latest")
 
 
 def _import_root(module: str) -> str | None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from records.results import ResultsError, RunResults, load_results
+from records.results import RESULTS_FILE_FIX, ResultsError, RunResults, load_results
+from records.text import one_line
 
 #: ``--schedule-from`` values besides a path: the default (a usable earlier run, else the
 #: estimate), the estimate alone, or xdist's own order (collection order).
@@ -28,7 +29,11 @@ AUTO, ESTIMATE, OFF = "auto", "estimate", "off"
 
 
 class ScheduleError(ValueError):
-    """A --schedule-from file that cannot order this run (one line, with the fix)."""
+    """A --schedule-from file that cannot order this run: ``problem``, then the fix (one line)."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -63,26 +68,29 @@ def cost_model(cases: list, estimate: Callable, choice: str, matrix: str, profil
             return CostModel(estimates, "the estimate (no earlier run in the report directory)")
         try:
             return _from_run(last_run, estimates, matrix, profile)
-        except ScheduleError as exc:
-            return CostModel(estimates, f"the estimate ({exc})")
+        except ScheduleError as exc:  # an earlier run nobody asked for: note it, go on
+            return CostModel(estimates, "the estimate (the last run in the report directory "
+                                        f"cannot order this one: {exc.problem})")
     return _from_run(Path(choice), estimates, matrix, profile)
 
 
 def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str) -> CostModel:
+    shown = one_line(str(path))
     try:
         results = load_results(path)
     except ResultsError as exc:
-        raise ScheduleError(f"--schedule-from {path}: {exc}") from None
+        raise ScheduleError(f"--schedule-from {str(exc).removesuffix('; ' + RESULTS_FILE_FIX)}",
+                            f"{RESULTS_FILE_FIX}, or --schedule-from auto") from None
     theirs = ((results.selection or {}).get("matrix") or results.options.get("matrix", "core"),
               (results.selection or {}).get("profile") or results.options.get("profile"))
     if theirs != (matrix, profile):
-        raise ScheduleError(f"--schedule-from {path} is a run of --matrix {theirs[0]} --profile "
-                            f"{theirs[1]}, this one is --matrix {matrix} --profile {profile}; "
-                            "pass a run of the same matrix, or --schedule-from auto")
+        raise ScheduleError(f"--schedule-from {shown} is a run of --matrix {one_line(theirs[0])} "
+                            f"--profile {one_line(theirs[1])}, this one is --matrix {matrix} --profile "
+                            f"{profile}", "pass a run of the same matrix, or --schedule-from auto")
     measured = {cid: s for cid, s in measured_seconds(results).items() if cid in estimates}
     if not measured:
-        raise ScheduleError(f"--schedule-from {path} measured none of this run's cases; pass "
-                            "a run of the same cases, or --schedule-from auto")
+        raise ScheduleError(f"--schedule-from {shown} measured none of this run's cases",
+                            "pass a run of the same cases, or --schedule-from auto")
     scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
     seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}
     return CostModel(seconds, f"{path} ({len(measured)} of {len(estimates)} cases measured)")

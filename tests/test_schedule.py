@@ -41,7 +41,18 @@ def test_bad_schedule_files_are_one_line_errors_unless_auto_falls_back(tmp_path)
     with pytest.raises(ScheduleError, match="not JSON"):
         cost_model(CASES, lambda c: 1.0, str(corrupt), "core", "smoke", None)
     fallback = cost_model(CASES, lambda c: 1.0, AUTO, "core", "smoke", corrupt)
-    assert fallback.source.startswith("the estimate (--schedule-from") and "not JSON" in fallback.source
+    assert fallback.source.startswith("the estimate (the last run in the report directory "
+                                      "cannot order this one: ") and "not JSON" in fallback.source
+    assert "pass the results.json" not in fallback.source  # auto: nobody passed a file
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"\xd9\x00\xff" * 10)
+    for path, problem in ((garbage, "not UTF-8 text (byte 0xd9 at offset 0)"),
+                          (tmp_path, "is a directory, not a file")):
+        with pytest.raises(ScheduleError) as error:
+            cost_model(CASES, lambda c: 1.0, str(path), "core", "smoke", None)
+        assert str(error.value) == (f"--schedule-from {path}: {problem}; pass the results.json "
+                                    "of a run, or --schedule-from auto")
+        assert problem in cost_model(CASES, lambda c: 1.0, AUTO, "core", "smoke", path).source
     assert cost_model(CASES, lambda c: 3.0, ESTIMATE, "core", "smoke", None).seconds[CASES[0].id] == 3.0
 
 
@@ -70,3 +81,26 @@ def test_under_xdist_the_longest_cases_start_first(tmp_path):
     bad = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2",
                           "--schedule-from", str(tmp_path / "missing.json")))
     assert bad.returncode == 4 and "--schedule-from" in bad.stderr and "no such file" in bad.stderr
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "1")])
+def test_a_bad_schedule_file_is_a_usage_error_without_xdist_too(tmp_path, workers):
+    """One process has no order to choose, but a file the user named that cannot be read is
+    still bad input: one line, exit 4, nothing run."""
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], *workers,
+                           "--schedule-from", str(garbage)))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    error = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert error == [f"ERROR: --schedule-from {garbage}: not UTF-8 text (byte 0x89 at offset "
+                     "0); pass the results.json of a run, or --schedule-from auto"]
+    assert not (tmp_path / "report" / "results.json").exists()
+
+
+def test_an_empty_schedule_from_names_what_to_give():
+    from conformance.options import option_value
+
+    with pytest.raises(ValueError, match="--schedule-from '' names nothing; give a run's "
+                                         "results.json, or auto, estimate or off"):
+        option_value("--schedule-from", "")

@@ -1,0 +1,102 @@
+"""Bad input to a run is one line that names the value and the fix, a non-zero exit, and no
+change to what the report directory holds: the last run that ran stays where it was."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from records.store import set_aside_results
+from tests.test_interrupted_runs import _stale_green_run
+from tests.test_plugin_runs import CASES, pytest_args, run
+
+
+def _error_lines(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_a_bad_k_expression_is_one_line_and_sets_nothing_aside(tmp_path, workers):
+    """Under xdist each worker failed to collect and the controller died of an INTERNALERROR,
+    after it had set the last run aside and before writing an empty results.json in its place:
+    two typos in a row, and the last real run was gone from previous/ too."""
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    before = {name: (report / name).read_bytes() for name in ("results.json", "index.html")}
+    for _ in range(2):
+        proc = run(pytest_args(tmp_path, "cpu-eager", CASES, *workers, "-k", "causal and ("))
+        assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "INTERNALERROR" not in proc.stdout + proc.stderr
+        assert _error_lines(proc)[0].startswith("ERROR: Wrong expression passed to '-k': "
+                                                "causal and (: at column")
+    assert {name: (report / name).read_bytes() for name in before} == before
+    assert not (report / "previous").exists()
+
+
+def test_results_of_a_run_that_recorded_nothing_do_not_push_the_last_run_out_of_previous(
+        tmp_path):
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    set_aside_results(report)  # a run starts: the green run goes to previous/
+    (report / "results.json").write_text(json.dumps({"records": [], "started_at": "t1"}))
+    (report / "index.html").write_text("<p>nothing ran</p>")
+    assert set_aside_results(report) == []  # the next run: the empty one is dropped
+    assert not (report / "results.json").exists() and not (report / "index.html").exists()
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+
+
+def test_a_report_dir_that_is_a_file_or_not_writable_is_one_line(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--report-dir", str(afile)))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == [f"ERROR: --report-dir {afile}: it is a file, not a "
+                                  "directory; pass a directory this user can write, e.g. "
+                                  "--report-dir reports/latest"]
+    assert afile.read_text() == "not a directory"
+
+
+def test_a_report_dir_that_cannot_be_made_is_one_line(tmp_path):
+    inside_a_file = tmp_path / "afile" / "report"
+    (tmp_path / "afile").write_text("")
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--report-dir", str(inside_a_file)))
+    assert proc.returncode == 4
+    [line] = _error_lines(proc)
+    assert line.startswith(f"ERROR: --report-dir {inside_a_file}: it cannot be made (")
+
+
+@pytest.mark.parametrize("option", ["--case-file", "--expectations"])
+@pytest.mark.parametrize("kind", ["directory", "binary"])
+def test_a_named_file_that_is_a_directory_or_binary_is_one_line(tmp_path, option, kind):
+    named = tmp_path / "named"
+    if kind == "directory":
+        named.mkdir()
+        problem = "is a directory, not a file"
+    else:
+        named.write_bytes(b"\x1b[31m\xff\xfe binary")
+        problem = "not UTF-8 text (byte 0xff at offset 5)"
+    if option == "--case-file":
+        args = [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+                "--backend", "cpu-eager", "--case-file", str(named),
+                "--report-dir", str(tmp_path / "report")]
+    else:
+        args = pytest_args(tmp_path, "cpu-eager", CASES[:1], "--expectations", str(named))
+    proc = run(args)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [line] = _error_lines(proc)
+    prefix = "--case-file " if option == "--case-file" else ""
+    assert line.startswith(f"ERROR: {prefix}{named}: {problem}; pass a ")
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
+    records = tmp_path / "report" / "records"
+    records.mkdir(parents=True)
+    (records / "run.json").write_text('{"started_at": "2026-')  # torn by hand or a disk fault
+    proc = run([sys.executable, "-m", "conformance.cli", "recover", str(tmp_path / "report")])
+    assert proc.returncode == 2
+    assert _error_lines(proc) == [
+        f"flexconf recover: error: {records / 'run.json'}: not JSON (Unterminated string "
+        "starting at: line 1 column 16 (char 15)); this directory's run cannot be recovered "
+        "or resumed; run it again"]
