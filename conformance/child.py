@@ -219,20 +219,35 @@ def _block_mask(case, mods, device):
     return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
 
 
+#: The signal the kernel sends this child when its parent, the pytest worker, exits.
+_PARENT_DIED = signal.SIGUSR2
+
+
 def _die_with_parent() -> None:
-    """When the pytest worker dies, take this child and its compiler processes along."""
+    """When the pytest worker dies (SIGKILL, the OOM killer, xdist's teardown), take this
+    child and its compiler processes along: the child leads its own process group, and the
+    whole group is killed. The kernel signals the child when its parent exits (Linux); the
+    signal's handler kills the group, and a thread that watches the parent does the same
+    within half a second where the handler cannot run (the main thread inside a long call
+    that holds the GIL) or the kernel has no such signal. (SIGKILL as that signal would kill
+    the child alone and leave its compiler processes running.)"""
     parent = os.getppid()
-    try:  # Linux: the kernel sends SIGKILL when the parent exits
+
+    def kill_group(*_args):
+        os.killpg(0, signal.SIGKILL)
+
+    try:  # Linux: the kernel sends this signal when the parent exits
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        signal.signal(_PARENT_DIED, kill_group)
+        ctypes.CDLL(None, use_errno=True).prctl(1, _PARENT_DIED)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, ValueError):
         pass
 
     def watch():
         while True:
             if os.getppid() != parent:
-                os.killpg(0, signal.SIGKILL)
+                kill_group()
             time.sleep(0.5)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -190,15 +190,17 @@ class UnsupportedDevice(_Faulty):
 
 
 class KillsWorker(_Faulty):
-    """Kills the pytest worker (the child's parent) while compiling, then hangs: the worker's
-    records must still yield a CRASH for the case, and the orphaned child must die too."""
+    """Starts a stand-in compiler process, kills the pytest worker (the child's parent) while
+    compiling, then hangs: the worker's records must still yield a CRASH for the case, and the
+    orphaned child and its compiler process must die too. Writes "CHILD_PID COMPILER_PID"."""
 
     name = "test-kills-worker"
 
     def misbehave(self, real, *args):
+        compiler = subprocess.Popen(["sleep", "3600"])
         pid_file = os.environ.get(GRANDCHILD_PID_FILE)
         if pid_file:
             with open(pid_file, "w") as f:
-                f.write(str(os.getpid()))
+                f.write(f"{os.getpid()} {compiler.pid}")
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)

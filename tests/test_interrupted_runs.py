@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from cases.model import Case, Shape, Variant
 from records.results import Label, RunResults, load_results, write_results
 from records import Record
 from tests import fault_backends
@@ -121,7 +122,6 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
 
 
 def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directory(tmp_path):
-    from cases.model import Case, Shape, Variant
     from reports.summary import rerun_command
 
     shape = Shape(1, 2, 2, 64, 64, 16)
@@ -224,3 +224,53 @@ def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_ec
     assert proc.returncode == 2, output[-3000:]  # the second one stopped the run
     results = load_results(tmp_path / "report" / "results.json")
     assert not results.complete and results.selected_count == 2
+
+
+def _started_cases(report, when: bool = False) -> list:
+    """The case ids the run's workers have started so far (their record store's events); with
+    ``when``, (case id, started_at) pairs."""
+    started = []
+    for path in sorted((report / "records").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if '"event": "started"' in line and line.endswith("}"):  # not one half written
+                event = json.loads(line)
+                started.append((event["case_id"], event["started_at"]) if when
+                               else event["case_id"])
+    return started
+
+
+def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_path):
+    """``kill PID`` (or a container's init) signals the controller only, not its process
+    group. It passes the signal on to its xdist workers, which stop as on Ctrl-C: no case
+    starts after the signal. Without that, xdist's teardown tells each worker to finish its
+    queue, and execnet interrupts a busy worker with a SIGINT after 5 s, which does nothing in
+    a run started with SIGINT ignored, as a background job of a non-interactive shell is (CI
+    runners, batch scripts), then ends it with os._exit after 10 s more: meanwhile each worker
+    finished its case (a 2 s stand-in compile here) and started its queued ones."""
+    from conformance.executor import now_iso
+
+    report = tmp_path / "report"
+    causal = [Case(Variant("causal"), Shape(1, 2, 2, n, n, 16)) for n in range(64, 0, -8)]
+    proc = subprocess.Popen(
+        pytest_args(tmp_path, "tests.slow_backends:SlowFirstCall", causal, "-n", "2"),
+        cwd=REPO, env=clean_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 240
+        while len(_started_cases(report)) < 2 and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # the event: both workers are inside a case
+        assert len(_started_cases(report)) >= 2, "the two workers never both started a case"
+        signalled_at = now_iso()  # the records' clock and format
+        proc.send_signal(signal.SIGTERM)  # to the controller alone
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, output[-3000:]
+    results = load_results(report / "results.json")
+    assert not results.complete and results.selected_count == len(causal)
+    late = [case_id for case_id, started_at in _started_cases(report, when=True)
+            if started_at > signalled_at]
+    assert late == [], f"cases started after the SIGTERM: {late}"
+    assert Label.CRASH in {r.label for r in results.records}  # a case was cut off

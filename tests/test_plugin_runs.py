@@ -103,7 +103,9 @@ def test_records_survive_a_killed_worker(tmp_path):
     assert crash.label is Label.CRASH
     assert "stopped while running this case" in crash.message
     assert by_id[cases[0].id].label is Label.PASS and by_id[cases[2].id].label is Label.PASS
-    assert _wait_gone(int(pid_file.read_text())), "the dead worker's child lives on"
+    child, compiler = map(int, pid_file.read_text().split())
+    assert _wait_gone(child), "the dead worker's child lives on"
+    assert _wait_gone(compiler), "the dead worker's child's compiler process lives on"
 
 
 def _interactive_sigint() -> None:
