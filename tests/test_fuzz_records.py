@@ -87,17 +87,22 @@ def test_a_fuzz_variants_hook_returning_other_things_is_a_one_line_error(tmp_pat
         source(Shape(1, 1, 1, 8, 8, 8))
 
 
-def run_fuzz(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+def run_fuzz(tmp_path, *extra: str, backend: str = "cpu-eager") -> subprocess.CompletedProcess:
     env = clean_env(PYTHONPATH=f"{REPO}{os.pathsep}{EXAMPLES}")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "conformance/test_fuzz.py", "-p", "no:cacheprovider",
-         "-v", "--backend", "cpu-inductor", "--report-dir", str(tmp_path / "report"),
+         "-v", "--backend", backend, "--report-dir", str(tmp_path / "report"),
          "--reference-cache", "none", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
 
 
 @pytest.mark.slow
 def test_each_example_is_a_placed_record_printed_as_it_goes_and_custom_fuzzes_alone(tmp_path):
+    """On cpu-eager: what hypothesis draws for a seed changes with its release, and on
+    cpu-inductor a drawn fp32 case with inputs x4 can be one that finding 1 (docs/findings.md:
+    Inductor's 20-bit exp) makes a true MISMATCH: hypothesis 6.170 draws
+    dilated_sliding_window-w4-dil2/b1-h4x1-s100x100-d80/fp32/fwd/x4 here, row margin 1.02.
+    This test is about the records and custom variants, not about Inductor's float32."""
     proc = run_fuzz(tmp_path, "--fuzz-examples", "4", "--seed", "2", "--matrix", "custom",
                     "--cases-module", "my_variants")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -105,11 +110,11 @@ def test_each_example_is_a_placed_record_printed_as_it_goes_and_custom_fuzzes_al
     assert 1 <= len(records) <= 4  # hypothesis may draw one case twice: one record per id
     printed = [line.split() for line in proc.stdout.splitlines() if line.startswith("fuzz/")]
     assert {(r.case_id, r.label.value) for r in records} == {tuple(p) for p in printed}
-    assert "modes fwd, dtypes bf16, fp16, fp32; not drawn: fwd+lse/bf16" in proc.stdout
+    assert "modes fwd, fwd+lse, dtypes bf16, fp16, fp32; not drawn: fwd+bwd/bf16" in proc.stdout
     for record in records:
         origin, case_id = split_origin(record.case_id)
         case = Case.from_json(record.case)
-        assert origin == "fuzz" and case.id == case_id and case.mode == "fwd"
+        assert origin == "fuzz" and case.id == case_id and case.mode in ("fwd", "fwd+lse")
         assert case.variant.name in CUSTOM_NAMES
         assert record.label is Label.PASS, record.message
-        assert coordinates(record).group.startswith(f"fuzz · {case.dtype} · fwd")
+        assert coordinates(record).group.startswith(f"fuzz · {case.dtype} · {case.mode}")
