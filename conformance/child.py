@@ -26,8 +26,9 @@ import time
 import traceback
 from typing import Any, Callable
 
-from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, Event, Outcome, Phase,
-                                  PhaseEvent, ReadyEvent, Timings, encode_event, save_output)
+from conformance.protocol import (WORKER_PID_ENV, CaseRequest, DoneEvent, ErrorEvent, Event,
+                                  Outcome, Phase, PhaseEvent, ReadyEvent, Timings, encode_event,
+                                  save_output)
 
 _OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -219,38 +220,52 @@ def _block_mask(case, mods, device):
     return compat.block_mask(mask_mod, b, h, shape.Sq, shape.Skv, device)
 
 
-#: The signal the kernel sends this child when its parent, the pytest worker, exits.
-_PARENT_DIED = signal.SIGUSR2
+#: How often the watchdog looks at its parents (seconds).
+_WATCH_SECONDS = 0.2
 
 
 def _die_with_parent() -> None:
-    """When the pytest worker dies (SIGKILL, the OOM killer, xdist's teardown), take this
-    child and its compiler processes along: the child leads its own process group, and the
-    whole group is killed. The kernel signals the child when its parent exits (Linux); the
-    signal's handler kills the group, and a thread that watches the parent does the same
-    within half a second where the handler cannot run (the main thread inside a long call
-    that holds the GIL) or the kernel has no such signal. (SIGKILL as that signal would kill
-    the child alone and leave its compiler processes running.)"""
-    parent = os.getppid()
-
-    def kill_group(*_args):
-        os.killpg(0, signal.SIGKILL)
-
-    try:  # Linux: the kernel sends this signal when the parent exits
+    """When the pytest worker dies (SIGKILL, the OOM killer, xdist's teardown), this child dies
+    too, and so do its compiler processes. The kernel kills the child when its parent exits
+    (Linux: PR_SET_PDEATHSIG with SIGKILL, which no call the child is stuck in can delay). A
+    watchdog forked into the child's process group (which the child leads) kills the whole
+    group as soon as the child is gone or the worker is: it is single-threaded and idle, so
+    nothing the child runs can hold it up, and it also ends the compiler processes of a child
+    that exits normally. Called before torch is imported: the fork must see no other thread."""
+    worker = int(os.environ.get(WORKER_PID_ENV) or os.getppid())
+    try:  # Linux: the kernel sends SIGKILL when the parent exits
         import ctypes
 
-        signal.signal(_PARENT_DIED, kill_group)
-        ctypes.CDLL(None, use_errno=True).prctl(1, _PARENT_DIED)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError, ValueError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
         pass
+    if os.getppid() != worker:  # the worker was gone before the kernel was told to watch it
+        os.killpg(0, signal.SIGKILL)
+    child = os.getpid()
+    if os.fork() == 0:
+        _watch(child, worker)
 
-    def watch():
-        while True:
-            if os.getppid() != parent:
-                kill_group()
-            time.sleep(0.5)
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+def _watch(child: int, worker: int) -> None:
+    """The watchdog's life: no file of the child's held open (the supervisor sees the child's
+    events pipe close when the child dies), then a look every _WATCH_SECONDS."""
+    try:
+        os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+        while os.getppid() == child and _alive(worker):
+            time.sleep(_WATCH_SECONDS)
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now holds the number: ours is gone
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

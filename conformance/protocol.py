@@ -21,6 +21,9 @@ from typing import Any, Union
 from records.labels import Label
 
 PROTOCOL_VERSION = 1
+#: The environment variable through which the executor tells the child its worker's pid: the
+#: child (and its compiler processes) die with that process (conformance/child.py).
+WORKER_PID_ENV = "FLEXCONF_WORKER_PID"
 
 
 class ProtocolError(ValueError):

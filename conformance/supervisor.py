@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, Observation, Outcome,
-                                  Phase, PhaseEvent, ReadyEvent, Timings, decode_event,
-                                  observation_of)
+from conformance.protocol import (WORKER_PID_ENV, CaseRequest, DoneEvent, ErrorEvent,
+                                  Observation, Outcome, Phase, PhaseEvent, ReadyEvent, Timings,
+                                  decode_event, observation_of)
 
 _EOF = object()
 _TIMEOUT = object()
@@ -129,6 +129,7 @@ class ChildSupervisor:
         env = dict(os.environ)
         env.update(self.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env[WORKER_PID_ENV] = str(os.getpid())  # the child dies with this process
         if self.artifact_env is not None:
             artifact_dir = self.workdir / f"artifacts-child-{self._started}"
             extra = self.artifact_env(str(artifact_dir))
