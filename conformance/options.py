@@ -103,8 +103,8 @@ def _schedule_from(text, base: Path) -> str:
     from conformance.schedule import AUTO, ESTIMATE, OFF
 
     if not str(text).strip():
-        raise ValueError("--schedule-from '' names nothing; give a run's results.json, or "
-                         f"{AUTO}, {ESTIMATE} or {OFF}")
+        raise ValueError(f"--schedule-from {text!r} names nothing; give a run's results.json, "
+                         f"or {AUTO}, {ESTIMATE} or {OFF}")
     return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
 
 

@@ -72,7 +72,10 @@ def _check_selection_expressions(config) -> None:
         return
     for flag, text in (("-k", config.option.keyword), ("-m", config.option.markexpr)):
         if text:
-            _parse_expression(text, f"Wrong expression passed to '{flag}'")  # UsageError
+            try:
+                _parse_expression(text, f"Wrong expression passed to '{flag}'")  # UsageError
+            except TypeError:  # its signature changed: leave the check to the workers
+                return
 
 
 def pytest_generate_tests(metafunc) -> None:

@@ -157,8 +157,10 @@ def _check_writable(report_dir: Path, flag: str) -> None:
     if problem is None and not os.access(report_dir, os.W_OK | os.X_OK):
         problem = "it is not writable"
     if problem is not None:
-        raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; pass a "
-                                "directory this user can write, e.g. --report-dir reports/latest")
+        fix = ("give the report directory of the interrupted run, writable by this user"
+               if flag == "--resume" else
+               "pass a directory this user can write, e.g. --report-dir reports/latest")
+        raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; {fix}")
 
 
 def _import_root(module: str) -> str | None:

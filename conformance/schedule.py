@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from records.results import RESULTS_FILE_FIX, ResultsError, RunResults, load_results
+from records.results import ResultsError, RunResults, load_results
 from records.text import one_line
 
 #: ``--schedule-from`` values besides a path: the default (a usable earlier run, else the
@@ -29,10 +29,11 @@ AUTO, ESTIMATE, OFF = "auto", "estimate", "off"
 
 
 class ScheduleError(ValueError):
-    """A --schedule-from file that cannot order this run: ``problem``, then the fix (one line)."""
+    """A --schedule-from file that cannot order this run: ``problem`` (naming the file), then
+    the fix, on one line."""
 
     def __init__(self, problem: str, fix: str):
-        super().__init__(f"{problem}; {fix}")
+        super().__init__(f"--schedule-from {problem}; {fix}")
         self.problem = problem
 
 
@@ -79,17 +80,16 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
     try:
         results = load_results(path)
     except ResultsError as exc:
-        raise ScheduleError(f"--schedule-from {str(exc).removesuffix('; ' + RESULTS_FILE_FIX)}",
-                            f"{RESULTS_FILE_FIX}, or --schedule-from auto") from None
+        raise ScheduleError(exc.problem, f"{exc.fix}, or --schedule-from auto") from None
     theirs = ((results.selection or {}).get("matrix") or results.options.get("matrix", "core"),
               (results.selection or {}).get("profile") or results.options.get("profile"))
     if theirs != (matrix, profile):
-        raise ScheduleError(f"--schedule-from {shown} is a run of --matrix {one_line(theirs[0])} "
-                            f"--profile {one_line(theirs[1])}, this one is --matrix {matrix} --profile "
+        raise ScheduleError(f"{shown} is a run of --matrix {one_line(theirs[0])} --profile "
+                            f"{one_line(theirs[1])}, this one is --matrix {matrix} --profile "
                             f"{profile}", "pass a run of the same matrix, or --schedule-from auto")
     measured = {cid: s for cid, s in measured_seconds(results).items() if cid in estimates}
     if not measured:
-        raise ScheduleError(f"--schedule-from {shown} measured none of this run's cases",
+        raise ScheduleError(f"{shown} measured none of this run's cases",
                             "pass a run of the same cases, or --schedule-from auto")
     scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
     seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}

@@ -15,7 +15,12 @@ from records.text import one_line
 
 
 class UserFileError(ValueError):
-    """A named file that cannot be used; the message is one line with the fix."""
+    """A named file that cannot be used: ``problem`` (which names the file), then ``fix``, on
+    one line."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}; {fix}")
+        self.problem, self.fix = problem, fix
 
 
 def read_text(path: str | Path, fix: str) -> str:
@@ -24,19 +29,19 @@ def read_text(path: str | Path, fix: str) -> str:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise UserFileError(f"{shown}: no such file; {fix}") from None
+        raise UserFileError(f"{shown}: no such file", fix) from None
     except IsADirectoryError:
-        raise UserFileError(f"{shown}: is a directory, not a file; {fix}") from None
+        raise UserFileError(f"{shown}: is a directory, not a file", fix) from None
     except PermissionError:
-        raise UserFileError(f"{shown}: cannot be read (permission denied); {fix}") from None
+        raise UserFileError(f"{shown}: cannot be read (permission denied)", fix) from None
     except OSError as exc:
-        raise UserFileError(f"{shown}: cannot be read ({one_line(exc.strerror or exc)}); "
-                            f"{fix}") from None
+        raise UserFileError(f"{shown}: cannot be read ({one_line(exc.strerror or exc)})",
+                            fix) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserFileError(f"{shown}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                            f"{exc.start}); {fix}") from None
+                            f"{exc.start})", fix) from None
 
 
 def read_json(path: str | Path, fix: str) -> Any:
@@ -45,4 +50,4 @@ def read_json(path: str | Path, fix: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserFileError(f"{one_line(str(path))}: not JSON ({exc}); {fix}") from None
+        raise UserFileError(f"{one_line(str(path))}: not JSON ({exc})", fix) from None

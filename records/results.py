@@ -131,8 +131,8 @@ class RunResults:
         return {r.case_id: r for r in self.records}
 
 
-class ResultsError(ValueError):
-    """A results file that cannot be used; the message names the file and the problem."""
+class ResultsError(UserFileError):
+    """A results file that cannot be used: ``problem`` names the file, then ``fix``."""
 
 
 def results_schema() -> dict[str, Any]:
@@ -150,8 +150,8 @@ def validate_results_json(data: Any, source: str = "results") -> None:
     if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
         raise ResultsError(
             f"{one_line(source)}: schema_version {data.get('schema_version')!r} is not supported "
-            f"(this suite reads version {SCHEMA_VERSION}); re-run or re-render with a matching suite"
-        )
+            f"(this suite reads version {SCHEMA_VERSION})",
+            "re-run or re-render it with a matching suite")
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
                     key=lambda e: list(e.absolute_path))
     if errors:
@@ -161,7 +161,7 @@ def validate_results_json(data: Any, source: str = "results") -> None:
         if len(problem) > 160:  # jsonschema quotes the whole offending value
             problem = problem[:160] + "..."
         raise ResultsError(f"{one_line(source)}: not a valid results file at {where}: "
-                           f"{problem}; {RESULTS_FILE_FIX}")
+                           f"{problem}", RESULTS_FILE_FIX)
 
 
 def load_results(path: str | Path) -> RunResults:
@@ -169,7 +169,7 @@ def load_results(path: str | Path) -> RunResults:
     try:
         data = read_json(path, RESULTS_FILE_FIX)
     except UserFileError as exc:
-        raise ResultsError(str(exc)) from None
+        raise ResultsError(exc.problem, exc.fix) from None
     validate_results_json(data, str(path))
     return RunResults.from_json(data)
 

@@ -79,10 +79,10 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
     path = records_dir(report_dir) / MANIFEST_NAME
     if not path.exists():
         return None
-    data = read_json(path, "this directory's run cannot be recovered or resumed; run it again")
+    cannot = "this directory's run cannot be recovered or resumed; run it again"
+    data = read_json(path, cannot)
     if not isinstance(data, dict):
-        raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object); this "
-                            "directory's run cannot be recovered or resumed; run it again")
+        raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object)", cannot)
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
                        data.get("selected"))
@@ -177,7 +177,8 @@ class Merged:
 def read_events(report_dir: str | Path) -> Iterable[dict]:
     """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
     for path in sorted(records_dir(report_dir).glob("*.jsonl")):
-        with open(path, encoding="utf-8", errors="replace") as f:  # a bad byte: a bad line
+        # a byte that is not UTF-8 (a disk fault) becomes U+FFFD: the line stays readable
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     yield json.loads(line)

@@ -20,11 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports.expectations_update import update_expectations
+    from records.files import read_text
     from records.results import load_results
 
     results = load_results(args.results)
     path = Path(args.expectations)
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    text = read_text(path, "pass a TOML expectations file (docs/gate.md), or a new path to "
+                           "create one") if path.exists() else ""
     update = update_expectations(text, results, str(path))
     if args.dry_run:
         print(update.text, end="")

@@ -17,7 +17,6 @@ block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass
 
@@ -152,15 +151,17 @@ def decide(baseline: RunResults, candidate: RunResults,
            run_slack_seconds: float | None = None) -> GateDecision:
     """The decision on one measurement per run; ``run_slack_seconds`` (None: off) turns on
     the run-time rule."""
+    # "not x >= 1": nan compares false with everything, and as a budget it let every time
+    # through; inf is a real choice (no limit: the rule off)
     for flag, factor in (("--compile-time-budget", budget), ("--run-time-budget", run_budget)):
-        if not (math.isfinite(factor) and factor >= 1):  # nan would let every time through
-            raise GateInputError(f"{flag} {factor:g} is not a finite factor >= 1; give a factor "
-                                 "such as 1.25 (25% slower allowed)")
+        if not factor >= 1:
+            raise GateInputError(f"{flag} {factor:g} is not a factor >= 1; give a factor such as "
+                                 "1.25 (25% slower allowed), or inf for no limit")
     for flag, slack in (("--compile-time-slack", slack_seconds),
                         ("--run-time-slack", run_slack_seconds)):
-        if slack is not None and not (math.isfinite(slack) and slack >= 0):
-            raise GateInputError(f"{flag} {slack:g} is not a finite number of seconds >= 0; "
-                                 "give e.g. 0.5")
+        if slack is not None and not slack >= 0:
+            raise GateInputError(f"{flag} {slack:g} is not a number of seconds >= 0; give e.g. "
+                                 "0.5")
     comparison = compare_runs(baseline, candidate, budget, slack_seconds)
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")

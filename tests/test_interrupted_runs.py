@@ -239,6 +239,12 @@ def _started_cases(report, when: bool = False) -> list:
     return started
 
 
+def _busy_workers(report) -> set[str]:
+    """The workers whose record files hold a started case."""
+    return {path.stem for path in (report / "records").glob("*.jsonl")
+            if '"event": "started"' in path.read_text()}
+
+
 def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_path):
     """``kill PID`` (or a container's init) signals the controller only, not its process
     group. It passes the signal on to its xdist workers, which stop as on Ctrl-C: no case
@@ -258,10 +264,10 @@ def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_p
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 240
-        while len(_started_cases(report)) < 2 and proc.poll() is None \
+        while len(_busy_workers(report)) < 2 and proc.poll() is None \
                 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the event: both workers are inside a case
-        assert len(_started_cases(report)) >= 2, "the two workers never both started a case"
+            time.sleep(0.2)  # the event: each worker has started a case (its handler is in)
+        assert len(_busy_workers(report)) == 2, "the two workers never both started a case"
         signalled_at = now_iso()  # the records' clock and format
         proc.send_signal(signal.SIGTERM)  # to the controller alone
         output, _ = proc.communicate(timeout=300)
