@@ -206,8 +206,8 @@ def test_a_compile_time_finding_names_the_stage_that_grew_most(tmp_path, capsys)
     (("--confirm", "-1"), "--confirm -1 is negative"),
     (("--confirm", "2", "--candidate-python", "/no/such/python"), "'/no/such/python' is not an "
                                                                    "executable python"),
-    (("--run-time-slack", "-1"), "--run-time-slack -1 is negative"),
-    (("--run-time-budget", "0.9"), "--run-time-budget 0.9 is below 1"),
+    (("--run-time-slack", "-1"), "--run-time-slack -1 is not a number of seconds >= 0"),
+    (("--run-time-budget", "0.9"), "--run-time-budget 0.9 is not a factor >= 1"),
 ])
 def test_bad_confirmation_arguments_are_one_line_errors(tmp_path, capsys, extra, words):
     assert gate(tmp_path, run([record(A)]), run([record(A)]), *extra) == 2
