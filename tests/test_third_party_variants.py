@@ -35,9 +35,12 @@ def test_cpu_eager_passes_every_third_party_case_on_three_seeds():
 
 @pytest.mark.slow
 def test_cpu_inductor_passes_the_third_party_cases_torch_compiles_right(tmp_path):
-    """All but head_block_bias, which torch gets wrong when compiled (finding 3): a test must
-    not depend on an upstream bug staying unfixed, in either direction."""
-    cases = [case for case in CASES if case.variant.name != "head_block_bias"]
+    """One length of each mask-and-score style (each compile takes 10-15 s here), not
+    head_block_bias, which torch gets wrong when compiled (finding 3): a test must not depend
+    on an upstream bug staying unfixed, in either direction."""
+    cases = [case for case in CASES if case.shape.Sq == 256
+             and case.variant.name in ("natten2d", "t5_bias", "prefix_doc")]
+    assert len(cases) == 3
     records = execute("cpu-inductor", cases, seed=1, cases_modules=MODULES,
                       compile_cache="warm", warm_cache_dir=str(tmp_path / "inductor-cache"))
     failed = [(r.case_id, r.label, r.message) for r in records if r.label is not Label.PASS]
