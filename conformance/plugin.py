@@ -212,8 +212,9 @@ def _interrupt_on_termination(workers: Callable[[], Iterable[int]]) -> None:
     The controller passes the signal on to its xdist workers (``workers()``: their pids), so
     a signal sent to it alone (``kill PID``, a container's init) stops them as Ctrl-C does, at
     once: each kills its supervised child and compiler processes and records what it was
-    running as cut off. Without that they would finish their queued cases until xdist's
-    teardown killed them (with SIGKILL) after 10 s. Where the signal went to the whole
+    running as cut off. Without that they went on starting their queued cases until xdist's
+    teardown ended them 10-15 s later (when the run was started with SIGINT ignored, as a
+    background job is, execnet's interrupt does nothing). Where the signal went to the whole
     process group too, the worker takes the second copy as an echo."""
     def interrupt(signum, _frame):
         now = time.monotonic()
