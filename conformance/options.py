@@ -159,8 +159,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--report-dir", "reports/latest", "where results.json, the report and the "
            "per-worker records go", lambda t, b: b / t, "report"),
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
-           "the selected cases it has no record of, then write the whole run there (the same "
-           "options as the interrupted run)", _path_or_none, "report"),
+           "its selected cases that have no record, then write the whole run there (the same "
+           "options as the interrupted run; cases a -k or -m selects beyond it are named, "
+           "not run)", _path_or_none, "report"),
     Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
            "the measured seconds of RESULTS.json; auto: of the last run in the report "
            "directory when it is of the same matrix and profile, else by the estimate; "

@@ -98,18 +98,20 @@ def conformance_runner(request):
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(config, items) -> None:
-    """Note the whole run's selection, then keep this shard's cases; with ``--resume``, the
-    cases that already have a record are not run again."""
+    """Note the whole run's selection, then keep this shard's cases; with ``--resume``, only
+    the interrupted run's cases that have no record yet (the controller names any others the
+    -k / -m of this command selected, see finish_run)."""
     state = config.stash[_STATE]
     ids = [_case_id(item.nodeid) for item in items]
     state.select([i for i in ids if i is not None])
     if state.is_worker:
         config.workeroutput[_SELECTED] = state.selected
-    shard, done = state.shard_ids(), state.resumed_ids()
-    if shard is None and not done:
+    shard, done, run = state.shard_ids(), state.resumed_ids(), state.resumed_selection()
+    if shard is None and not done and run is None:
         return
     dropped = [item for item, i in zip(items, ids)
-               if i is not None and ((shard is not None and i not in shard) or i in done)]
+               if i is not None and ((shard is not None and i not in shard) or i in done
+                                     or (run is not None and i not in run))]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(map(id, dropped))
@@ -164,6 +166,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
             state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+            if state.options.resume and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                state.summary_lines.append("--resume: every case of the run had a record "
+                                           "already; nothing was left to run")
+                session.exitstatus = pytest.ExitCode.OK  # "no tests ran" is not a failure here
     if state.active:
         _restore_termination_handlers()
 
@@ -320,6 +326,22 @@ class ConformanceSession(RunLifecycle):
 
             self._resumed_ids = finished_ids(self.options.report_dir)
         return self._resumed_ids
+
+    def resumed_selection(self) -> set[str] | None:
+        """With ``--resume``: the cases the interrupted run selected (None: all, or not known
+        because it stopped before its selection was)."""
+        if not self.options.resume:
+            return None
+        if self._manifest is None:  # a worker (the controller read it in start_run)
+            from records.files import UserFileError
+            from records.store import read_manifest
+
+            try:
+                self._manifest = read_manifest(self.options.report_dir)
+            except UserFileError as exc:
+                raise pytest.UsageError(f"--resume: {exc}") from None
+        selected = self._manifest.selected if self._manifest else None
+        return None if selected is None else set(selected)
 
     def nothing_selected(self) -> bool:
         return not (self._expected or self._previously_selected() or self.options.fuzz_examples)

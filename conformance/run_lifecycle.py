@@ -78,11 +78,23 @@ class RunLifecycle:
         order = [c.id for c in self.cases()]
         selected = [cid for cid in order if cid in chosen] or None
         write_manifest(self.options.report_dir, RunManifest(
-            self._started_at, suite_version(), self._recorded_options(), order, selected))
+            self._started_at, suite_version(), self._recorded_options(), order, selected,
+            self._whole_run_selection(selected)))
+
+    def _whole_run_selection(self, case_ids: list[str] | None) -> dict:
+        """results.json's selection block: the run's as it was started, also when this
+        command resumes it with a narrower -k or -m (the gate and merge compare these)."""
+        from conformance.run_info import run_selection
+
+        started = self._manifest.selection if self._manifest else None
+        if started is not None:
+            return {**started, "case_ids": case_ids}
+        return run_selection(self.options, self.config.option.keyword,
+                             self.config.option.markexpr, case_ids)
 
     def finish_run(self, interrupted: bool) -> None:
         from conformance.executor import now_iso
-        from conformance.run_info import run_selection, suite_version
+        from conformance.run_info import suite_version
         from records.store import merge_records, write_run
 
         report_dir = self.options.report_dir
@@ -94,8 +106,11 @@ class RunLifecycle:
         recorded = {r.case_id for r in merged.records}
         expected = self._expected | self._previously_selected()
         complete = not interrupted and expected <= recorded
-        selection = run_selection(self.options, self.config.option.keyword,
-                                  self.config.option.markexpr, self.selected)
+        whole_run = self.selected
+        if self._manifest is not None:  # resumed: all of the interrupted run's cases
+            whole_run = [cid for cid in order if cid in expected] or self.selected
+            self.summary_lines.extend(_outside_resumed_run(self.selected, expected))
+        selection = self._whole_run_selection(whole_run)
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
                             selected_count=len(expected) or None, selection=selection)
@@ -110,6 +125,16 @@ class RunLifecycle:
 
         self.summary_lines.extend(summary_lines(results.records, report_dir))
         self.summary_lines.extend(_render_report(results, report_dir))
+
+
+def _outside_resumed_run(selected: list[str] | None, run: set[str]) -> list[str]:
+    """The summary line for cases this command's -k / -m selected that the resumed run did
+    not (they were not run: --resume finishes that run, it does not widen it)."""
+    outside = [cid for cid in selected or () if cid not in run]
+    if not outside or not run:
+        return []
+    return [f"--resume: {len(outside)} case(s) selected here are not part of the interrupted "
+            f"run and were not run (e.g. {outside[0]}); run them without --resume"]
 
 
 #: Options a resumed run must share with the run it finishes (they change what a label means).

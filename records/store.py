@@ -57,11 +57,14 @@ class RunManifest:
     options: dict[str, Any]  # as results.json will record them
     case_order: list[str]  # the ids of the matrix (or case file), in order
     selected: list[str] | None = None  # the ids selected (after -k, -m, --case-id), once known
+    #: results.json's selection block of the run as started (records/selection.py), once the
+    #: ids are known: what a resumed or recovered run records, not the resuming command's -k
+    selection: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "suite_version": self.suite_version,
                 "options": self.options, "case_order": self.case_order,
-                "selected": self.selected}
+                "selected": self.selected, "selection": self.selection}
 
 
 def write_manifest(report_dir: str | Path, manifest: RunManifest) -> None:
@@ -85,7 +88,7 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
         raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object)", cannot)
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
-                       data.get("selected"))
+                       data.get("selected"), data.get("selection"))
 
 
 def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = None) -> list[Path]:

@@ -31,9 +31,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
                          "again (nothing to recover)")
     selected = manifest.selected or manifest.case_order
+    selection = manifest.selection and {**manifest.selection, "case_ids": selected}
     results = write_run(report_dir, merged, merged.environment or {}, manifest.options,
                         manifest.suite_version, manifest.started_at, "", complete=False,
-                        selected_count=len(selected))
+                        selected_count=len(selected), selection=selection)
     write_report(load_results(report_dir / "results.json"), report_dir)
     finished = sum(1 for r in results.records if r.case_id not in merged.unfinished)
     print(f"recovered {finished} finished of {len(selected)} selected cases"

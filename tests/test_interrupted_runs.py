@@ -87,6 +87,7 @@ def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run
     assert "recovered 1 finished of 3 selected cases, 1 cut off (CRASH)" in recovered.stdout
     partial = load_results(report / "results.json")
     assert not partial.complete and partial.selected_count == 3
+    assert partial.selection["case_ids"] == [c.id for c in CASES[:3]]  # the run's, as started
     assert [(r.case_id, r.label) for r in partial.records] == [
         (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
     page = (report / "index.html").read_text()
@@ -113,12 +114,25 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     assert empty.returncode == 4
     assert "no run's records there (records/run.json is missing); run without --resume" in \
         empty.stderr
-    first = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    first = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal"))
     assert first.returncode == 0, first.stdout[-2000:]
-    other = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--seed", "5",
-                            "--resume", str(tmp_path / "report")))
+    other = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
+                            "--seed", "5", "--resume", str(tmp_path / "report")))
     assert other.returncode == 4
     assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
+
+    # Resumed with another -k: the run stays the one that was started (what the gate and merge
+    # compare), and a case outside it is named, not run into it.
+    resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or alibi",
+                              "-n", "2", "--resume", str(tmp_path / "report")))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"--resume: 1 case(s) selected here are not part of the interrupted run and were " \
+           f"not run (e.g. {CASES[2].id}); run them without --resume" in resumed.stdout
+    whole = load_results(tmp_path / "report" / "results.json")
+    assert whole.complete and [r.case_id for r in whole.records] == [c.id for c in CASES[:2]]
+    assert whole.selection["keyword"] == "full or causal"
+    assert whole.selection["case_ids"] == [c.id for c in CASES[:2]]
+    assert "every case of the run had a record already; nothing was left to run" in resumed.stdout
 
 
 def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directory(tmp_path):
