@@ -276,3 +276,33 @@ def _timer_total(entries: list, names: tuple[str, ...]) -> float | None:
             scale = 1e-6 if name.endswith("_us") else 1.0
             return sum(v for v in values if v is not None) * scale
     return None
+
+
+class _TorchTraceWritesSomewhere:
+    """A filter on torch's structured-trace logger: a record passes only while torch's own
+    trace handler has a directory to write to (TORCH_TRACE, or TORCH_COMPILE_DEBUG's)."""
+
+    def filter(self, record) -> bool:  # noqa: ARG002 - the logger's state decides
+        import logging
+
+        return any(getattr(handler, "root_dir", None) is not None
+                   for handler in logging.getLogger(TORCH_TRACE_LOGGER).handlers
+                   if type(handler).__name__ == "LazyTraceHandler")
+
+
+#: torch's structured-trace logger (torch/_logging/_internal.py: always at DEBUG, never
+#: propagating; tlparse reads what its handler writes).
+TORCH_TRACE_LOGGER = "torch.__trace"
+
+
+def keep_torch_trace_to_itself() -> None:
+    """Keep torch's structured-trace records away from pytest's log capture when torch writes
+    no trace. pytest >= 9 attaches its capture to every non-propagating logger, this one too,
+    and the records have empty messages (their payload is for tlparse): each failing case's
+    "Captured log call" showed dozens of empty ``DEBUG torch.__trace:meta_utils.py`` lines from
+    the worker's make_fx traces of the mask. With TORCH_TRACE set they still pass, everywhere."""
+    import logging
+
+    trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
+    if not any(isinstance(f, _TorchTraceWritesSomewhere) for f in trace_log.filters):
+        trace_log.addFilter(_TorchTraceWritesSomewhere())

@@ -65,12 +65,14 @@ class Runner:
         import torch
 
         from conformance.backends.registry import resolve_backend
+        from conformance.compat import keep_torch_trace_to_itself
         from conformance.executor import Executor, Settings
         from conformance.kept_outputs import KeepPolicy
         from conformance.memory_gate import MemoryGate
         from records.store import RecordWriter, records_dir
         from conformance.reference_cache import ReferenceCache
 
+        keep_torch_trace_to_itself()
         self.options = options
         self.slot, self.worker = worker_slot(workerinput)
         self.slot, self._slot_lock = claim_slot(records_dir(options.report_dir), self.slot)
