@@ -165,13 +165,24 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "--case-id (flexconf list prints the case ids)")
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
-            state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+            missing = state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
             if state.options.resume and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-                state.summary_lines.append("--resume: every case of the run had a record "
-                                           "already; nothing was left to run")
-                session.exitstatus = pytest.ExitCode.OK  # "no tests ran" is not a failure here
+                _nothing_left_to_resume(session, state, missing)
     if state.active:
         _restore_termination_handlers()
+
+
+def _nothing_left_to_resume(session, state, missing: list[str]) -> None:
+    """A resumed run that ran nothing: done (exit 0) when every case of the run has a record;
+    otherwise pytest's "no tests ran" stands, and the summary names what is still missing."""
+    if not missing:
+        state.summary_lines.append("--resume: every case of the run had a record already; "
+                                   "nothing was left to run")
+        session.exitstatus = pytest.ExitCode.OK
+        return
+    state.summary_lines.append(
+        f"--resume: nothing selected here was left to run, but {len(missing)} case(s) of the "
+        f"run have no record (e.g. {missing[0]}); resume without narrowing -k / -m to run them")
 
 
 def _restore_termination_handlers() -> None:

@@ -92,7 +92,9 @@ class RunLifecycle:
         return run_selection(self.options, self.config.option.keyword,
                              self.config.option.markexpr, case_ids)
 
-    def finish_run(self, interrupted: bool) -> None:
+    def finish_run(self, interrupted: bool) -> list[str]:
+        """Write results.json and the report; returns the ids of the run's selected cases
+        that have no finished record (in matrix order): none when it is complete."""
         from conformance.executor import now_iso
         from conformance.run_info import suite_version
         from records.store import merge_records, write_run
@@ -105,10 +107,15 @@ class RunLifecycle:
         environment = merged.environment or run_environment(self.backend, 1)
         recorded = {r.case_id for r in merged.records}
         expected = self._expected | self._previously_selected()
-        complete = not interrupted and expected <= recorded
+        # a case cut off in the interrupted process (a CRASH record by the store's rule) that
+        # this command did not run again is as missing as one never started
+        cut_off_before = set(merged.unfinished) - self._expected
+        in_order = [cid for cid in order if cid in expected] + sorted(expected - set(order))
+        missing = [cid for cid in in_order if cid not in recorded or cid in cut_off_before]
+        complete = not interrupted and not missing
         whole_run = self.selected
         if self._manifest is not None:  # resumed: all of the interrupted run's cases
-            whole_run = [cid for cid in order if cid in expected] or self.selected
+            whole_run = in_order or self.selected
             self.summary_lines.extend(_outside_resumed_run(self.selected, expected))
         selection = self._whole_run_selection(whole_run)
         results = write_run(report_dir, merged, environment, self._recorded_options(),
@@ -125,6 +132,7 @@ class RunLifecycle:
 
         self.summary_lines.extend(summary_lines(results.records, report_dir))
         self.summary_lines.extend(_render_report(results, report_dir))
+        return missing
 
 
 def _outside_resumed_run(selected: list[str] | None, run: set[str]) -> list[str]:

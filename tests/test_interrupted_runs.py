@@ -93,6 +93,15 @@ def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run
     page = (report / "index.html").read_text()
     assert "INCOMPLETE" in page and "2 of 3 selected cases have a record" in page
 
+    # resumed with -k narrowed to the case that finished: nothing to run, and that is not done
+    narrowed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "-k", "full", "--resume",
+                               str(report)))
+    assert narrowed.returncode == 5, narrowed.stdout[-3000:]  # pytest's "no tests ran"
+    assert (f"--resume: nothing selected here was left to run, but 2 case(s) of the run have "
+            f"no record (e.g. {CASES[1].id}); resume without narrowing -k / -m to run them"
+            ) in narrowed.stdout
+    assert not load_results(report / "results.json").complete
+
     resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--resume", str(report)))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "2 passed" in resumed.stdout and "1 deselected" in resumed.stdout  # full: done
