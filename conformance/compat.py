@@ -285,9 +285,10 @@ class _TorchTraceWritesSomewhere:
     def filter(self, record) -> bool:  # noqa: ARG002 - the logger's state decides
         import logging
 
+        # torch's LazyTraceHandler and its subclasses (draft_export's CaptureStructuredTrace)
+        # hold the directory they write to; pytest's capture handlers have none
         return any(getattr(handler, "root_dir", None) is not None
-                   for handler in logging.getLogger(TORCH_TRACE_LOGGER).handlers
-                   if type(handler).__name__ == "LazyTraceHandler")
+                   for handler in logging.getLogger(TORCH_TRACE_LOGGER).handlers)
 
 
 #: torch's structured-trace logger (torch/_logging/_internal.py: always at DEBUG, never

@@ -165,24 +165,29 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "--case-id (flexconf list prints the case ids)")
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
-            missing = state.finish_run(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-            if state.options.resume and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-                _nothing_left_to_resume(session, state, missing)
+            interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+            missing = state.finish_run(interrupted=interrupted)
+            if state.options.resume and not interrupted:
+                _end_of_resume(session, state, missing)
     if state.active:
         _restore_termination_handlers()
 
 
-def _nothing_left_to_resume(session, state, missing: list[str]) -> None:
-    """A resumed run that ran nothing: done (exit 0) when every case of the run has a record;
-    otherwise pytest's "no tests ran" stands, and the summary names what is still missing."""
-    if not missing:
+def _end_of_resume(session, state, missing: list[str]) -> None:
+    """The summary names the run's cases still without a finished record (a narrower -k or
+    -m left them). A command that ran no case exits 0 when the run is complete, and as
+    pytest's "no tests ran" (5) when it is not."""
+    ran_nothing = not state.ran_any_case()
+    if missing:
+        state.summary_lines.append(
+            f"--resume: {len(missing)} case(s) of the run still have no finished record "
+            f"(e.g. {missing[0]}); resume without narrowing -k / -m to run them")
+        if ran_nothing:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+    elif ran_nothing:
         state.summary_lines.append("--resume: every case of the run had a record already; "
                                    "nothing was left to run")
         session.exitstatus = pytest.ExitCode.OK
-        return
-    state.summary_lines.append(
-        f"--resume: nothing selected here was left to run, but {len(missing)} case(s) of the "
-        f"run have no record (e.g. {missing[0]}); resume without narrowing -k / -m to run them")
 
 
 def _restore_termination_handlers() -> None:
@@ -337,6 +342,10 @@ class ConformanceSession(RunLifecycle):
 
             self._resumed_ids = finished_ids(self.options.report_dir)
         return self._resumed_ids
+
+    def ran_any_case(self) -> bool:
+        """Whether this command collected any case of the matrix to run (the controller)."""
+        return bool(self._expected)
 
     def resumed_selection(self) -> set[str] | None:
         """With ``--resume``: the cases the interrupted run selected (None: all, or not known

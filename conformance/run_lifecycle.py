@@ -79,16 +79,32 @@ class RunLifecycle:
         selected = [cid for cid in order if cid in chosen] or None
         write_manifest(self.options.report_dir, RunManifest(
             self._started_at, suite_version(), self._recorded_options(), order, selected,
-            self._whole_run_selection(selected)))
+            self._whole_run_selection(self._whole_run_ids(selected))))
+
+    def _resumes_known_cases(self) -> bool:
+        """Whether this command resumes a run that knew its cases (then it runs only those)."""
+        return self._manifest is not None and self._manifest.selected is not None
+
+    def _whole_run_ids(self, run_ids: list[str] | None) -> list[str] | None:
+        """The ids the whole run selected before sharding (the selection block's case_ids):
+        this command's selection; a resumed run keeps its own cases (``run_ids``, this
+        shard's) and takes other shards' from this command's selection."""
+        if not self._resumes_known_cases():
+            return self.selected
+        shard = self.shard_ids()
+        chosen = set(run_ids or ()) | {cid for cid in self.selected or ()
+                                       if shard is not None and cid not in shard}
+        order = [c.id for c in self.cases()]
+        return [cid for cid in order if cid in chosen] + sorted(chosen - set(order)) or None
 
     def _whole_run_selection(self, case_ids: list[str] | None) -> dict:
-        """results.json's selection block: the run's as it was started, also when this
-        command resumes it with a narrower -k or -m (the gate and merge compare these)."""
+        """results.json's selection block. A resumed run that knew its cases keeps the -k and
+        -m it was started with, whatever -k or -m resumes it (the gate and merge compare
+        them); otherwise it is this command's."""
         from conformance.run_info import run_selection
 
-        started = self._manifest.selection if self._manifest else None
-        if started is not None:
-            return {**started, "case_ids": case_ids}
+        if self._resumes_known_cases() and self._manifest.selection is not None:
+            return {**self._manifest.selection, "case_ids": case_ids}
         return run_selection(self.options, self.config.option.keyword,
                              self.config.option.markexpr, case_ids)
 
@@ -113,11 +129,10 @@ class RunLifecycle:
         in_order = [cid for cid in order if cid in expected] + sorted(expected - set(order))
         missing = [cid for cid in in_order if cid not in recorded or cid in cut_off_before]
         complete = not interrupted and not missing
-        whole_run = self.selected
-        if self._manifest is not None:  # resumed: all of the interrupted run's cases
-            whole_run = in_order or self.selected
-            self.summary_lines.extend(_outside_resumed_run(self.selected, expected))
-        selection = self._whole_run_selection(whole_run)
+        if self._resumes_known_cases():
+            self.summary_lines.extend(
+                _outside_resumed_run(self.selected, self.shard_ids(), expected))
+        selection = self._whole_run_selection(self._whole_run_ids(in_order))
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
                             selected_count=len(expected) or None, selection=selection)
@@ -135,11 +150,14 @@ class RunLifecycle:
         return missing
 
 
-def _outside_resumed_run(selected: list[str] | None, run: set[str]) -> list[str]:
-    """The summary line for cases this command's -k / -m selected that the resumed run did
-    not (they were not run: --resume finishes that run, it does not widen it)."""
-    outside = [cid for cid in selected or () if cid not in run]
-    if not outside or not run:
+def _outside_resumed_run(selected: list[str] | None, shard: set[str] | None,
+                         run: set[str]) -> list[str]:
+    """The summary line for cases this command's -k / -m selected (in its shard) that the
+    resumed run did not (they were not run: --resume finishes that run, it does not widen
+    it)."""
+    outside = [cid for cid in selected or ()
+               if (shard is None or cid in shard) and cid not in run]
+    if not outside:
         return []
     return [f"--resume: {len(outside)} case(s) selected here are not part of the interrupted "
             f"run and were not run (e.g. {outside[0]}); run them without --resume"]
@@ -147,7 +165,8 @@ def _outside_resumed_run(selected: list[str] | None, run: set[str]) -> list[str]
 
 #: Options a resumed run must share with the run it finishes (they change what a label means).
 _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
-                "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase")
+                "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase",
+                "shard")
 
 
 def _resumable_run(options: opts.RunOptions, recorded: dict):

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
                          "again (nothing to recover)")
     selected = manifest.selected or manifest.case_order
-    selection = manifest.selection and {**manifest.selection, "case_ids": selected}
+    selection = manifest.selection  # as started: its case_ids are the run's before sharding
     results = write_run(report_dir, merged, merged.environment or {}, manifest.options,
                         manifest.suite_version, manifest.started_at, "", complete=False,
                         selected_count=len(selected), selection=selection)

@@ -97,9 +97,8 @@ def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run
     narrowed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "-k", "full", "--resume",
                                str(report)))
     assert narrowed.returncode == 5, narrowed.stdout[-3000:]  # pytest's "no tests ran"
-    assert (f"--resume: nothing selected here was left to run, but 2 case(s) of the run have "
-            f"no record (e.g. {CASES[1].id}); resume without narrowing -k / -m to run them"
-            ) in narrowed.stdout
+    assert (f"--resume: 2 case(s) of the run still have no finished record (e.g. "
+            f"{CASES[1].id}); resume without narrowing -k / -m to run them") in narrowed.stdout
     assert not load_results(report / "results.json").complete
 
     resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--resume", str(report)))
@@ -116,6 +115,35 @@ def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run
     uninterrupted = load_results(tmp_path / "fresh" / "report" / "results.json")
     assert [(r.case_id, r.label, r.metrics["error_ratio"]) for r in whole.records] == \
         [(r.case_id, r.label, r.metrics["error_ratio"]) for r in uninterrupted.records]
+
+
+def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys):
+    """The resumed shard records the whole run's selection (every shard's cases), as an
+    uninterrupted shard does, so flexconf merge takes it; and it names no case as outside."""
+    from conformance.cli import main
+    from conformance.sharding import assign_shards
+
+    part = assign_shards(CASES[:3], 2)
+    hung = f"{part[CASES[1].id] + 1}/2"  # the shard of the case that hangs (causal)
+    other = f"{2 - part[CASES[1].id]}/2"
+    proc, grandchild = _start_and_wait_for_the_hang(tmp_path, "--shard", hung)
+    proc.kill()
+    proc.communicate(timeout=60)
+    if not _wait_gone(grandchild, 0):
+        os.kill(grandchild, signal.SIGKILL)
+    resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--shard", hung,
+                              "--resume", str(tmp_path / "report")))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "not part of the interrupted run" not in resumed.stdout
+    (tmp_path / "other").mkdir()
+    second = run(pytest_args(tmp_path / "other", BACKEND, CASES[:3], "--shard", other))
+    assert second.returncode == 0, second.stdout[-3000:]
+    shards = [tmp_path / "report" / "results.json", tmp_path / "other" / "report" / "results.json"]
+    assert load_results(shards[0]).selection["case_ids"] == [c.id for c in CASES[:3]]
+    merged = tmp_path / "merged.json"
+    assert main(["merge", *map(str, shards), "-o", str(merged)]) == 0, capsys.readouterr().err
+    whole = load_results(merged)
+    assert whole.complete and [r.label for r in whole.records] == [Label.PASS] * 3
 
 
 def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_path):
