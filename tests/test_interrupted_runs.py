@@ -16,7 +16,7 @@ from cases.model import Case, Shape, Variant
 from records.results import Label, RunResults, load_results, write_results
 from records import Record
 from tests import fault_backends
-from tests.test_plugin_runs import CASES, REPO, _interactive_sigint, _wait_gone, clean_env, \
+from tests.test_plugin_runs import CASES, REPO, _stop_signals_delivered, _wait_gone, clean_env, \
     pytest_args, run
 
 BACKEND = "tests.fault_backends:HangsWhileFileExists"
@@ -39,7 +39,7 @@ def _start_and_wait_for_the_hang(tmp_path, *extra):
                        fault_backends.HANG_FILE: str(hang)})
     proc = subprocess.Popen(pytest_args(tmp_path, BACKEND, CASES[:3], *extra), cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_interactive_sigint)
+                            preexec_fn=_stop_signals_delivered)
     deadline = time.monotonic() + 240
     while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)  # the event: the hanging case's compile has started
@@ -213,7 +213,8 @@ def test_a_signal_after_the_results_are_written_ends_the_process_quietly(tmp_pat
     scheduler's SIGTERM (or a hangup) that lands there finds the run already complete, and
     must neither raise a KeyboardInterrupt nor touch the results."""
     env = _self_signalling_plugin(tmp_path, "pytest_unconfigure", signal_name)
-    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "self_signal"), env=env)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "self_signal"), env=env,
+               preexec_fn=_stop_signals_delivered)
     signum = getattr(signal, signal_name)
     assert proc.returncode == -signum, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "KeyboardInterrupt" not in proc.stdout + proc.stderr
@@ -244,7 +245,8 @@ def test_a_signal_before_any_case_is_selected_is_an_interruption_not_an_empty_se
     _stale_green_run(report)
     again = ("pytest_keyboard_interrupt",) if signals == "twice" else ()
     env = _self_signalling_plugin(tmp_path, "pytest_collection", "SIGTERM", *again)
-    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env,
+               preexec_fn=_stop_signals_delivered)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-3000:]
     assert "interrupted before any case was selected: nothing ran and no results were " \
