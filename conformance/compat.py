@@ -21,6 +21,7 @@ generations with stand-ins of the older signatures.
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -278,22 +279,24 @@ def _timer_total(entries: list, names: tuple[str, ...]) -> float | None:
     return None
 
 
-class _TorchTraceWritesSomewhere:
-    """A filter on torch's structured-trace logger: a record passes only while torch's own
-    trace handler has a directory to write to (TORCH_TRACE, or TORCH_COMPILE_DEBUG's)."""
-
-    def filter(self, record) -> bool:  # noqa: ARG002 - the logger's state decides
-        import logging
-
-        # torch's LazyTraceHandler and its subclasses (draft_export's CaptureStructuredTrace)
-        # hold the directory they write to; pytest's capture handlers have none
-        return any(getattr(handler, "root_dir", None) is not None
-                   for handler in logging.getLogger(TORCH_TRACE_LOGGER).handlers)
-
 
 #: torch's structured-trace logger (torch/_logging/_internal.py: always at DEBUG, never
 #: propagating; tlparse reads what its handler writes).
 TORCH_TRACE_LOGGER = "torch.__trace"
+
+
+class _TorchTraceWritesSomewhere:
+    """A filter on torch's structured-trace logger: a record passes only while a handler of
+    it has a directory to write to (TORCH_TRACE, or TORCH_COMPILE_DEBUG's): torch's
+    LazyTraceHandler and its subclasses (draft_export's CaptureStructuredTrace) hold one,
+    pytest's capture handlers none."""
+
+    def __init__(self, trace_log: logging.Logger):
+        self.trace_log = trace_log
+
+    def filter(self, record) -> bool:  # noqa: ARG002 - the logger's handlers decide
+        return any(getattr(handler, "root_dir", None) is not None
+                   for handler in self.trace_log.handlers)
 
 
 def keep_torch_trace_to_itself() -> None:
@@ -302,8 +305,6 @@ def keep_torch_trace_to_itself() -> None:
     and the records have empty messages (their payload is for tlparse): each failing case's
     "Captured log call" showed dozens of empty ``DEBUG torch.__trace:meta_utils.py`` lines from
     the worker's make_fx traces of the mask. With TORCH_TRACE set they still pass, everywhere."""
-    import logging
-
     trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
     if not any(isinstance(f, _TorchTraceWritesSomewhere) for f in trace_log.filters):
-        trace_log.addFilter(_TorchTraceWritesSomewhere())
+        trace_log.addFilter(_TorchTraceWritesSomewhere(trace_log))

@@ -347,22 +347,6 @@ class ConformanceSession(RunLifecycle):
         """Whether this command collected any case of the matrix to run (the controller)."""
         return bool(self._expected)
 
-    def resumed_selection(self) -> set[str] | None:
-        """With ``--resume``: the cases the interrupted run selected (None: all, or not known
-        because it stopped before its selection was)."""
-        if not self.options.resume:
-            return None
-        if self._manifest is None:  # a worker (the controller read it in start_run)
-            from records.files import UserFileError
-            from records.store import read_manifest
-
-            try:
-                self._manifest = read_manifest(self.options.report_dir)
-            except UserFileError as exc:
-                raise pytest.UsageError(f"--resume: {exc}") from None
-        selected = self._manifest.selected if self._manifest else None
-        return None if selected is None else set(selected)
-
     def nothing_selected(self) -> bool:
         return not (self._expected or self._previously_selected() or self.options.fuzz_examples)
 

@@ -67,8 +67,25 @@ class RunLifecycle:
             options["backend_pythonpath"] = _import_root(self.options.backend.partition(":")[0])
         return options
 
+    def resumed_selection(self) -> set[str] | None:
+        """With ``--resume``: the cases the interrupted run selected (None: all, or not known
+        because it stopped before its selection was). A worker reads the manifest here; the
+        controller read it in start_run."""
+        if not self.options.resume:
+            return None
+        if self._manifest is None:
+            from records.files import UserFileError
+            from records.store import read_manifest
+
+            try:
+                self._manifest = read_manifest(self.options.report_dir)
+            except UserFileError as exc:
+                raise pytest.UsageError(f"--resume: {exc}") from None
+        selected = self._manifest.selected if self._manifest else None
+        return None if selected is None else set(selected)
+
     def _previously_selected(self) -> set[str]:
-        return set(self._manifest.selected or ()) if self._manifest else set()
+        return self.resumed_selection() or set()
 
     def _write_manifest(self) -> None:
         from conformance.run_info import suite_version
@@ -83,7 +100,7 @@ class RunLifecycle:
 
     def _resumes_known_cases(self) -> bool:
         """Whether this command resumes a run that knew its cases (then it runs only those)."""
-        return self._manifest is not None and self._manifest.selected is not None
+        return self.resumed_selection() is not None
 
     def _whole_run_ids(self, run_ids: list[str] | None) -> list[str] | None:
         """The ids the whole run selected before sharding (the selection block's case_ids):
