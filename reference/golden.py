@@ -37,7 +37,8 @@ from reference.heap import keep_freed_heap
 #: 3: chunks cut by key range (the same values up to float64 rounding: other matmul shapes).
 #: 4: scale (and, without a score_mod, log2 e) folded into q, exp as exp2 (float64 rounding).
 #: 5: the normalizer summed by the P V product, on V with a column of ones (float64 rounding).
-REFERENCE_VERSION = 5
+#: 6: terms below 2^-600 (golden) and 2^-100 (baseline) of their row's largest flushed to zero.
+REFERENCE_VERSION = 6
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
 #: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
@@ -69,6 +70,23 @@ _SHARED_PLAN_BYTES = 64 << 20
 #: per-row error enough to flip a fuzzed fp32 case at the edge (row margin 0.96 -> 1.47).
 _LOG2E = 1.0 / math.log(2.0)
 _LN2 = math.log(2.0)
+
+#: Probabilities below these fractions of their row's largest (which is 1) are flushed to zero:
+#: 2^-600 in the float64 golden, 2^-100 (and that one too) in the float32 baseline. Left in,
+#: the terms far below them are subnormal numbers (ALiBi's distant keys at S4096 make many: a
+#: slope of 1/2 times a distance of 1,500 is exp(-750)), and on Intel CPUs every multiply that
+#: reads or makes a subnormal takes a microcode assist: the golden's P V product ran at a
+#: quarter of its rate (ALiBi at B2 H8 S4096 D64: 1.11 s -> 0.82 s with the flush, on a 2-core
+#: Xeon VM). float32 exp takes a slow path for every result below 2^-126 and at -inf (8-80x a
+#: normal one): the ALiBi baseline spent 0.66 s of its 1.4 s in exp, and takes 0.45 s with the
+#: flush. A flushed row drops less than Skv * 2^-600 (2^-100) of a sum of at least 1, far below
+#: float64's 2^-53 (float32's 2^-24), and every product of P with a V entry above 2^-422
+#: (2^-26) stays a normal number. Masked (-inf) scores still give exactly 0.
+_GOLDEN_EXP2_FLOOR = -600.0
+_BASELINE_FLOOR = 2.0 ** -100
+#: The baseline's scores are clamped here before exp (e^-70 is about 2^-101, below the floor on
+#: any device's float32 exp), so -inf and underflowing scores never reach exp's slow path.
+_BASELINE_EXP_CLAMP = -70.0
 
 #: The golden's P V product runs on V with a column of ones appended, so the same product
 #: gives the softmax normalizer (the row sums of P) without a pass of its own, padded with zero
@@ -415,10 +433,10 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     row_max = scores.detach().amax(-1, keepdim=True)
     row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
     shifted = scores.sub_(row_max)
-    if golden:  # exp as exp2 (see _LOG2E)
-        probs = (shifted if log2_units else shifted.mul_(_LOG2E)).exp2_()
-    else:  # the baseline keeps float32 exp: the verdict's limits are calibrated on it
-        probs = shifted.exp_()
+    if golden:
+        probs = _exp2_flushed(shifted if log2_units else shifted.mul_(_LOG2E))
+    else:
+        probs = _exp_flushed(shifted)
     d_v = v.shape[-1]
     if golden:  # one product gives P V and the normalizer, P 1 (P is never rounded here)
         assert probs_dtype is None, "the golden keeps its probabilities in float64"
@@ -437,3 +455,24 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     else:
         lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse
+
+
+def _exp2_flushed(exponent: torch.Tensor) -> torch.Tensor:
+    """exp2 of the golden's shifted scores in log2 units, in place (exp as exp2: see _LOG2E),
+    with the terms below 2^_GOLDEN_EXP2_FLOOR flushed to zero (see there) through -inf, whose
+    exp2 is fast and exactly 0. threshold keeps NaN (it replaces x <= floor, and NaN is not):
+    a row with a NaN score stays NaN, as flex_attention's softmax leaves it."""
+    torch.nn.functional.threshold_(exponent, _GOLDEN_EXP2_FLOOR, -math.inf)
+    return exponent.exp2_()
+
+
+def _exp_flushed(shifted: torch.Tensor) -> torch.Tensor:
+    """exp of the baseline's shifted float32 scores, in place (the baseline keeps exp: the
+    verdict's limits are calibrated on it), with the terms at or below _BASELINE_FLOOR flushed
+    to zero (see _GOLDEN_EXP2_FLOOR). float32 exp is slow at -inf too, so the scores are
+    clamped at _BASELINE_EXP_CLAMP first and what that leaves below the floor is flushed
+    (clamp and threshold both keep NaN)."""
+    probs = shifted.clamp_min_(_BASELINE_EXP_CLAMP).exp_()
+    # in place unless autograd runs through it: exp's backward reads its output
+    return torch.nn.functional.threshold(probs, _BASELINE_FLOOR, 0.0,
+                                         inplace=not probs.requires_grad)

@@ -423,3 +423,67 @@ def test_the_baseline_is_the_fused_kernels_rounding_bit_for_bit(variant):
             assert [c.keys for c in chunks] == [slice(0, shape.Skv)] * shape.B  # one each
             assert torch.equal(baseline_attention(case, inputs),
                                _fused_kernel_rounding(case, inputs)), (shape.token, dtype)
+
+
+def test_the_baseline_flushes_no_output_bit_where_its_terms_underflow(monkeypatch):
+    """ALiBi made steep (slopes 4 and 1/2): at S96 a row's distant terms fall through float32's
+    subnormal range (e^-87 to e^-104) and below the baseline's flush floor (2^-100), yet the
+    output is bit for bit the fused kernels' rounding model, which takes exp of every term."""
+    monkeypatch.setattr(v, "alibi_slopes", lambda num_heads: [4.0, 0.5][:num_heads])
+    shape = Shape(1, 2, 2, 96, 96, 32)
+    for dtype in ("bf16", "fp16", "fp32"):
+        case = Case(v.alibi(), shape, dtype)
+        inputs = make_inputs(case, 2)
+        assert torch.equal(baseline_attention(case, inputs),
+                           _fused_kernel_rounding(case, inputs)), dtype
+
+
+def test_terms_far_below_the_row_maximum_are_flushed_to_exact_zeros():
+    """The golden's exp2 and the baseline's exp give 0 for terms below their floors (2^-600,
+    2^-100 of the row's largest), where they would make subnormal numbers, and the true value
+    above them; -inf gives 0 and NaN stays NaN."""
+    exponents = torch.tensor([0.0, -1.5, -599.0, -600.5, -1030.0, -math.inf, math.nan],
+                             dtype=torch.float64)
+    assert 0 < torch.exp2(exponents[4]) < 2.0 ** -1022  # subnormal, without the flush
+    flushed = golden_module._exp2_flushed(exponents.clone())
+    assert torch.equal(flushed[:3], torch.exp2(exponents[:3]))
+    assert torch.equal(flushed[3:6], torch.zeros(3, dtype=torch.float64))
+    assert flushed[6].isnan()
+    shifted = torch.tensor([0.0, -1.5, -60.0, -69.5, -90.0, -math.inf, math.nan])
+    assert 0 < torch.exp(shifted[4]) < 2.0 ** -126  # subnormal in float32
+    flushed = golden_module._exp_flushed(shifted.clone())
+    assert torch.equal(flushed[:3], torch.exp(shifted[:3]))  # float32 exp, bit for bit
+    assert torch.equal(flushed[3:6], torch.zeros(3))
+    assert flushed[6].isnan()
+
+
+def test_a_row_with_a_nan_score_stays_nan_and_flushing_moves_no_other_row():
+    """A steep additive bias (12 per key of distance, so the terms run from 1 through float64's
+    subnormal range to 0) and one row whose score mod gives NaN: that row's output and lse are
+    NaN in the golden and the baseline, as flex_attention's softmax makes them, and every other
+    row equals a dense float64 evaluation that takes exp of every term."""
+    case = Case(v.alibi(), Shape(1, 2, 2, 160, 160, 16), "fp32")
+    inputs = make_inputs(case, 3)
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx
+
+    def steep_with_a_nan_row(score, b, h, q_idx, kv_idx):
+        steep = score + 12.0 * (kv_idx - q_idx)
+        return torch.where(q_idx == 77, torch.full_like(steep, math.nan), steep)
+
+    mods = Mods(causal, steep_with_a_nan_row)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    base, _ = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=torch.float32)
+    assert out[0, :, 77].isnan().all() and lse[0, :, 77].isnan().all()
+    assert base[0, :, 77].isnan().all()
+    rows = torch.arange(160) != 77
+    q, k, vv = (t[0].double() for t in (inputs.q, inputs.k, inputs.v))
+    i, j = torch.arange(160)[:, None], torch.arange(160)[None, :]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(16) + 12.0 * (j - i)
+    scores = scores.masked_fill(j > i, -math.inf)
+    dense_lse = torch.logsumexp(scores, -1)
+    dense = torch.exp(scores - dense_lse[..., None]) @ vv
+    torch.testing.assert_close(out[0][:, rows], dense[:, rows], rtol=1e-13, atol=1e-14)
+    torch.testing.assert_close(lse[0][:, rows], dense_lse[:, rows], rtol=1e-13, atol=1e-13)
+    assert torch.isfinite(base[0][:, rows]).all()
