@@ -79,9 +79,11 @@ _LN2 = math.log(2.0)
 #: quarter of its rate (ALiBi at B2 H8 S4096 D64: 1.11 s -> 0.82 s with the flush, on a 2-core
 #: Xeon VM). float32 exp takes a slow path for every result below 2^-126 and at -inf (8-80x a
 #: normal one): the ALiBi baseline spent 0.66 s of its 1.4 s in exp, and takes 0.45 s with the
-#: flush. A flushed row drops less than Skv * 2^-600 (2^-100) of a sum of at least 1, far below
-#: float64's 2^-53 (float32's 2^-24), and every product of P with a V entry above 2^-422
-#: (2^-26) stays a normal number. Masked (-inf) scores still give exactly 0.
+#: flush. A flushed row drops less than Skv * 2^-600 (2^-100) of its normalizer, a sum of at
+#: least 1, far below float64's 2^-53 (float32's 2^-24), and moves its output by at most
+#: Skv * 2^-600 (2^-100) * max|V| absolute, which only an output that cancels to about that
+#: size could show; every product of P with a V entry above 2^-422 (2^-26) stays a normal
+#: number. Masked (-inf) scores still give exactly 0.
 _GOLDEN_EXP2_FLOOR = -600.0
 _BASELINE_FLOOR = 2.0 ** -100
 #: The baseline's scores are clamped here before exp (e^-70 is about 2^-101, below the floor on
@@ -460,9 +462,12 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
 def _exp2_flushed(exponent: torch.Tensor) -> torch.Tensor:
     """exp2 of the golden's shifted scores in log2 units, in place (exp as exp2: see _LOG2E),
     with the terms below 2^_GOLDEN_EXP2_FLOOR flushed to zero (see there) through -inf, whose
-    exp2 is fast and exactly 0. threshold keeps NaN (it replaces x <= floor, and NaN is not):
-    a row with a NaN score stays NaN, as flex_attention's softmax leaves it."""
-    torch.nn.functional.threshold_(exponent, _GOLDEN_EXP2_FLOOR, -math.inf)
+    exp2 is fast and exactly 0. torch's threshold kernels (CPU, CUDA, the _refs decomposition)
+    replace x <= floor, and NaN is not, so a row with a NaN score stays NaN, as flex_attention's
+    softmax leaves it (the documented formula says otherwise; a test pins the behaviour)."""
+    # in place unless autograd runs through it: then threshold_ would save a copy of its input
+    exponent = torch.nn.functional.threshold(exponent, _GOLDEN_EXP2_FLOOR, -math.inf,
+                                             inplace=not exponent.requires_grad)
     return exponent.exp2_()
 
 
