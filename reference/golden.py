@@ -477,7 +477,8 @@ def _exp_flushed(shifted: torch.Tensor) -> torch.Tensor:
     to zero (see _GOLDEN_EXP2_FLOOR). float32 exp is slow at -inf too, so the scores are
     clamped at _BASELINE_EXP_CLAMP first and what that leaves below the floor is flushed
     (clamp and threshold both keep NaN)."""
+    if shifted.requires_grad:  # out of place: clamp_min_ would save a copy of its input, and
+        probs = shifted.clamp_min(_BASELINE_EXP_CLAMP).exp()  # exp's backward reads its output
+        return torch.nn.functional.threshold(probs, _BASELINE_FLOOR, 0.0)
     probs = shifted.clamp_min_(_BASELINE_EXP_CLAMP).exp_()
-    # in place unless autograd runs through it: exp's backward reads its output
-    return torch.nn.functional.threshold(probs, _BASELINE_FLOOR, 0.0,
-                                         inplace=not probs.requires_grad)
+    return torch.nn.functional.threshold_(probs, _BASELINE_FLOOR, 0.0)
