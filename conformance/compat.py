@@ -279,7 +279,6 @@ def _timer_total(entries: list, names: tuple[str, ...]) -> float | None:
     return None
 
 
-
 #: torch's structured-trace logger (torch/_logging/_internal.py: always at DEBUG, never
 #: propagating; tlparse reads what its handler writes).
 TORCH_TRACE_LOGGER = "torch.__trace"
