@@ -19,7 +19,11 @@ against all keys, q k^T then p v as the golden runs it, V with a column of ones 
 columns, counted on the flops executed, best of 5), measured before and after each case's
 runs (the faster counts); the share of it is counted on the unmasked work, 4 D flops per visible
 query-key pair. The share of a large square matmul's rate is shown beside it, a ceiling that
-does not move with the golden's chunk shapes.
+does not move with the golden's chunk shapes. Two floors of ours run in the same turns
+(benchmarks/golden_floor.py): "floor", the golden's two products and its score mod on the
+golden's own chunks and nothing else, and "products", the products alone; the share of the
+matmul rate at the floor's time is the most any softmax could reach with the mod evaluated as
+flex_attention defines it.
 """
 from __future__ import annotations
 
@@ -54,6 +58,9 @@ case = Case(getattr(v, variant)(), Shape.parse(shape), "bf16")
 inputs = make_inputs(case, 0)
 if which == "ours":  # imports before the clock and the memory baseline: a one-time cost
     from reference.golden import golden_attention
+elif which in ("floor", "products"):
+    sys.path.insert(0, ROOT + "/benchmarks")
+    from golden_floor import products_and_score_mod
 elif which == "before":
     import importlib.util
     spec = importlib.util.spec_from_file_location("golden_before", before_path)
@@ -71,6 +78,8 @@ rss0 = kib("VmRSS")
 def golden():
     if which in ("ours", "before"):
         return golden_attention(case, inputs).out
+    if which in ("floor", "products"):
+        return torch.tensor(products_and_score_mod(case, inputs, which == "floor"))
     mods = build_mods(case.variant, case.shape)
     s = case.shape
     bm = create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
@@ -173,7 +182,7 @@ def main() -> int:
         if args.skip_largest and "s8192" in shape:
             continue
         need = pytorch_golden_bytes(shape)
-        sides = ["ours"] + (["before"] if before_path else [])
+        sides = ["ours", "floor", "products"] + (["before"] if before_path else [])
         if need > 0.8 * _machine_bytes():
             theirs_error = (f"not run: needs about {need / 2**30:.0f} GiB, the machine has "
                             f"{_machine_bytes() / 2**30:.0f} GiB")
@@ -199,6 +208,14 @@ def main() -> int:
             row["warm_golden_gflops"] = flops / ours["fastest_warm_seconds"] / 1e9
             row["warm_fraction_of_matmul_rate"] = row["warm_golden_gflops"] / rate
             row["warm_fraction_of_square_matmul_rate"] = row["warm_golden_gflops"] / square
+        for floor_side in ("floor", "products"):  # the ceilings (benchmarks/golden_floor.py)
+            floor = row[floor_side] = _fastest(runs[floor_side])
+            if "seconds" in floor:
+                flops = unmasked_flops(variant, shape)
+                row[f"{floor_side}_ceiling_fraction_of_matmul_rate"] = \
+                    flops / floor["seconds"] / 1e9 / rate
+                row[f"{floor_side}_warm_ceiling_fraction_of_matmul_rate"] = \
+                    flops / floor["fastest_warm_seconds"] / 1e9 / rate
         if "seconds" in ours and "seconds" in theirs:
             row["speedup"] = theirs["seconds"] / ours["seconds"]
             row["warm_speedup"] = theirs["fastest_warm_seconds"] / ours["fastest_warm_seconds"]

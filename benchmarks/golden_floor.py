@@ -1,0 +1,59 @@
+"""The least work of the golden that cannot be taken away without changing what it computes:
+its two products and the score mod, on the golden's own chunks, with nothing else.
+
+``products_and_score_mod(case, inputs)`` runs, chunk by chunk as reference/golden.py cuts them
+(its ``_chunks``: the same rows, the same kept keys, the same operands in float64, V with its
+column of ones): q k^T, then the score mod on every score of the chunk, point by point as
+flex_attention defines it (cases.pointwise.evaluate_score, as the golden calls it), then the
+product of those scores with V. The mask, the softmax passes (row maximum, shift, exp2) and
+the normalization are left out, so its output means nothing; its time is a floor. Any golden
+that reads the mod as flex_attention does and multiplies on these chunks takes at least this
+long, so ``unmasked flops / this time`` is the highest rate, and share of the matmul rate, that
+any softmax implementation could reach on the case (benchmarks/bench_golden.py reports it beside
+the golden's own). ``products_only`` leaves the score mod out too: the products' own time.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cases.inputs import Inputs  # noqa: E402
+from cases.model import Case  # noqa: E402
+from cases.pointwise import evaluate_score  # noqa: E402
+from cases.variants import build_mods  # noqa: E402
+from reference.golden import _chunks  # noqa: E402  the golden's own chunks, not a copy
+from reference.heap import keep_freed_heap  # noqa: E402
+
+
+def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = True) -> float:
+    """Run the floor of ``case``'s golden (see the module docstring); returns a checksum."""
+    keep_freed_heap()
+    mods = build_mods(case.variant, case.shape, inputs.q.device)
+    checksum = 0.0
+    for chunk in _chunks(case, inputs, mods, torch.float64):
+        hq, n, d = chunk.q.shape
+        hkv = hq // chunk.group
+        k_sel = chunk.k[:, chunk.keys]
+        m = k_sel.shape[1]
+        if m == 0:
+            continue
+        q = chunk.q * chunk.scale
+        scores = torch.bmm(q.reshape(hkv, chunk.group * n, d), k_sel.transpose(1, 2))
+        scores = scores.view(hq, n, m)
+        if with_score_mod and mods.score_mod is not None:
+            kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
+            scores = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch,
+                                    chunk.heads, chunk.q_idx, kv_idx)[0]
+            scores = scores.to(torch.float64).contiguous()
+        out = torch.bmm(scores.view(hkv, chunk.group * n, m), chunk.v_ones[:, chunk.keys])
+        checksum += float(out[0, 0, 0])
+    return checksum
+
+
+def products_only(case: Case, inputs: Inputs) -> float:
+    """The two products on the golden's chunks, nothing else; returns a checksum."""
+    return products_and_score_mod(case, inputs, with_score_mod=False)
