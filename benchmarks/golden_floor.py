@@ -6,11 +6,13 @@ its two products and the score mod, on the golden's own chunks, with nothing els
 column of ones): q k^T, then the score mod on every score of the chunk, point by point as
 flex_attention defines it (cases.pointwise.evaluate_score, as the golden calls it), then the
 product of those scores with V. The mask, the softmax passes (row maximum, shift, exp2) and
-the normalization are left out, so its output means nothing; its time is a floor. Any golden
-that reads the mod as flex_attention does and multiplies on these chunks takes at least this
-long, so ``unmasked flops / this time`` is the highest rate, and share of the matmul rate, that
-any softmax implementation could reach on the case (benchmarks/bench_golden.py reports it beside
-the golden's own). ``products_only`` leaves the score mod out too: the products' own time.
+the normalization are left out, so its output means nothing; its time is a floor: what a
+golden that reads the mod as flex_attention does and multiplies on these chunks spends before
+its softmax does anything, so ``unmasked flops / this time`` is about the highest rate, and
+share of the matmul rate, that any softmax implementation could reach on the case
+(benchmarks/bench_golden.py reports it beside the golden's own). About: a measured floor, not a
+proven one; what the caches hold between the steps differs from the golden's (docs/performance.md
+measured such effects at 3-8%). ``products_only`` leaves the score mod out too.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = Tr
             scores = scores.to(torch.float64).contiguous()
         out = torch.bmm(scores.view(hkv, chunk.group * n, m), chunk.v_ones[:, chunk.keys])
         checksum += float(out[0, 0, 0])
+        # freed before the next chunk's products, as the golden's _attend frees its own on
+        # return: held, they would keep the next chunk from reusing their (cached) memory
+        del scores, out
     return checksum
 
 
