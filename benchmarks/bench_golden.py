@@ -16,8 +16,8 @@ first calls and of second calls alike), so a change of load on a shared machine 
 on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
 The matmul rate is the rate of the golden's own two products (one full-width query chunk
 against all keys, q k^T then p v as the golden runs it, V with a column of ones and zero
-columns, counted on the flops executed, best of 5), measured before and after each case's
-runs (the faster counts); the share of it is counted on the unmasked work, 4 D flops per visible
+columns, counted on the flops executed, best of 5), measured before each turn of a case's
+runs and after the last (the fastest counts); the share of it is counted on the unmasked work, 4 D flops per visible
 query-key pair. The share of a large square matmul's rate is shown beside it, a ceiling that
 does not move with the golden's chunk shapes. Two floors of ours run in the same turns
 (benchmarks/golden_floor.py): "floor", the golden's two products and its score mod on the
@@ -189,9 +189,11 @@ def main() -> int:
         else:
             theirs_error = ""
             sides.append("pytorch")
-        rate, square = matmul_rate_gflops(shape), square_matmul_gflops()
+        rate, square = 0.0, 0.0
         runs = {side: [] for side in sides}
-        for _ in range(args.repeats):
+        for _ in range(args.repeats):  # the rates in every turn too: the host's speed drifts
+            rate = max(rate, matmul_rate_gflops(shape))
+            square = max(square, square_matmul_gflops())
             for side in sides:
                 runs[side].append(measure(variant, shape, side, args.timeout, before_path))
         rate = max(rate, matmul_rate_gflops(shape))
