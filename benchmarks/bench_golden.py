@@ -16,14 +16,17 @@ first calls and of second calls alike), so a change of load on a shared machine 
 on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
 The matmul rate is the rate of the golden's own two products (one full-width query chunk
 against all keys, q k^T then p v as the golden runs it, V with a column of ones and zero
-columns, counted on the flops executed, best of 5), measured before each turn of a case's
-runs and after the last (the fastest counts); the share of it is counted on the unmasked work, 4 D flops per visible
-query-key pair. The share of a large square matmul's rate is shown beside it, a ceiling that
-does not move with the golden's chunk shapes. Two floors of ours run in the same turns
-(benchmarks/golden_floor.py): "floor", the golden's two products and its score mod on the
-golden's own chunks and nothing else, and "products", the products alone; the share of the
-matmul rate at the floor's time is the most any softmax could reach with the mod evaluated as
-flex_attention defines it.
+columns, counted on the flops executed, best of 5, each product writing into memory made
+once and just used), measured before each turn of a case's runs and after the last (the
+fastest counts; docs/performance.md says how much lower the rate came out, and how much
+higher the shares, before 2026-12-02 14:29, with fresh memory each time); the share of it is counted
+on the unmasked work, 4 D flops per visible query-key pair. The share of a large square
+matmul's rate is shown beside it, a ceiling that does not move with the golden's chunk shapes.
+Two floors of ours run in the same turns (benchmarks/golden_floor.py): "floor", the golden's
+two products and its score mod on the golden's own chunks and nothing of the softmax, and
+"products", the products alone (without a score mod the two are the same, and only
+"products" runs); the share of the matmul rate at the floor's time is about the most any
+softmax could reach with the mod evaluated as flex_attention defines it.
 """
 from __future__ import annotations
 
@@ -114,7 +117,10 @@ def matmul_rate_gflops(shape: str) -> float:
     """This machine's float64 rate on the golden's own two products for ``shape``, one
     full-width query chunk against all keys, as the golden runs them (q k^T, then p times V
     with its column of ones and zero columns), counted on the flops they execute, best of 5:
-    the golden's ceiling."""
+    the golden's ceiling. Both products write into memory made once and just used (the
+    scores are 24 MiB at S4096: memory fresh from the allocator, or gone from the cache, made
+    each product pay for its pages too, and the rate came out 20-25% below the golden's own
+    products in some runs)."""
     import torch
 
     sys.path.insert(0, str(ROOT))
@@ -126,11 +132,13 @@ def matmul_rate_gflops(shape: str) -> float:
     q = torch.randn(s.Hkv, rows * (s.Hq // s.Hkv), s.D, dtype=torch.float64)
     k = torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64)
     v_ones = _with_ones_column(torch.randn(s.Hkv, s.Skv, s.D), torch.float64)
+    scores = torch.bmm(q, k.transpose(1, 2))
+    out = torch.bmm(scores, v_ones)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        scores = torch.bmm(q, k.transpose(1, 2))
-        torch.bmm(scores, v_ones)
+        torch.bmm(q, k.transpose(1, 2), out=scores)
+        torch.bmm(scores, v_ones, out=out)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * s.Hq * rows * s.Skv * (s.D + v_ones.shape[-1]) / best / 1e9
 
@@ -158,6 +166,15 @@ def unmasked_flops(variant: str, shape: str) -> float:
     return 4.0 * s.B * s.Hq * s.D * pairs  # q.k and p.v, 2 flops per multiply-add
 
 
+def _has_score_mod(variant: str, shape: str) -> bool:
+    sys.path.insert(0, str(ROOT))
+    from cases import variants
+    from cases.model import Shape
+
+    return variants.build_mods(getattr(variants, variant)(), Shape.parse(shape)).score_mod \
+        is not None
+
+
 def pytorch_golden_bytes(shape: str) -> float:
     """What eager flex_attention in float64 materializes: scores, probabilities and the
     score-mod output, each [B, H, Sq, Skv] float64."""
@@ -182,7 +199,8 @@ def main() -> int:
         if args.skip_largest and "s8192" in shape:
             continue
         need = pytorch_golden_bytes(shape)
-        sides = ["ours", "floor", "products"] + (["before"] if before_path else [])
+        floors = ["floor", "products"] if _has_score_mod(variant, shape) else ["products"]
+        sides = ["ours", *floors] + (["before"] if before_path else [])
         if need > 0.8 * _machine_bytes():
             theirs_error = (f"not run: needs about {need / 2**30:.0f} GiB, the machine has "
                             f"{_machine_bytes() / 2**30:.0f} GiB")
@@ -202,8 +220,8 @@ def main() -> int:
         theirs = _fastest(runs["pytorch"]) if "pytorch" in runs else {"error": theirs_error}
         row = {"case": f"{variant} {shape}", "ours": ours, "pytorch": theirs,
                "matmul_gflops": rate, "square_matmul_gflops": square}
+        flops = unmasked_flops(variant, shape)
         if "seconds" in ours:
-            flops = unmasked_flops(variant, shape)
             row["golden_gflops"] = flops / ours["seconds"] / 1e9
             row["fraction_of_matmul_rate"] = row["golden_gflops"] / rate
             row["fraction_of_square_matmul_rate"] = row["golden_gflops"] / square
@@ -211,9 +229,9 @@ def main() -> int:
             row["warm_fraction_of_matmul_rate"] = row["warm_golden_gflops"] / rate
             row["warm_fraction_of_square_matmul_rate"] = row["warm_golden_gflops"] / square
         for floor_side in ("floor", "products"):  # the ceilings (benchmarks/golden_floor.py)
-            floor = row[floor_side] = _fastest(runs[floor_side])
+            floor = row[floor_side] = _fastest(runs[floor_side if floor_side in runs
+                                                     else "products"])
             if "seconds" in floor:
-                flops = unmasked_flops(variant, shape)
                 row[f"{floor_side}_ceiling_fraction_of_matmul_rate"] = \
                     flops / floor["seconds"] / 1e9 / rate
                 row[f"{floor_side}_warm_ceiling_fraction_of_matmul_rate"] = \

@@ -1,18 +1,19 @@
-"""The least work of the golden that cannot be taken away without changing what it computes:
-its two products and the score mod, on the golden's own chunks, with nothing else.
+"""The work of the golden that no softmax can take away: its two products and the score mod,
+on the golden's own chunks, with nothing of the softmax.
 
-``products_and_score_mod(case, inputs)`` runs, chunk by chunk as reference/golden.py cuts them
-(its ``_chunks``: the same rows, the same kept keys, the same operands in float64, V with its
-column of ones): q k^T, then the score mod on every score of the chunk, point by point as
-flex_attention defines it (cases.pointwise.evaluate_score, as the golden calls it), then the
-product of those scores with V. The mask, the softmax passes (row maximum, shift, exp2) and
-the normalization are left out, so its output means nothing; its time is a floor: what a
-golden that reads the mod as flex_attention does and multiplies on these chunks spends before
-its softmax does anything, so ``unmasked flops / this time`` is about the highest rate, and
-share of the matmul rate, that any softmax implementation could reach on the case
-(benchmarks/bench_golden.py reports it beside the golden's own). About: a measured floor, not a
-proven one; what the caches hold between the steps differs from the golden's (docs/performance.md
-measured such effects at 3-8%). ``products_only`` leaves the score mod out too.
+``products_and_score_mod(case, inputs)`` runs, chunk by chunk as reference/golden.py plans them
+(its ``_chunks``, so the planning is included: the mask evaluated and scanned for key ranges,
+the operands made in float64, V with its column of ones): q k^T, then the score mod on every
+score of the chunk, point by point as flex_attention defines it (cases.pointwise.evaluate_score,
+as the golden's ``_attend`` calls it), then the product of those scores with V. The mask is
+not applied, the softmax passes (row maximum, shift, exp2) and the normalization are left out
+and no output is written, so its output means nothing; its time is a floor: ``unmasked flops /
+this time`` is about the highest rate, and share of the matmul rate, that a golden evaluating
+the mod this way could reach on these chunks with a softmax that cost nothing
+(benchmarks/bench_golden.py reports it beside the golden's own). About: a measured floor, not
+a proven one; what the caches hold between the steps differs from the golden's
+(docs/performance.md measured such effects at 0-8%). With ``with_score_mod=False``, the
+products alone.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cases.inputs import Inputs  # noqa: E402
 from cases.model import Case  # noqa: E402
 from cases.pointwise import evaluate_score  # noqa: E402
-from cases.variants import build_mods  # noqa: E402
+from cases.variants import Mods, build_mods  # noqa: E402
 from reference.golden import _chunks  # noqa: E402  the golden's own chunks, not a copy
 from reference.heap import keep_freed_heap  # noqa: E402
 
@@ -37,28 +38,28 @@ def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = Tr
     mods = build_mods(case.variant, case.shape, inputs.q.device)
     checksum = 0.0
     for chunk in _chunks(case, inputs, mods, torch.float64):
-        hq, n, d = chunk.q.shape
-        hkv = hq // chunk.group
-        k_sel = chunk.k[:, chunk.keys]
-        m = k_sel.shape[1]
-        if m == 0:
-            continue
-        q = chunk.q * chunk.scale
-        scores = torch.bmm(q.reshape(hkv, chunk.group * n, d), k_sel.transpose(1, 2))
-        scores = scores.view(hq, n, m)
-        if with_score_mod and mods.score_mod is not None:
-            kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
-            scores = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch,
-                                    chunk.heads, chunk.q_idx, kv_idx)[0]
-            scores = scores.to(torch.float64).contiguous()
-        out = torch.bmm(scores.view(hkv, chunk.group * n, m), chunk.v_ones[:, chunk.keys])
-        checksum += float(out[0, 0, 0])
-        # freed before the next chunk's products, as the golden's _attend frees its own on
-        # return: held, they would keep the next chunk from reusing their (cached) memory
-        del scores, out
+        checksum += _floor_of_chunk(chunk, mods if with_score_mod else None)
+        del chunk  # a batch's K and V go before the next batch's are made, as in the golden
     return checksum
 
 
-def products_only(case: Case, inputs: Inputs) -> float:
-    """The two products on the golden's chunks, nothing else; returns a checksum."""
-    return products_and_score_mod(case, inputs, with_score_mod=False)
+def _floor_of_chunk(chunk, mods: Mods | None) -> float:
+    """The products (and, with ``mods``, the score mod) of one chunk, as reference.golden's
+    ``_attend`` computes them; everything it made is freed on return, as there, so the next
+    chunk's products can reuse that (cached) memory."""
+    hq, n, d = chunk.q.shape
+    hkv = hq // chunk.group
+    k_sel = chunk.k[:, chunk.keys]
+    m = k_sel.shape[1]
+    if m == 0:
+        return 0.0
+    q = chunk.q * chunk.scale
+    scores = torch.bmm(q.reshape(hkv, chunk.group * n, d), k_sel.transpose(1, 2))
+    scores = scores.view(hq, n, m)
+    if mods is not None and mods.score_mod is not None:
+        kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
+        scores = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch,
+                                chunk.heads, chunk.q_idx, kv_idx)[0]
+        scores = scores.to(torch.float64).contiguous()
+    out = torch.bmm(scores.view(hkv, chunk.group * n, m), chunk.v_ones[:, chunk.keys])
+    return float(out[0, 0, 0])
