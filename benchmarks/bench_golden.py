@@ -118,9 +118,9 @@ def matmul_rate_gflops(shape: str) -> float:
     full-width query chunk against all keys, as the golden runs them (q k^T, then p times V
     with its column of ones and zero columns), counted on the flops they execute, best of 5:
     the golden's ceiling. Both products write into memory made once and just used (the
-    scores are 24 MiB at S4096: memory fresh from the allocator, or gone from the cache, made
-    each product pay for its pages too, and the rate came out 20-25% below the golden's own
-    products in some runs)."""
+    scores are 24 MiB at S4096: with memory fresh from the allocator each time, each product
+    paid for its pages too, and the rate came out at 46-100 GFLOP/s on the Xeon VM where these
+    products run at 111-122)."""
     import torch
 
     sys.path.insert(0, str(ROOT))
