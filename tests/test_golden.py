@@ -457,7 +457,7 @@ def test_terms_far_below_the_row_maximum_are_flushed_to_exact_zeros():
     assert flushed[6].isnan()
 
 
-def test_a_row_with_a_nan_score_stays_nan_and_flushing_moves_no_other_row():
+def test_a_row_with_a_nan_score_stays_nan_and_the_others_match_a_dense_evaluation():
     """A steep additive bias (12 per key of distance, so the terms run from 1 through float64's
     subnormal range to 0) and one row whose score mod gives NaN: that row's output and lse are
     NaN in the golden and the baseline, as flex_attention's softmax makes them, and every other
