@@ -38,7 +38,8 @@ from reference.heap import keep_freed_heap
 #: 4: scale (and, without a score_mod, log2 e) folded into q, exp as exp2 (float64 rounding).
 #: 5: the normalizer summed by the P V product, on V with a column of ones (float64 rounding).
 #: 6: terms below 2^-600 (golden) and 2^-100 (baseline) of their row's largest flushed to zero.
-REFERENCE_VERSION = 6
+#: 7: without a score_mod, no shift by the row maximum where a bound allows (float64 rounding).
+REFERENCE_VERSION = 7
 
 #: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
 #: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
@@ -89,6 +90,21 @@ _BASELINE_FLOOR = 2.0 ** -100
 #: The baseline's scores are clamped here before exp (e^-70 is about 2^-101, below the floor on
 #: any device's float32 exp), so -inf and underflowing scores never reach exp's slow path.
 _BASELINE_EXP_CLAMP = -70.0
+
+#: Without a score_mod, the golden skips the softmax's shift (the row maximum, and the passes
+#: that find and subtract it, and the flush) where a bound proves it changes nothing but
+#: rounding: |s_ij| <= ||q_i|| ||k_j|| (Cauchy-Schwarz, q scaled in log2 units), so when every
+#: such bound of a chunk is at most this, each term exp2(s_ij) lies in [2^-256, 2^256]: no
+#: term of a row is below 2^-512 of its largest (none would be flushed at 2^-600), none is
+#: subnormal, and with |v| <= 2^256 the P V product and its row sums (at most Skv 2^512) stay
+#: far from overflow. P and its normalizer then carry the same factor 2^-rowmax that the
+#: shift would have divided out, which cancels in out = P V / P 1; exp2 is as accurate on
+#: [-256, 256] as near 0 (each term is one rounding of its true value, no longer two), so the
+#: result differs by float64 rounding only (a row that sees one key gives v to that rounding,
+#: no longer bit for bit: (p v) / p rounds twice). Chunks the bound does not cover take the
+#: shift. It saves three of the four passes over each chunk's scores (amax, subtract, flush):
+#: causal at B2 H8 S4096 D64 took 0.46 s instead of 0.53 s (docs/performance.md).
+_UNSHIFTED_LOG2_BOUND = 256.0
 
 #: The golden's P V product runs on V with a column of ones appended, so the same product
 #: gives the softmax normalizer (the row sums of P) without a pass of its own, padded with zero
@@ -213,6 +229,7 @@ class _Chunk:
     scale: float
     group: int  # query heads per key/value head
     golden: bool  # the float64 golden (scale in q, exp as exp2), not the baseline
+    key_norm: float | None  # max ||k_j|| of the batch where its softmax may skip the shift
 
 
 def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
@@ -234,12 +251,24 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
         else:
             v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
             v_ones = None
+        key_norm = _key_norm_for_unshifted(k, v) if golden and mods.score_mod is None else None
         for span, mask, keys in plan:
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             yield _Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
-                         1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden)
+                         1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm)
         del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
+
+
+def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
+    """The largest ||k_j|| of a batch's keys, or None where its V is not within the bound of
+    the unshifted softmax (|v| <= 2^_UNSHIFTED_LOG2_BOUND, see there) or K's norms overflow;
+    a NaN anywhere gives None (comparisons with NaN are false)."""
+    key_norm = float(k.detach().norm(dim=-1).amax())
+    v_max = float(v.detach().abs().amax())
+    if key_norm < math.inf and v_max <= 2.0 ** _UNSHIFTED_LOG2_BOUND:
+        return key_norm
+    return None
 
 
 def _batch_plans(s: Shape, mods: Mods, heads: torch.Tensor):
@@ -431,14 +460,17 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         scores = modded.to(q.dtype).contiguous()
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
-    # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
-    row_max = scores.detach().amax(-1, keepdim=True)
-    row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
-    shifted = scores.sub_(row_max)
-    if golden:
-        probs = _exp2_flushed(shifted if log2_units else shifted.mul_(_LOG2E))
+    if log2_units and _shift_is_needless(q, chunk.key_norm):  # see _UNSHIFTED_LOG2_BOUND
+        probs, row_max = scores.exp2_(), None
     else:
-        probs = _exp_flushed(shifted)
+        # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
+        row_max = scores.detach().amax(-1, keepdim=True)
+        row_max = torch.nan_to_num(row_max, neginf=0.0)  # fully masked rows: subtract nothing
+        shifted = scores.sub_(row_max)
+        if golden:
+            probs = _exp2_flushed(shifted if log2_units else shifted.mul_(_LOG2E))
+        else:
+            probs = _exp_flushed(shifted)
     d_v = v.shape[-1]
     if golden:  # one product gives P V and the normalizer, P 1 (P is never rounded here)
         assert probs_dtype is None, "the golden keeps its probabilities in float64"
@@ -450,6 +482,10 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         if probs_dtype is not None:
             probs = probs.to(probs_dtype).to(q.dtype)
         out = torch.bmm(probs.view(hkv, group * n, m), v[:, keys]).view(hq, n, -1)
+    if row_max is None:  # unshifted: denom >= 2^-256 unless the row is fully masked (0)
+        out = out / denom.clamp_min(torch.finfo(denom.dtype).tiny)  # 0 / tiny = 0
+        lse = torch.log2(denom).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
+        return out, lse
     # denom >= 1 (the max term is exp(0)) unless the row is fully masked
     out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
     if log2_units:
@@ -457,6 +493,14 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     else:
         lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse
+
+
+def _shift_is_needless(q: torch.Tensor, key_norm: float | None) -> bool:
+    """Whether the golden's scores q k^T of this chunk (q scaled in log2 units) are all within
+    _UNSHIFTED_LOG2_BOUND by Cauchy-Schwarz, given the batch's largest key norm."""
+    if key_norm is None:
+        return False
+    return float(q.detach().norm(dim=-1).amax()) * key_norm <= _UNSHIFTED_LOG2_BOUND
 
 
 def _exp2_flushed(exponent: torch.Tensor) -> torch.Tensor:

@@ -273,12 +273,17 @@ def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
 
 
 def _against_baseline(error: float, baseline: float, tol: Tolerance, whose: str) -> str:
-    """``0.012 is 3.10x the baseline's 0.0039 (limit 2.10x)``; when the baseline is exact
-    (error 0, e.g. a row that sees one key), the absolute limit instead of a ratio."""
-    if baseline > 0:
+    """``0.012 is 3.10x the baseline's 0.0039 (limit 2.10x)``; where the absolute floor sets
+    the limit instead (the baseline exact, e.g. a row that sees one key, or within float64
+    rounding of the golden), that limit, not a ratio to a baseline error near 0."""
+    factor = 1.0 + tol.fudge
+    if factor * baseline > tol.atol:
         return (f"{error:.3g} is {error / baseline:.2f}x {whose} {baseline:.3g} "
-                f"(limit {1.0 + tol.fudge:.2f}x)")
-    return f"{error:.3g} where {whose} is 0 (exact; limit {tol.atol:.3g})"
+                f"(limit {factor:.2f}x)")
+    if baseline == 0:
+        return f"{error:.3g} where {whose} is 0 (exact; limit {tol.atol:.3g})"
+    return (f"{error:.3g} where {whose} is {baseline:.3g} (below the absolute floor; limit "
+            f"{factor * baseline + tol.atol:.3g})")
 
 
 def _argmax(values: torch.Tensor) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from cases.inputs import make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
 from reference.faults import FAULTS
-from reference.golden import baseline_attention, golden_attention
+from reference.golden import Reference, baseline_attention, golden_attention
 from reference.verdict import TOLERANCES, judge
 
 SHAPE = Shape(1, 4, 4, 256, 256, 128)
@@ -140,16 +140,23 @@ def test_baseline_itself_passes_and_tolerances_cover_every_dtype():
     assert verdict.passed and verdict.metrics["error_ratio"] == pytest.approx(1.0)
 
 
-def test_an_exact_baseline_gives_a_readable_message_not_a_huge_ratio():
-    """A query that sees one key has out = v exactly, in every dtype: the baseline's error is 0."""
+def test_a_baseline_at_the_absolute_floor_gives_a_readable_message_not_a_huge_ratio():
+    """A query that sees one key has out = v in every dtype: the baseline's error is 0, or
+    float64 rounding where the golden divides P V by its normalizer unshifted (see
+    reference/golden.py), far below the absolute floor, which then sets the limit."""
     case = Case(v.full(), Shape(1, 2, 2, 4, 1, 8), "bf16")
     inputs = make_inputs(case, 0)
     golden, baseline = golden_attention(case, inputs), baseline_attention(case, inputs)
-    assert torch.equal(baseline.double(), golden.out)  # exact
-    verdict = judge(case, golden, baseline, baseline + 0.0625)
-    assert not verdict.passed
-    assert verdict.metrics["error_ratio"] is None
-    assert "mean error 0.0625 where the baseline's is 0 (exact; limit 1e-07)" in verdict.summary
-    assert "head b=0 h=0: mean error 0.0625 where its baseline's is 0 (exact; limit 1e-07)" \
-        in verdict.summary
-    assert max(len(word) for word in verdict.summary.split()) < 20  # no 300-digit number
+    assert torch.allclose(baseline.double(), golden.out, rtol=2.0 ** -51, atol=0)
+    exact = Reference(baseline.double())  # a golden that the baseline matches bit for bit
+    rounded = Reference(baseline.double() * (1 + 2.0 ** -52))  # one float64 ulp off
+    for gold, says in ((exact, "is 0 (exact; limit 1e-07)"),
+                       (rounded, "(below the absolute floor; limit 1e-07)")):
+        verdict = judge(case, gold, baseline, baseline + 0.0625)
+        assert not verdict.passed
+        assert "mean error 0.0625 where the baseline's is " in verdict.summary
+        assert "head b=0 h=0: mean error 0.0625 where its baseline's is " in verdict.summary
+        assert verdict.summary.count(says) == 2, verdict.summary
+        assert "x (limit" not in verdict.summary
+        assert max(len(word) for word in verdict.summary.split()) < 20  # no 300-digit number
+    assert judge(case, exact, baseline, baseline + 0.0625).metrics["error_ratio"] is None
