@@ -97,7 +97,10 @@ _BASELINE_EXP_CLAMP = -70.0
 #: such bound of a chunk is at most this, each term exp2(s_ij) lies in [2^-256, 2^256]: no
 #: term of a row is below 2^-512 of its largest (none would be flushed at 2^-600), none is
 #: subnormal, and with |v| <= 2^256 the P V product and its row sums (at most Skv 2^512) stay
-#: far from overflow. P and its normalizer then carry the same factor 2^-rowmax that the
+#: far from overflow (a row that sees no key divides by 1, so its backward does not overflow).
+#: Nothing bounds |v| from below: with float64 inputs of |v| below 2^-766, a product p v can be
+#: subnormal where the shifted path's would not; inputs in the case dtypes (bf16, fp16, fp32)
+#: are at least 2^-149, and their products at least 2^-405. P and its normalizer then carry the same factor 2^-rowmax that the
 #: shift would have divided out, which cancels in out = P V / P 1; exp2 is as accurate on
 #: [-256, 256] as near 0 (each term is one rounding of its true value, no longer two), so the
 #: result differs by float64 rounding only (a row that sees one key gives v to that rounding,
@@ -483,7 +486,9 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
             probs = probs.to(probs_dtype).to(q.dtype)
         out = torch.bmm(probs.view(hkv, group * n, m), v[:, keys]).view(hq, n, -1)
     if row_max is None:  # unshifted: denom >= 2^-256 unless the row is fully masked (0)
-        out = out / denom.clamp_min(torch.finfo(denom.dtype).tiny)  # 0 / tiny = 0
+        # A fully masked row divides by 1, not by a clamped 0: dO / tiny would overflow in the
+        # backward, and P^T (0) times it would be NaN in dV.
+        out = out / torch.where(denom > 0, denom, 1.0)
         lse = torch.log2(denom).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
         return out, lse
     # denom >= 1 (the max term is exp(0)) unless the row is fully masked

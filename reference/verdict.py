@@ -277,13 +277,13 @@ def _against_baseline(error: float, baseline: float, tol: Tolerance, whose: str)
     the limit instead (the baseline exact, e.g. a row that sees one key, or within float64
     rounding of the golden), that limit, not a ratio to a baseline error near 0."""
     factor = 1.0 + tol.fudge
-    if factor * baseline > tol.atol:
-        return (f"{error:.3g} is {error / baseline:.2f}x {whose} {baseline:.3g} "
-                f"(limit {factor:.2f}x)")
     if baseline == 0:
         return f"{error:.3g} where {whose} is 0 (exact; limit {tol.atol:.3g})"
-    return (f"{error:.3g} where {whose} is {baseline:.3g} (below the absolute floor; limit "
-            f"{factor * baseline + tol.atol:.3g})")
+    if factor * baseline <= tol.atol:
+        return (f"{error:.3g} where {whose} is {baseline:.3g} (below the absolute floor; "
+                f"limit {factor * baseline + tol.atol:.3g})")
+    return (f"{error:.3g} is {error / baseline:.2f}x {whose} {baseline:.3g} "
+            f"(limit {factor:.2f}x)")  # a NaN baseline too: "nanx", never "below the floor"
 
 
 def _argmax(values: torch.Tensor) -> tuple[int, ...]:

@@ -15,11 +15,12 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import reference.golden as golden_module
 from cases import variants as v
-from cases.inputs import Inputs, make_inputs, torch_dtype
+from cases.inputs import Inputs, make_grad_output, make_inputs, torch_dtype
 from cases.model import Case, Shape
 from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
-from reference.golden import baseline_attention, chunked_attention, golden_attention
+from reference.golden import (baseline_attention, chunked_attention, golden_attention,
+                              reference_pair)
 from tests.dense_reference import dense_attention, dense_mask, dense_score_transform
 
 
@@ -558,3 +559,23 @@ def test_values_too_large_for_unshifted_terms_take_the_shift():
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out[0, 0], values[0, 0].mean(0).expand(8, 4), rtol=1e-14,
                                atol=0)
+
+
+def test_rows_that_see_no_key_keep_the_unshifted_gradients_finite(monkeypatch):
+    """padded_causal leaves the padded query rows with no key. Unshifted, such a row's P V and
+    normalizer are 0; its division must not turn dO into inf in the backward (0 times inf is
+    NaN in dV). dQ, dK and dV equal the shifted golden's, with dO large enough (x5) that
+    dividing by the smallest float64 would overflow."""
+    case = Case(v.padded_causal(48), Shape(1, 2, 2, 64, 64, 16), "fp32", "fwd+bwd")
+    inputs = make_inputs(case, 0)
+    grad_out = make_grad_output(case, 0) * 5
+    calls = _count_shifted_chunks(monkeypatch)
+    unshifted, _ = reference_pair(case, inputs, grad_out)
+    assert calls == []
+    assert torch.all(unshifted.lse[0, :, 48:] == -math.inf)
+    monkeypatch.setattr(golden_module, "_UNSHIFTED_LOG2_BOUND", -1.0)
+    shifted, _ = reference_pair(case, inputs, grad_out)
+    for name in ("dq", "dk", "dv"):
+        assert torch.isfinite(unshifted.grads[name]).all(), name
+        torch.testing.assert_close(unshifted.grads[name], shifted.grads[name], rtol=1e-13,
+                                   atol=1e-14)

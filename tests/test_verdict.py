@@ -160,3 +160,13 @@ def test_a_baseline_at_the_absolute_floor_gives_a_readable_message_not_a_huge_ra
         assert "x (limit" not in verdict.summary
         assert max(len(word) for word in verdict.summary.split()) < 20  # no 300-digit number
     assert judge(case, exact, baseline, baseline + 0.0625).metrics["error_ratio"] is None
+
+
+def test_a_nan_baseline_error_is_never_called_below_the_absolute_floor():
+    """NaN compares false with everything: the message must not read as if a NaN baseline
+    error were a tiny one."""
+    from reference.verdict import _against_baseline
+
+    said = _against_baseline(0.1, math.nan, TOLERANCES["bf16"], "the baseline's")
+    assert "below the absolute floor" not in said and "exact" not in said
+    assert "nan" in said
