@@ -98,15 +98,16 @@ _BASELINE_EXP_CLAMP = -70.0
 #: term of a row is below 2^-512 of its largest (none would be flushed at 2^-600), none is
 #: subnormal, and with |v| <= 2^256 the P V product and its row sums (at most Skv 2^512) stay
 #: far from overflow (a row that sees no key divides by 1, so its backward does not overflow).
-#: Nothing bounds |v| from below: with float64 inputs of |v| below 2^-766, a product p v can be
-#: subnormal where the shifted path's would not; inputs in the case dtypes (bf16, fp16, fp32)
-#: are at least 2^-149, and their products at least 2^-405. P and its normalizer then carry the same factor 2^-rowmax that the
-#: shift would have divided out, which cancels in out = P V / P 1; exp2 is as accurate on
-#: [-256, 256] as near 0 (each term is one rounding of its true value, no longer two), so the
-#: result differs by float64 rounding only (a row that sees one key gives v to that rounding,
-#: no longer bit for bit: (p v) / p rounds twice). Chunks the bound does not cover take the
-#: shift. It saves three of the four passes over each chunk's scores (amax, subtract, flush):
-#: causal at B2 H8 S4096 D64 took 0.46 s instead of 0.53 s (docs/performance.md).
+#: P and its normalizer then carry the same factor 2^-rowmax that the shift would have divided
+#: out, which cancels in out = P V / P 1; exp2 is as accurate on [-256, 256] as near 0 (each
+#: term is one rounding of its true value, no longer two), so the result differs by float64
+#: rounding only (a row that sees one key gives v to that rounding, no longer bit for bit:
+#: (p v) / p rounds twice). Nothing bounds |v| from below: with float64 inputs of |v| below
+#: 2^-766 a product p v can be subnormal where the shifted path's would not; inputs in the case
+#: dtypes (bf16, fp16, fp32) are at least 2^-149, and their products at least 2^-405. Chunks
+#: the bound does not cover take the shift. It saves three of the four passes over each
+#: chunk's scores (amax, subtract, flush): causal at B2 H8 S4096 D64 took 0.46 s instead of
+#: 0.53 s (docs/performance.md).
 _UNSHIFTED_LOG2_BOUND = 256.0
 
 #: The golden's P V product runs on V with a column of ones appended, so the same product
