@@ -125,10 +125,11 @@ def matmul_rate_gflops(shape: str) -> float:
 
     sys.path.insert(0, str(ROOT))
     from cases.model import Shape
-    from reference.golden import _CHUNK_SCORE_ELEMENTS, _with_ones_column
+    from reference.chunk_plan import CHUNK_SCORE_ELEMENTS
+    from reference.golden import _with_ones_column
 
     s = Shape.parse(shape)
-    rows = max(1, min(s.Sq, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
+    rows = max(1, min(s.Sq, CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     q = torch.randn(s.Hkv, rows * (s.Hq // s.Hkv), s.D, dtype=torch.float64)
     k = torch.randn(s.Hkv, s.Skv, s.D, dtype=torch.float64)
     v_ones = _with_ones_column(torch.randn(s.Hkv, s.Skv, s.D), torch.float64)
@@ -256,7 +257,10 @@ def main() -> int:
 
 
 def _golden_of(rev: str) -> str:
-    """reference/golden.py of commit ``rev``, written to a temporary file: its path."""
+    """reference/golden.py of commit ``rev``, written to a temporary file: its path. Only that
+    file is the commit's: what it imports comes from this tree (reference/chunk_plan.py
+    included, which cuts the chunks of goldens from the commit that moved it there on), so
+    ``--before`` compares the golden's own work, with the same chunks where both import them."""
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:reference/golden.py"],
                             capture_output=True, text=True, check=True).stdout
     with tempfile.NamedTemporaryFile("w", suffix="_golden_before.py", delete=False) as tmp:

@@ -21,7 +21,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference.golden import _CHUNK_SCORE_ELEMENTS, _PV_COLUMN_MULTIPLE  # noqa: E402
+from reference.chunk_plan import CHUNK_SCORE_ELEMENTS  # noqa: E402
+from reference.golden import _PV_COLUMN_MULTIPLE  # noqa: E402
 from reference.heap import keep_freed_heap  # noqa: E402
 
 HEADS = 8
@@ -53,7 +54,7 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for d in HEAD_SIZES:
         for keys in KEYS:
-            rows = max(1, _CHUNK_SCORE_ELEMENTS // (HEADS * keys))
+            rows = max(1, CHUNK_SCORE_ELEMENTS // (HEADS * keys))
             p = torch.rand(HEADS, rows, keys, dtype=torch.float64)
             v = torch.randn(HEADS, keys, d, dtype=torch.float64)
             padded = {w: torch.randn(HEADS, keys, w, dtype=torch.float64) for w in widths(d)}

@@ -6,9 +6,8 @@ out = P v. A query row whose keys are all masked gives out = 0 and lse = -inf. W
 query head h reads key/value head h // (Hq / Hkv); with Bkv = 1, every batch reads kv batch 0.
 
 Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
-mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0).
-Chunks are cut by the key range their rows see, so rows that see few keys go in taller chunks;
-a mask that does not depend on b is planned so for the first batch only, and reused.
+mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0);
+reference/chunk_plan.py cuts the chunks.
 Mods are evaluated as flex_attention defines them, point by point (cases/pointwise.py): the
 score_mod and mask_mod of each chunk run under flex_attention's four nested torch.vmap over the
 chunk's b, h, q_idx and kv_idx, never once on broadcast index grids.
@@ -21,15 +20,15 @@ flex_attention's Triton template and its eager path all do), and the output roun
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, replace
 
 import torch
 
 from cases.inputs import Inputs, torch_dtype
-from cases.model import Case, Shape
-from cases.pointwise import check_mods, evaluate_mask, evaluate_score, mask_dependence
+from cases.model import Case
+from cases.pointwise import check_mods, evaluate_score
 from cases.variants import Mods, build_mods
+from reference.chunk_plan import plan_batches
 from reference.heap import keep_freed_heap
 
 #: Version of the reference computation; part of every reference cache key.
@@ -40,25 +39,6 @@ from reference.heap import keep_freed_heap
 #: 6: terms below 2^-600 (golden) and 2^-100 (baseline) of their row's largest flushed to zero.
 #: 7: without a score_mod, no shift by the row maximum where a bound allows (float64 rounding).
 REFERENCE_VERSION = 7
-
-#: Upper bound for one chunk's score matrix [Hq, rows, kept keys], in elements: 24 MiB of
-#: float64. Not more, because glibc's malloc serves a block of 32 MiB or more with fresh pages
-#: from mmap every time: a chunk's scores, and every intermediate of its score_mod, would then
-#: be page-faulted in again chunk after chunk, which cost more than the arithmetic (8 Mi
-#: elements took 2-3x the time of 3 Mi). Smaller blocks are reused from the heap.
-_CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
-
-#: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
-_WINDOW_CHUNKS = 4
-
-#: A mask that does not depend on b is evaluated and scanned for key ranges (the windows' masks,
-#: each row's first and last key, each chunk's kept keys) once, for the first batch, and the
-#: plan is reused by the others, when a batch has at least this many query-key pairs: that
-#: bookkeeping took 49-66 ms per batch of causal at S4096 (10-13% of that batch's golden), and
-#: telling whether the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the
-#: whole batch's mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
-_SHARED_PLAN_MIN_PAIRS = 1 << 22
-_SHARED_PLAN_BYTES = 64 << 20
 
 #: The golden computes exp(x) as exp2(x * log2(e)), as flex_attention's Triton kernels compute
 #: their softmax: torch's float64 exp falls to a slow path (2-7x) wherever its result underflows,
@@ -245,7 +225,7 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
     heads = torch.arange(s.Hq, device=device)
     golden = compute_dtype == torch.float64
-    for b, (batch, plan) in enumerate(_batch_plans(s, mods, heads)):
+    for b, (batch, plan) in enumerate(plan_batches(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
         if golden:  # V | 1 | 0... is the leaf, V a view of it: one copy, one graph per chunk
@@ -275,51 +255,6 @@ def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
     return None
 
 
-def _batch_plans(s: Shape, mods: Mods, heads: torch.Tensor):
-    """(b as a [1] tensor, its chunks' (rows, mask, kept keys)) for each batch in order.
-
-    The chunks are planned batch by batch, lazily, unless the mask does not depend on b
-    (cases.pointwise.mask_dependence, exact or erring towards a dependence): then the first
-    batch's plan, held as a list, serves every batch (see _SHARED_PLAN_MIN_PAIRS)."""
-    def planned(batch: torch.Tensor):
-        for span, mask in _row_spans(s, mods, batch, heads):
-            yield span, mask, _kept_keys(mask, s.Skv)
-
-    batches = [torch.tensor([b], device=heads.device) for b in range(s.B)]
-    if not _plan_serves_every_batch(s, mods, heads.device):
-        for batch in batches:
-            yield batch, planned(batch)
-        return
-    # Each mask is copied out of its window: a window view would also hold the window's rows
-    # that were handed on to the next window (see _row_spans).
-    plan = [(span, None if mask is None else mask.clone(), keys)
-            for span, mask, keys in planned(batches[0])]
-    for batch in batches:
-        yield batch, plan
-
-
-def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool:
-    """Whether one batch's plan may serve all: the mask ignores b, the batches are large
-    enough for the trace that tells to pay, and their mask fits in _SHARED_PLAN_BYTES."""
-    if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
-        return False
-    depends = _mask_dependence_of(mods.mask_mod, device)
-    held_bytes = (s.Hq if "h" in depends else 1) * (s.Sq if "q_idx" in depends else 1) * s.Skv
-    return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
-
-
-#: mask_mod -> {device: mask_dependence}: reference_pair plans the same mods up to four times
-#: (golden, baseline, their gradients), and each trace takes 10-15 ms.
-_MASK_DEPENDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _mask_dependence_of(mask_mod, device: torch.device) -> frozenset[str]:
-    known = _MASK_DEPENDENCE.setdefault(mask_mod, {})
-    if device not in known:
-        known[device] = mask_dependence(mask_mod, device)
-    return known[device]
-
-
 def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[Hkv, Skv, D] -> [Hkv, Skv, W] in ``dtype``: V, a column of ones, zero columns up to W,
     the next multiple of _PV_COLUMN_MULTIPLE (a new tensor: the golden's leaf for autograd)."""
@@ -329,93 +264,6 @@ def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     v_ones[..., :d] = v
     v_ones[..., d] = 1.0
     return v_ones
-
-
-def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
-    """(rows, mask of those rows) of one batch, the rows cut so that each chunk's score
-    matrix [Hq, rows, kept keys] holds at most _CHUNK_SCORE_ELEMENTS.
-
-    The mask is evaluated on windows of _WINDOW_CHUNKS full-width chunks of rows; a window's
-    rows are then grouped by the key range they see, so a chunk whose rows see few keys (the
-    first rows of a causal mask, a sliding window) takes more rows: fewer, taller chunks, whose
-    products are larger matmuls. Without a mask every chunk is full width.
-    """
-    full_width_rows = max(1, _CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv))
-    window = full_width_rows * (_WINDOW_CHUNKS if mods.mask_mod is not None else 1)
-    all_keys = torch.arange(s.Skv, device=heads.device)
-    w0 = 0
-    while w0 < s.Sq:
-        q_idx = torch.arange(w0, min(w0 + window, s.Sq), device=heads.device)
-        mask = _evaluate_mask(mods, batch, heads, q_idx, all_keys)
-        if mask is None:
-            yield slice(w0, w0 + len(q_idx)), None
-            w0 += len(q_idx)
-            continue
-        cuts = list(_cut_by_key_range(mask, len(q_idx), s.Hq))
-        if len(cuts) > 1 and w0 + len(q_idx) < s.Sq:
-            cuts.pop()  # cut short by the window's end: the next window starts with its rows
-        for r0, r1 in cuts:
-            rows = slice(r0, r1) if mask.shape[-2] > 1 else slice(0, 1)  # a row-free mask
-            yield slice(w0 + r0, w0 + r1), mask[..., rows, :]
-        w0 += cuts[-1][1]
-
-
-def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
-    """(first, stop) row ranges of a window whose kept keys (from the first to the last key
-    any of its rows sees) times rows times heads stay within _CHUNK_SCORE_ELEMENTS; a chunk
-    has at least one row. Rows that see no key widen nothing."""
-    seen = mask.reshape(-1, *mask.shape[-2:])  # [heads or 1, rows or 1, Skv]
-    seen = seen[0] if len(seen) == 1 else seen.any(0)  # a pass saved: what one head sees
-    counts = seen.view(torch.uint8)
-    sees, first = counts.max(-1)  # max's index is the first maximum's: the first key seen
-    first, sees_any = first.tolist(), sees.bool().tolist()  # one pass: any(-1) took as long
-    last = (counts.shape[-1] - 1 - counts.flip(-1).argmax(-1)).tolist()
-    if len(sees_any) == 1:  # the mask ignores q_idx: every row sees the same keys
-        first, last, sees_any = first * num_rows, last * num_rows, sees_any * num_rows
-    start, lo, hi = 0, None, None
-    for row in range(num_rows):
-        if sees_any[row]:
-            new_lo = first[row] if lo is None else min(lo, first[row])
-            new_hi = last[row] if hi is None else max(hi, last[row])
-            if row > start and (row - start + 1) * (new_hi - new_lo + 1) * num_heads \
-                    > _CHUNK_SCORE_ELEMENTS:
-                yield start, row
-                start, new_lo, new_hi = row, first[row], last[row]
-            lo, hi = new_lo, new_hi
-    yield start, num_rows
-
-
-def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
-    """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked.
-
-    A head or row dimension the mask does not depend on comes back from vmap expanded (stride
-    0): it is kept at size 1, a view, so the key-range scans below read each distinct row once.
-    The key dimension keeps its length: it says which columns exist.
-    """
-    if mods.mask_mod is None:
-        return None
-    mask = evaluate_mask(mods.mask_mod, b, h, q_idx, kv_idx)[0]
-    for dim in range(mask.dim() - 1):
-        if mask.stride(dim) == 0:  # every entry along dim is the same one
-            mask = mask.narrow(dim, 0, 1)
-    return mask
-
-
-def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor:
-    """The key columns that any row of the chunk may see: a slice when contiguous."""
-    if mask is None:
-        return slice(0, num_keys)
-    visible = mask.reshape(-1, mask.shape[-1]).any(0)
-    return _as_slice(visible.nonzero().flatten())
-
-
-def _as_slice(cols: torch.Tensor) -> slice | torch.Tensor:
-    if len(cols) == 0:
-        return slice(0, 0)
-    first, last = int(cols[0]), int(cols[-1])
-    if last - first + 1 == len(cols):
-        return slice(first, last + 1)
-    return cols
 
 
 def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:

@@ -118,10 +118,10 @@ def test_gradient_reference_matches_dense_autograd_in_float64():
 def test_gradient_reference_matches_dense_autograd_over_many_chunks(monkeypatch):
     """Several chunks per batch, as every catalog backward case has (S1024 at H8 is 8 Mi
     scores): each chunk's autograd runs through its own graph, K and V accumulate."""
-    import reference.golden as golden_module
+    import reference.chunk_plan as chunk_plan
 
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", 4 * 128 * 9)  # 9-row chunks
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", 4 * 128 * 9)  # 9-row chunks
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
     for variant in (v.full(), v.causal(), v.alibi(), v.document(), v.sliding_window(20)):
         for shape in (Shape(2, 4, 2, 128, 128, 16), Shape(2, 4, 4, 128, 128, 8, 1)):
             _assert_gradients_match_dense_autograd(variant, shape)

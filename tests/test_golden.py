@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+import reference.chunk_plan as chunk_plan
 import reference.golden as golden_module
 from cases import variants as v
 from cases.inputs import Inputs, make_inputs, torch_dtype
@@ -114,7 +115,7 @@ def test_chunking_and_key_skipping_do_not_change_the_result(monkeypatch):
     case = Case(v.document(), Shape(2, 2, 2, 192, 192, 16), "fp32")
     inputs = make_inputs(case, 2)
     whole = golden_attention(case, inputs)
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", 2 * 192 * 7)  # 7-row chunks
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", 2 * 192 * 7)  # 7-row chunks
     chunked = golden_attention(case, inputs)
     torch.testing.assert_close(chunked.out, whole.out, rtol=1e-13, atol=1e-14)
     torch.testing.assert_close(chunked.lse, whole.lse, rtol=1e-13, atol=1e-14)
@@ -146,8 +147,8 @@ def test_golden_equals_a_dense_float64_evaluation_with_small_chunks(monkeypatch,
                                                                     shape):
     """Chunks cut by key range, taller where rows see few keys, with skipped key columns; the
     plan of a mask that ignores b shared by both batches."""
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
     case = Case(variant, shape, "bf16")
     inputs = make_inputs(case, 3)
     _assert_equals_dense(case, inputs, build_mods(variant, shape))
@@ -156,8 +157,8 @@ def test_golden_equals_a_dense_float64_evaluation_with_small_chunks(monkeypatch,
 def _row_span_calls(monkeypatch) -> list:
     """The batches whose masks the golden evaluates and scans (_row_spans is called once per
     batch that plans its own chunks)."""
-    calls, row_spans = [], golden_module._row_spans
-    monkeypatch.setattr(golden_module, "_row_spans",
+    calls, row_spans = [], chunk_plan._row_spans
+    monkeypatch.setattr(chunk_plan, "_row_spans",
                         lambda s, mods, batch, heads: calls.append(int(batch)) or
                         row_spans(s, mods, batch, heads))
     return calls
@@ -167,8 +168,8 @@ def test_a_mask_that_ignores_b_is_planned_once_and_one_that_reads_b_per_batch(mo
     """Sharing the first batch's plan is right only when the mask ignores b: a mask that
     reads b (a length per batch) is planned batch by batch, and both equal a dense
     evaluation, as does a mask too large to hold (_SHARED_PLAN_BYTES)."""
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
     shape = Shape(3, 4, 2, 256, 256, 16)
     case = Case(v.causal(), shape, "fp32")
     inputs = make_inputs(case, 5)
@@ -189,7 +190,7 @@ def test_a_mask_that_ignores_b_is_planned_once_and_one_that_reads_b_per_batch(mo
     _assert_equals_dense(case, inputs, Mods(causal_within_length, None), mask=per_batch)
     assert calls == [0, 1, 2]
     calls.clear()
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_BYTES", 256 * 256 - 1)
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_BYTES", 256 * 256 - 1)
     _assert_equals_dense(case, inputs, Mods(causal, None), mask=j <= i)
     assert calls == [0, 1, 2]
 
@@ -199,10 +200,10 @@ def test_whether_a_mask_ignores_b_is_traced_once_per_reference_pair(monkeypatch)
     from cases.inputs import make_grad_output
     from reference.golden import reference_pair
 
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
-    monkeypatch.setattr(golden_module, "_MASK_DEPENDENCE", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(chunk_plan, "_MASK_DEPENDENCE", weakref.WeakKeyDictionary())
     traced = []
-    monkeypatch.setattr(golden_module, "mask_dependence",
+    monkeypatch.setattr(chunk_plan, "mask_dependence",
                         lambda mod, device: traced.append(mod) or frozenset({"q_idx", "kv_idx"}))
     case = Case(v.causal(), Shape(2, 2, 2, 64, 64, 8), "fp32", "fwd+bwd")
     reference_pair(case, make_inputs(case, 0), make_grad_output(case, 0))
@@ -212,11 +213,11 @@ def test_whether_a_mask_ignores_b_is_traced_once_per_reference_pair(monkeypatch)
 def test_a_shared_plan_holds_its_masks_and_nothing_of_their_windows(monkeypatch):
     """_SHARED_PLAN_BYTES bounds what a shared plan holds: one byte per query-key pair of a
     batch, not the windows the chunks' masks were cut from."""
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
-    monkeypatch.setattr(golden_module, "_SHARED_PLAN_MIN_PAIRS", 0)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
     shape = Shape(2, 4, 4, 256, 256, 16)
     mods = build_mods(v.causal(), shape)
-    plans = list(golden_module._batch_plans(shape, mods, torch.arange(shape.Hq)))
+    plans = list(chunk_plan.plan_batches(shape, mods, torch.arange(shape.Hq)))
     plan = plans[0][1]
     assert plans[1][1] is plan
     storages = {mask.untyped_storage().data_ptr(): mask.untyped_storage().nbytes()
@@ -245,7 +246,7 @@ def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product
 def test_key_ranges_are_skipped_and_chunks_grow_where_rows_see_few_keys(monkeypatch):
     """What the dense comparison above covers: the causal golden really skips key columns,
     and its first chunks are taller than a full-width chunk."""
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
     shape = Shape(1, 4, 4, 256, 256, 16)
     for variant in (v.causal(), v.sliding_window(40)):
         case = Case(variant, shape, "bf16")
@@ -263,7 +264,7 @@ def test_chunks_of_rows_that_see_nothing_give_zero_and_minus_inf_like_a_dense_ev
         monkeypatch):
     """Rows 40.. see no key: whole chunks of them are skipped, the result is still the dense
     one (out = 0, lse = -inf there)."""
-    monkeypatch.setattr(golden_module, "_CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
     shape = Shape(2, 4, 2, 256, 256, 16)
     case = Case(v.causal(), shape, "fp32")
     inputs = make_inputs(case, 4)
