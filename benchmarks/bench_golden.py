@@ -260,7 +260,7 @@ def _golden_of(rev: str) -> str:
     """reference/golden.py of commit ``rev``, written to a temporary file: its path. Only that
     file is the commit's; what it imports comes from this tree. Since a6a4071 the golden
     imports its chunk planning (reference/chunk_plan.py), so a ``--before`` of that commit or
-    a later one runs with this tree's chunks: it compares the softmax and products alone."""
+    a later one runs with this tree's chunks: it compares what golden.py itself does on them."""
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:reference/golden.py"],
                             capture_output=True, text=True, check=True).stdout
     with tempfile.NamedTemporaryFile("w", suffix="_golden_before.py", delete=False) as tmp:

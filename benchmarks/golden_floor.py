@@ -1,7 +1,7 @@
 """The work of the golden that no softmax can take away: its two products and the score mod,
 on the golden's own chunks, with nothing of the softmax.
 
-``products_and_score_mod(case, inputs)`` runs, chunk by chunk as reference/golden.py plans them
+``products_and_score_mod(case, inputs)`` runs, chunk by chunk as the golden runs them
 (its ``_chunks``, so the planning is included: the mask evaluated and scanned for key ranges,
 the operands made in float64, V with its column of ones): q k^T, then the score mod on every
 score of the chunk, point by point as flex_attention defines it (cases.pointwise.evaluate_score,

@@ -17,7 +17,8 @@ _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _MASK_BYTES_PER_ELEMENT = 10
 #: Working memory of a compiler in the child (Inductor measured ~0.6 GiB; rounded up).
 _COMPILER_BYTES = 1 * GiB
-#: The reference's chunk workspace (score chunks of 8 Mi float64 elements, a few copies).
+#: The reference's chunk workspace (score chunks of 3 Mi float64 elements, a few copies,
+#: and a shared plan's mask of up to 64 MiB: reference/chunk_plan.py).
 _REFERENCE_WORKSPACE = 512 << 20
 
 

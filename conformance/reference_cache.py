@@ -15,10 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-#: Modules whose source defines the reference numbers (part of the cache key); the module
-#: that defines the case's variant (a custom case module, say) is added per case.
+#: Modules whose source defines the reference numbers (part of the cache key): every suite
+#: module that reference.golden and cases.inputs import, directly or not (a test checks;
+#: reference.heap only sets malloc's thresholds, and is keyed all the same). The module that
+#: defines the case's variant (a custom case module, say) is added per case.
 _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
-                "reference.golden")
+                "cases.pointwise", "reference.golden", "reference.chunk_plan", "reference.heap")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:

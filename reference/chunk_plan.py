@@ -6,12 +6,13 @@ kept keys] holds at most CHUNK_SCORE_ELEMENTS, and key columns that the mask exc
 whole chunk are skipped (exactly: they would contribute exp(-inf) = 0). Chunks are cut by the
 key range their rows see, so rows that see few keys go in taller chunks, whose products are
 larger matmuls; a mask that does not depend on b is planned so for the first batch only, and
-the plan is reused by the others. The mask is evaluated point by point, as flex_attention
-defines it (cases.pointwise.evaluate_mask).
+the plan is reused by the others, where the batches are large enough for that to pay and their
+mask small enough to hold (_plan_serves_every_batch). The mask is evaluated point by point, as
+flex_attention defines it (cases.pointwise.evaluate_mask).
 
-``plan_batches(shape, mods, heads)`` is the one entry: for each batch in order, (b as a [1]
-tensor, its chunks as (rows slice, mask broadcastable to [Hq, rows, Skv] or None, kept keys as
-a slice or an index tensor)).
+``plan_batches(s, mods, heads)`` (``s`` the case's Shape) is the one entry: for each batch in
+order, (b as a [1] tensor, its chunks as (rows slice, mask broadcastable to [Hq, rows, Skv] or
+None, kept keys as a slice or an index tensor)).
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
     return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
 
 
-#: mask_mod -> {device: mask_dependence}: reference_pair plans the same mods up to four times
+#: mask_mod -> {device: mask_dependence}: reference.golden.reference_pair plans the same mods up
+#: to four times
 #: (golden, baseline, their gradients), and each trace takes 10-15 ms.
 _MASK_DEPENDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -146,7 +148,7 @@ def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
     """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked.
 
     A head or row dimension the mask does not depend on comes back from vmap expanded (stride
-    0): it is kept at size 1, a view, so the key-range scans below read each distinct row once.
+    0): it is kept at size 1, a view, so the key-range scans (_cut_by_key_range, _kept_keys) read each distinct row once.
     The key dimension keeps its length: it says which columns exist.
     """
     if mods.mask_mod is None:
