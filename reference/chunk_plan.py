@@ -148,8 +148,9 @@ def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:
     """The mask of one chunk, broadcastable to [Hq, n, Skv]; None when nothing is masked.
 
     A head or row dimension the mask does not depend on comes back from vmap expanded (stride
-    0): it is kept at size 1, a view, so the key-range scans (_cut_by_key_range, _kept_keys) read each distinct row once.
-    The key dimension keeps its length: it says which columns exist.
+    0): it is kept at size 1, a view, so the key-range scans (_cut_by_key_range, _kept_keys)
+    read each distinct row once. The key dimension keeps its length: it says which columns
+    exist.
     """
     if mods.mask_mod is None:
         return None
