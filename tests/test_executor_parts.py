@@ -219,7 +219,6 @@ def test_reference_cache_stores_reuses_and_stays_bounded(tmp_path):
     assert len(list(tmp_path.glob("*.pt"))) == 1
 
 
-
 def test_the_reference_cache_key_covers_every_module_the_golden_and_the_inputs_import():
     """An edit to any suite module that the reference numbers run through (followed import by
     import from reference.golden and cases.inputs, as `flexconf repro` follows them) is a new
@@ -236,6 +235,7 @@ def test_the_reference_cache_key_covers_every_module_the_golden_and_the_inputs_i
     packages = {name for name in reached if "." not in name}  # an __init__ imported for a module
     assert reached - packages <= set(reference_cache._KEY_MODULES), \
         sorted(reached - packages - set(reference_cache._KEY_MODULES))
+
 
 def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path):
     from conformance.backends.base import WorkerSlot
