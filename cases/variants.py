@@ -245,7 +245,7 @@ def relative_buckets(max_distance: int, num_buckets: int) -> list[int]:
             buckets.append(d)
             continue
         octave = d.bit_length() - exact.bit_length()  # how many doublings past `exact`
-        half = 1 if d >= (3 << (d.bit_length() - 2)) else 0  # upper half of the octave
+        half = 1 if 4 * d >= (3 << d.bit_length()) else 0  # d >= 1.5 * 2^(bitlen - 1)
         buckets.append(min(exact + 2 * octave + half, num_buckets - 1))
     return buckets
 
@@ -253,6 +253,8 @@ def relative_buckets(max_distance: int, num_buckets: int) -> list[int]:
 @builder("rel_bias")
 def _build_rel_bias(variant: Variant, shape: Shape, device: torch.device) -> Mods:
     num_buckets = int(variant.param("nb"))
+    if num_buckets < 1:
+        raise ValueError(f"rel_bias needs nb >= 1 buckets, got {num_buckets}")
     gen = torch.Generator().manual_seed(REL_BIAS_TABLE_SEED)
     table = torch.randn(shape.Hq, num_buckets, generator=gen).to(device)
     max_distance = max(shape.Sq, shape.Skv)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from cases import variants as v
 from cases.catalog import core_matrix, find_case
 from cases.model import Case, Shape, Variant
 from cases.variants import build_mods, document_lengths, relative_buckets
@@ -94,6 +95,23 @@ def test_documents_tile_the_sequence_and_relative_buckets_match_t5():
     buckets = relative_buckets(8192, 32)
     assert buckets == [_t5_bucket(d, 32) for d in range(8192)]
     assert buckets[:16] == list(range(16)) and max(buckets) == 31
+
+
+def test_relative_buckets_are_defined_for_every_bucket_count():
+    """Two and three buckets: distance 1 is the first past e = 1, whose octave's upper half
+    starts at 1.5 (the bucket rule once shifted by -1 bits there: 'negative shift count').
+    T5's log-spaced rule is the same as the variant's where e = nb // 2 is a power of two."""
+    for nb in (2, 3, 4, 5, 8, 9, 16, 17):
+        assert relative_buckets(300, nb) == [_t5_bucket(d, nb) for d in range(300)], nb
+    assert relative_buckets(300, 1) == [0] * 300  # one bucket holds every distance
+    for nb in (1, 2, 3):
+        mods = build_mods(v.rel_bias(nb), Shape(1, 2, 2, 5, 5, 8))
+        assert mods.score_mod is not None
+
+
+def test_rel_bias_without_buckets_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^rel_bias needs nb >= 1 buckets, got 0$"):
+        build_mods(v.rel_bias(0), Shape(1, 2, 2, 5, 5, 8))
 
 
 def test_flexconf_list_prints_exactly_the_ids(capsys):
