@@ -78,13 +78,15 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
 
 
 #: mask_mod -> {device: mask_dependence}: reference.golden.reference_pair plans the same mods up
-#: to four times
-#: (golden, baseline, their gradients), and each trace takes 10-15 ms.
+#: to four times (golden, baseline, their gradients), and each trace takes 10-15 ms.
 _MASK_DEPENDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _mask_dependence_of(mask_mod, device: torch.device) -> frozenset[str]:
-    known = _MASK_DEPENDENCE.setdefault(mask_mod, {})
+    try:
+        known = _MASK_DEPENDENCE.setdefault(mask_mod, {})
+    except TypeError:  # a callable with no weak reference (__slots__) or no hash: not cached
+        return mask_dependence(mask_mod, device)
     if device not in known:
         known[device] = mask_dependence(mask_mod, device)
     return known[device]

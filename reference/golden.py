@@ -186,9 +186,13 @@ def chunked_gradients(
             g_q, g_k, g_v = torch.autograd.grad(
                 out, (chunk.q, chunk.k, values),
                 grad_out[chunk.b, :, chunk.rows].to(compute_dtype), allow_unused=True)
-        dq[chunk.b, :, chunk.rows] = g_q
+        # None: the output does not depend on it (a score mod that ignores the score gives Q
+        # and K no gradient, while V still has one); dq and dk stay zero there
+        if g_q is not None:
+            dq[chunk.b, :, chunk.rows] = g_q
         if g_k is not None:
             dk[chunk.kv_batch] += g_k
+        if g_v is not None:
             dv[chunk.kv_batch] += g_v[..., :s.D]  # V's columns of V | 1 | 0...
     return {"dq": dq, "dk": dk, "dv": dv}
 
@@ -310,6 +314,10 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         modded = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
                                 chunk.q_idx, kv_idx)[0]
         scores = modded.to(q.dtype).contiguous()
+        # The softmax below works on the scores in place; under autograd the mod's own output
+        # may be what its backward saved (torch.tanh(score) returned as is): it gets a copy.
+        if scores.requires_grad and scores.data_ptr() == modded.data_ptr():
+            scores = scores.clone()
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
     if log2_units and _shift_is_needless(q, chunk.key_norm):  # see _UNSHIFTED_LOG2_BOUND

@@ -131,11 +131,19 @@ def _assert_gradients_match_dense_autograd(variant, shape: Shape) -> None:
     case = Case(variant, shape, "fp32", "fwd+bwd")
     inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
     golden, _ = reference_pair(case, inputs, grad_out)
+    want = _dense_gradients(case, inputs, grad_out, build_mods(variant, shape))
+    for name in ("dq", "dk", "dv"):
+        torch.testing.assert_close(golden.grads[name], want[name], rtol=1e-12, atol=1e-12)
+
+
+def _dense_gradients(case: Case, inputs, grad_out, mods) -> dict[str, torch.Tensor]:
+    """dQ, dK, dV of dense float64 attention (mods on broadcast grids: the test's mods allow
+    it), by autograd; zeros where the output does not depend on a tensor."""
+    shape = case.shape
     q, k, val = (t.double().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
     group = shape.Hq // shape.Hkv
     kk = k.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
     vv = val.repeat_interleave(group, 1).expand(shape.B, -1, -1, -1)
-    mods = build_mods(variant, shape)
     b = torch.arange(shape.B).view(-1, 1, 1, 1)
     h = torch.arange(shape.Hq).view(1, -1, 1, 1)
     qi, ki = torch.arange(shape.Sq).view(-1, 1), torch.arange(shape.Skv)
@@ -144,9 +152,38 @@ def _assert_gradients_match_dense_autograd(variant, shape: Shape) -> None:
         scores = mods.score_mod(scores, b, h, qi, ki)
     if mods.mask_mod:
         scores = scores.masked_fill(~mods.mask_mod(b, h, qi, ki), -math.inf)
-    (torch.softmax(scores, -1) @ vv).backward(grad_out.double())
-    for name, want in (("dq", q.grad), ("dk", k.grad), ("dv", val.grad)):
-        torch.testing.assert_close(golden.grads[name], want, rtol=1e-12, atol=1e-12)
+    out = torch.softmax(scores, -1) @ vv
+    grads = torch.autograd.grad(out, (q, k, val), grad_out.double(), allow_unused=True)
+    return {name: torch.zeros_like(t) if g is None else g
+            for name, t, g in zip(("dq", "dk", "dv"), (q, k, val), grads)}
+
+
+@pytest.mark.parametrize("score_mod", [
+    lambda score, b, h, q_idx, kv_idx: torch.tanh(score),  # autograd saves what tanh returns
+    lambda score, b, h, q_idx, kv_idx: torch.exp(score / 4),  # and what exp returns
+    lambda score, b, h, q_idx, kv_idx: (q_idx - kv_idx).to(score.dtype) / 4,  # no score at all
+], ids=["tanh", "exp", "position_only"])
+@pytest.mark.parametrize("mask_mod", [None, v._causal], ids=["unmasked", "causal"])
+def test_gradients_of_a_score_mod_that_returns_a_saved_tensor_or_ignores_the_score(
+        score_mod, mask_mod):
+    """The golden's softmax works in place on the scores: on the score mod's own output it
+    would change what autograd saved for the mod's backward ('modified by an inplace
+    operation'). A score mod that ignores the score gives no gradient to Q or K (autograd
+    returns None for them): dQ and dK are zero, and dV is still accumulated. Golden and
+    baseline both."""
+    from cases.variants import Mods
+    from reference.golden import chunked_gradients
+
+    case = Case(v.full(), Shape(2, 4, 2, 48, 40, 8), "fp32", "fwd+bwd")
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    mods = Mods(mask_mod, score_mod)
+    want = _dense_gradients(case, inputs, grad_out, mods)
+    golden = chunked_gradients(case, inputs, mods, grad_out, torch.float64)
+    baseline = chunked_gradients(case, inputs, mods, grad_out, torch.float32, torch.float32)
+    for name in ("dq", "dk", "dv"):
+        torch.testing.assert_close(golden[name], want[name], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(baseline[name].double(), want[name], rtol=1e-4, atol=1e-5)
+    assert want["dv"].abs().max() > 0
 
 
 def test_gradient_verdict_passes_the_baseline_and_catches_broken_gradients():

@@ -210,6 +210,26 @@ def test_whether_a_mask_ignores_b_is_traced_once_per_reference_pair(monkeypatch)
     assert len(traced) == 1
 
 
+def test_a_mask_mod_that_cannot_be_weakly_referenced_is_planned_without_the_cache(monkeypatch):
+    """The traces are cached by a weak reference to the mask mod; a callable object that has
+    none (__slots__ without __weakref__), which flex_attention accepts, is traced each time
+    instead of raising TypeError."""
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", _SMALL_CHUNKS)
+    monkeypatch.setattr(chunk_plan, "_SHARED_PLAN_MIN_PAIRS", 0)
+
+    class Causal:
+        __slots__ = ()
+
+        def __call__(self, b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx
+
+    case = Case(v.causal(), Shape(2, 4, 2, 256, 256, 16), "fp32")
+    i, j = np.arange(256)[:, None], np.arange(256)[None, :]
+    calls = _row_span_calls(monkeypatch)
+    _assert_equals_dense(case, make_inputs(case, 5), Mods(Causal(), None), mask=j <= i)
+    assert calls == [0]  # the mask ignores b: still planned once for both batches
+
+
 def test_a_shared_plan_holds_its_masks_and_nothing_of_their_windows(monkeypatch):
     """_SHARED_PLAN_BYTES bounds what a shared plan holds: one byte per query-key pair of a
     batch, not the windows the chunks' masks were cut from."""
