@@ -203,6 +203,7 @@ def pytest_unconfigure(config) -> None:
     state = config.stash.get(_STATE, None)
     if state is not None:
         state.close_runner()
+        state.release_run_lock()
     _restore_termination_handlers()  # also after a usage error, which skips sessionfinish
 
 

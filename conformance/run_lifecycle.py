@@ -1,13 +1,16 @@
 """A run's start and end, in the controller (or the only process without xdist).
 
-At the start: set an earlier run's results aside, clear the store, write the manifest (or,
-with ``--resume``, check the run it finishes and keep its store); choose the schedule. At the
+At the start: take the directory's run lock (held to the end: a second run into the same
+directory is a usage error, not a mix of two runs), set an earlier run's results aside, clear
+the store, write the manifest (or, with ``--resume``, check the run it finishes and keep its
+store); choose the schedule. At the
 end: merge the store into results.json with the selection and how many cases were selected,
 and call ``reports/`` once for the report. ``ConformanceSession`` (plugin.py) inherits this.
 """
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ class RunLifecycle:
     """The controller's part of ConformanceSession (which provides options, config, backend,
     cases(), selected, summary_lines and the collected ids in _expected)."""
 
+    _run_lock = None  # the open lock file while this process runs the directory's run
+
     def start_run(self) -> None:
         from conformance.artifacts import clear_artifacts
         from conformance.executor import now_iso
@@ -26,7 +31,9 @@ class RunLifecycle:
         from records.store import clear_records, set_aside_results
 
         report_dir = self.options.report_dir
-        _check_writable(report_dir, "--resume" if self.options.resume else "--report-dir")
+        flag = "--resume" if self.options.resume else "--report-dir"
+        _check_writable(report_dir, flag)
+        self._hold_run_lock(flag, now_iso())
         self.schedule = self._cost_model(report_dir / "results.json")
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options())
@@ -39,6 +46,30 @@ class RunLifecycle:
         clear_outputs(report_dir)
         clear_artifacts(report_dir)  # no link may lead to an earlier run's files
         self._write_manifest()
+
+    def _hold_run_lock(self, flag: str, now: str) -> None:
+        """Take the report directory's run lock for this run (records.store.hold_run_lock);
+        a run already going on there makes this one a usage error, before anything is moved."""
+        from records.store import RunInProgress, hold_run_lock
+        from records.text import one_line
+
+        report_dir = self.options.report_dir
+        if not report_dir.is_dir():  # a missing --resume directory: _resumable_run names it
+            return
+        try:
+            self._run_lock = hold_run_lock(
+                report_dir, f"pid {os.getpid()} on {socket.gethostname()}, started {now}")
+        except RunInProgress as exc:
+            fix = ("wait for it to end (or stop it), then resume" if flag == "--resume" else
+                   "wait for it to end, or give this run another --report-dir")
+            raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: another run is going "
+                                    f"on there ({exc.holder}); {fix}") from None
+
+    def release_run_lock(self) -> None:
+        """Let the run lock go (at the end of the pytest session; a dead process's goes too)."""
+        if self._run_lock is not None:
+            self._run_lock.close()
+            self._run_lock = None
 
     def _cost_model(self, last_run: Path):
         """The order of the cases under xdist (None: collection order, or no xdist). A file

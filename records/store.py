@@ -1,6 +1,7 @@
 """Records on disk while a run goes on, and their merge into results.json at its end.
 
-A run starts by setting an earlier run's results aside (``set_aside_results``) and writing its
+A run starts by taking the directory's run lock (``hold_run_lock``: one run at a time in a
+directory), setting an earlier run's results aside (``set_aside_results``) and writing its
 manifest (``records/run.json``); so a killed run never leaves an older run's green results
 looking current, and ``flexconf recover`` or ``--resume`` can finish it from what is here.
 
@@ -17,12 +18,13 @@ CRASH. ``write_run`` writes the merged run with ``records.results.write_results`
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable
 
 from records.files import UserFileError, read_json
 from records.labels import Label
@@ -36,6 +38,55 @@ MANIFEST_NAME = "run.json"
 #: The files of a finished run; a new run sets the previous ones aside first.
 RESULT_FILES = ("results.json", "index.html", "summary.md")
 PREVIOUS_DIR = "previous"
+
+
+#: The run lock: held (flock) by the process that runs the directory's run, from its start to
+#: its end, and written with who that is. The kernel lets it go when that process ends, however
+#: it ends (kill -9 included), so it is never stale. The file stays: a new file at the path
+#: would be another lock.
+RUN_LOCK_NAME = ".run.lock"
+
+
+class RunInProgress(Exception):
+    """Another process holds the directory's run lock; ``holder`` says who (pid, start)."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_run_lock(report_dir: str | Path, holder: str) -> IO[str]:
+    """Take the run lock of ``report_dir`` (an existing directory) for this process and write
+    ``holder`` into it; keep the returned file open for the run, closing it lets the lock go.
+    RunInProgress when another run holds it: two runs writing one directory would mix their
+    records, and each would set the other's results aside."""
+    handle = open(Path(report_dir) / RUN_LOCK_NAME, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        other = one_line(handle.read().strip()) or "another process"
+        handle.close()
+        raise RunInProgress(other) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(holder)
+    handle.flush()
+    return handle
+
+
+def run_in_progress(report_dir: str | Path) -> str | None:
+    """Who holds ``report_dir``'s run lock (what it wrote there), None when no run does."""
+    try:
+        handle = open(Path(report_dir) / RUN_LOCK_NAME, encoding="utf-8", errors="replace")
+    except OSError:  # no lock file: no run has started here since runs took it
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return one_line(handle.read().strip()) or "another process"
+        return None
 
 
 def records_dir(report_dir: str | Path) -> Path:

@@ -18,10 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from records.results import load_results
-    from records.store import merge_records, read_manifest, records_dir, write_run
+    from records.store import merge_records, read_manifest, records_dir, run_in_progress, write_run
     from reports.render import write_report
 
     report_dir = Path(args.report_dir)
+    holder = run_in_progress(report_dir)
+    if holder is not None:  # its cases going on would be recorded as CRASH
+        raise ValueError(f"{report_dir}: its run is still going on ({holder}); recover is for "
+                         "a run that was killed: wait for it to end, or stop it first")
     manifest = read_manifest(report_dir)
     if manifest is None:
         raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"

@@ -70,11 +70,27 @@ def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
     assert json.loads((report / "previous" / "results.json").read_text())["suite_version"] == "old"
 
 
-def test_after_kill_9_recover_renders_what_finished_and_resume_completes_the_run(tmp_path):
+def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_and_resume_finish_it(
+        tmp_path):
     report = tmp_path / "report"
     _stale_green_run(report)
     proc, grandchild = _start_and_wait_for_the_hang(tmp_path)
-    proc.kill()  # SIGKILL: no handler, no cleanup
+    # while it goes on, a second run into its directory is refused before it touches anything
+    # (both would write its store, and each set the other's results aside), and so is recover
+    manifest = (report / "records" / "run.json").read_text()
+    second = run(pytest_args(tmp_path, BACKEND, CASES[:3]))
+    assert second.returncode == 4, second.stdout[-3000:] + second.stderr[-3000:]  # usage error
+    assert (f"ERROR: --report-dir {report}: another run is going on there (pid {proc.pid} on "
+            in second.stderr), second.stderr
+    assert second.stderr.strip().endswith(
+        "; wait for it to end, or give this run another --report-dir"), second.stderr
+    early = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert early.returncode == 2 and early.stderr.count("\n") == 1, early.stderr
+    assert f"its run is still going on (pid {proc.pid} on " in early.stderr
+    assert (report / "records" / "run.json").read_text() == manifest
+    assert not (report / "results.json").exists()
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+    proc.kill()  # SIGKILL: no handler, no cleanup; the kernel lets the run lock go
     proc.communicate(timeout=60)
     if not _wait_gone(grandchild, 0):
         os.kill(grandchild, signal.SIGKILL)

@@ -81,3 +81,37 @@ def test_a_report_renders_every_label(tmp_path):
         assert f'class="l-{label.value}"' in html
         assert label.meaning.replace("'", "&#39;") in html
     assert [r.label for r in loaded.records] == list(Label)
+
+
+def test_the_run_lock_admits_one_run_says_who_holds_it_and_goes_with_its_process(tmp_path):
+    """records.store's run lock: a second holder is refused with the first one's words, and a
+    process that ends, however it ends, leaves the directory free (the kernel's flock)."""
+    import pytest
+
+    from records.store import RunInProgress, hold_run_lock, run_in_progress
+
+    assert run_in_progress(tmp_path) is None  # no run ever started here
+    held = hold_run_lock(tmp_path, "pid 1 on here, started now")
+    assert run_in_progress(tmp_path) == "pid 1 on here, started now"
+    with pytest.raises(RunInProgress) as refused:
+        hold_run_lock(tmp_path, "pid 2")
+    assert refused.value.holder == "pid 1 on here, started now"
+    held.close()
+    assert run_in_progress(tmp_path) is None
+    hostile = hold_run_lock(tmp_path, "pid 3\x1b[2J\nok")  # read back as one safe line
+    said = run_in_progress(tmp_path)
+    assert "pid 3" in said and "\x1b" not in said and "\n" not in said, said
+    hostile.close()
+
+    holder = subprocess.Popen(  # a process that holds the lock until it is killed
+        [sys.executable, "-c", "import sys, time; from records.store import hold_run_lock; "
+         f"held = hold_run_lock({str(tmp_path)!r}, 'pid ' + str(__import__('os').getpid())); "
+         "print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline() == "held\n"  # the event: the lock is taken
+        assert run_in_progress(tmp_path) == f"pid {holder.pid}"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_in_progress(tmp_path) is None
