@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 SHOW = 10  # ids listed per problem; the rest are counted
 
@@ -22,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from conformance.merge import merge_runs
     from records.results import load_results, write_results
+    from records.store import refuse_if_run_going_on
 
+    refuse_if_run_going_on(Path(args.output).parent, "the merged results.json")
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)
     write_results(merged.results, args.output)

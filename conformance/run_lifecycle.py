@@ -33,14 +33,15 @@ class RunLifecycle:
         report_dir = self.options.report_dir
         flag = "--resume" if self.options.resume else "--report-dir"
         _check_writable(report_dir, flag)
-        self._hold_run_lock(flag, now_iso())
+        started_at = now_iso()
+        self._hold_run_lock(flag, started_at)
         self.schedule = self._cost_model(report_dir / "results.json")
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options())
             self._started_at = self._manifest.started_at
             set_aside_results(report_dir, resuming=self._manifest)
             return
-        self._started_at = now_iso()
+        self._started_at = started_at
         set_aside_results(report_dir)  # no earlier run's results may look like this one's
         clear_records(report_dir)
         clear_outputs(report_dir)
@@ -50,7 +51,7 @@ class RunLifecycle:
     def _hold_run_lock(self, flag: str, now: str) -> None:
         """Take the report directory's run lock for this run (records.store.hold_run_lock);
         a run already going on there makes this one a usage error, before anything is moved."""
-        from records.store import RunInProgress, hold_run_lock
+        from records.store import RUN_LOCK_NAME, RunInProgress, hold_run_lock
         from records.text import one_line
 
         report_dir = self.options.report_dir
@@ -64,6 +65,12 @@ class RunLifecycle:
                    "wait for it to end, or give this run another --report-dir")
             raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: another run is going "
                                     f"on there ({exc.holder}); {fix}") from None
+        except OSError as exc:  # a lock file of another user's, a filesystem without locks
+            lock = one_line(str(report_dir / RUN_LOCK_NAME))
+            raise pytest.UsageError(
+                f"{flag} {one_line(str(report_dir))}: its run lock {lock} cannot be taken "
+                f"({one_line(exc.strerror or exc)}); make it this user's (remove it when no run "
+                "is going on there) or give this run another --report-dir") from None
 
     def release_run_lock(self) -> None:
         """Let the run lock go (at the end of the pytest session; a dead process's goes too)."""

@@ -59,7 +59,8 @@ def hold_run_lock(report_dir: str | Path, holder: str) -> IO[str]:
     """Take the run lock of ``report_dir`` (an existing directory) for this process and write
     ``holder`` into it; keep the returned file open for the run, closing it lets the lock go.
     RunInProgress when another run holds it: two runs writing one directory would mix their
-    records, and each would set the other's results aside."""
+    records, and each would set the other's results aside. OSError when the lock cannot be
+    taken at all (a lock file this user cannot open, a filesystem without locks)."""
     handle = open(Path(report_dir) / RUN_LOCK_NAME, "a+", encoding="utf-8")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,10 +77,11 @@ def hold_run_lock(report_dir: str | Path, holder: str) -> IO[str]:
 
 
 def run_in_progress(report_dir: str | Path) -> str | None:
-    """Who holds ``report_dir``'s run lock (what it wrote there), None when no run does."""
+    """Who holds ``report_dir``'s run lock (what it wrote there), None when no run does.
+    OSError when that cannot be told (a lock file this user cannot read)."""
     try:
         handle = open(Path(report_dir) / RUN_LOCK_NAME, encoding="utf-8", errors="replace")
-    except OSError:  # no lock file: no run has started here since runs took it
+    except FileNotFoundError:  # no run has started here since runs took the lock
         return None
     with handle:
         try:
@@ -87,6 +89,15 @@ def run_in_progress(report_dir: str | Path) -> str | None:
         except BlockingIOError:
             return one_line(handle.read().strip()) or "another process"
         return None
+
+
+def refuse_if_run_going_on(directory: str | Path, writing: str) -> None:
+    """ValueError, one line, when a run is going on in ``directory``: what a command would
+    write there (``writing``) would mix with that run's files, or outlive it looking current."""
+    holder = run_in_progress(directory)
+    if holder is not None:
+        raise ValueError(f"{directory}: a run is going on there ({holder}); {writing} would mix "
+                         "with its files: wait for it to end, or write elsewhere")
 
 
 def records_dir(report_dir: str | Path) -> Path:

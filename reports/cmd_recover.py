@@ -8,6 +8,7 @@ No torch: this reads files only.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -17,15 +18,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from records.results import load_results
-    from records.store import merge_records, read_manifest, records_dir, run_in_progress, write_run
-    from reports.render import write_report
+    from records.store import MANIFEST_NAME, RunInProgress, hold_run_lock, records_dir
 
     report_dir = Path(args.report_dir)
-    holder = run_in_progress(report_dir)
-    if holder is not None:  # its cases going on would be recorded as CRASH
-        raise ValueError(f"{report_dir}: its run is still going on ({holder}); recover is for "
-                         "a run that was killed: wait for it to end, or stop it first")
+    if not (records_dir(report_dir) / MANIFEST_NAME).is_file():
+        return _recover(report_dir)  # says that no run's records are here
+    # held while it writes, as a run holds it: no run starts into the directory meanwhile
+    try:
+        lock = hold_run_lock(report_dir, f"flexconf recover, pid {os.getpid()}")
+    except RunInProgress as exc:  # its cases going on would be recorded as CRASH
+        raise ValueError(f"{report_dir}: its run is still going on ({exc.holder}); recover is "
+                         "for a run that was killed: wait for it to end, or stop it first") \
+            from None
+    with lock:
+        return _recover(report_dir)
+
+
+def _recover(report_dir: Path) -> int:
+    from records.results import load_results
+    from records.store import merge_records, read_manifest, records_dir, write_run
+    from reports.render import write_report
+
     manifest = read_manifest(report_dir)
     if manifest is None:
         raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"

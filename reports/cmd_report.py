@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from reports.render import write_runs_report
     from records.results import load_results
+    from records.store import refuse_if_run_going_on
 
+    refuse_if_run_going_on(args.output, "index.html and summary.md")
     runs = [load_results(path) for path in args.results]
     baseline = load_results(args.baseline) if args.baseline else None
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,

@@ -100,3 +100,50 @@ def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
         f"flexconf recover: error: {records / 'run.json'}: not JSON (Unterminated string "
         "starting at: line 1 column 16 (char 15)); this directory's run cannot be recovered "
         "or resumed; run it again"]
+
+
+def test_a_run_lock_that_cannot_be_taken_is_one_line_and_sets_nothing_aside(tmp_path):
+    """A lock path this user cannot open (another user's lock file in a shared directory; a
+    directory stands in for it here, as root opens any file) is a usage error, not an
+    INTERNALERROR, before the last run is moved."""
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    (report / ".run.lock").mkdir()
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [line] = _error_lines(proc)
+    assert line.startswith(f"ERROR: --report-dir {report}: its run lock {report / '.run.lock'} "
+                           "cannot be taken (Is a directory); make it this user's"), line
+    assert (report / "index.html").read_text() == "<p>all green</p>"
+
+
+def test_report_merge_and_recover_do_not_write_into_a_directory_whose_run_goes_on(tmp_path,
+                                                                                   capsys):
+    """What they would write would mix with the run's files, or (recover) record its cases
+    going on as CRASH; the lock is another process's in a real run, another open file of this
+    one here (flock holds between open files of one process too)."""
+    from conformance.cli import main
+    from records.store import hold_run_lock, run_in_progress
+
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    (report / "records").mkdir()
+    (report / "records" / "run.json").write_text("{}")
+    lock = hold_run_lock(report, "pid 42 on ci-7, started t0")
+    results = str(report / "results.json")
+    for args, writing in ((["report", results, "-o", str(report)], "index.html and summary.md"),
+                          (["merge", results, "-o", results], "the merged results.json")):
+        assert main(args) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"flexconf {args[0]}: error: {report}: a run is going on there (pid 42 on ci-7, "
+            f"started t0); {writing} would mix with its files: wait for it to end, or write "
+            "elsewhere"]
+    assert main(["recover", str(report)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf recover: error: {report}: its run is still going on (pid 42 on ci-7, started "
+        "t0); recover is for a run that was killed: wait for it to end, or stop it first"]
+    assert (report / "index.html").read_text() == "<p>all green</p>"
+    lock.close()  # the run ends: recover may take the directory, and leaves it free after
+    assert main(["recover", str(report)]) == 2  # the stand-in manifest has no cases
+    assert "nothing to recover" in capsys.readouterr().err
+    assert run_in_progress(report) is None
