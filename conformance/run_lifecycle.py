@@ -3,9 +3,8 @@
 At the start: take the directory's run lock (held to the end: a second run into the same
 directory is a usage error, not a mix of two runs), set an earlier run's results aside, clear
 the store, write the manifest (or, with ``--resume``, check the run it finishes and keep its
-store); choose the schedule. At the
-end: merge the store into results.json with the selection and how many cases were selected,
-and call ``reports/`` once for the report. ``ConformanceSession`` (plugin.py) inherits this.
+store); choose the schedule. At the end: merge the store into results.json with the selection
+and how many cases were selected, and call ``reports/`` once for the report. ``ConformanceSession`` (plugin.py) inherits this.
 """
 from __future__ import annotations
 

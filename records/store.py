@@ -69,6 +69,9 @@ def hold_run_lock(report_dir: str | Path, holder: str) -> IO[str]:
         other = one_line(handle.read().strip()) or "another process"
         handle.close()
         raise RunInProgress(other) from None
+    except OSError:
+        handle.close()
+        raise
     handle.seek(0)
     handle.truncate()
     handle.write(holder)
