@@ -1,6 +1,8 @@
 """The built-in CPU backends on real computation (tiny shapes), through the executor."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cases.catalog import CORE_VARIANTS
@@ -17,11 +19,20 @@ SHAPE = Shape(1, 2, 2, SEQ, SEQ, 16)
 CORE_TINY = [Case(make(SEQ, 8), SHAPE) for _, make in CORE_VARIANTS]
 
 
-def execute(spec: str, cases, **settings):
+def execute(spec: str, cases, seeds=None, **settings):
+    """The records of ``cases`` on ``spec`` through one executor; with ``seeds``, every case on
+    each seed in turn, through the same executor and child (as one worker runs one case after
+    another: the seed is read per case), so the child starts once, not once per seed."""
     executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1), Settings(**settings),
                         ReferenceCache(None, 0), worker="test")
     try:
-        return [executor.execute(case) for case in cases]
+        if seeds is None:
+            return [executor.execute(case) for case in cases]
+        records = []
+        for seed in seeds:
+            executor.settings = replace(executor.settings, seed=seed)
+            records += [executor.execute(case) for case in cases]
+        return records
     finally:
         executor.close()
 
