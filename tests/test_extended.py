@@ -14,6 +14,7 @@ from cases.catalog import matrix
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
+from conformance import compat
 from reference.faults import FAULTS
 from reference.golden import Reference, reference_pair
 from reference.verdict import judge
@@ -27,8 +28,8 @@ def eager(case: Case, inputs) -> Reference:
     if mask_mod is not None:
         block_mask = create_block_mask(mask_mod, s.B if s.Bkv != s.B else None, None,
                                        s.Sq, s.Skv, "cpu")
-    out, lse = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
-                              block_mask=block_mask, enable_gqa=s.Hq != s.Hkv, return_lse=True)
+    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
+                                block_mask, enable_gqa=s.Hq != s.Hkv, return_lse=True)
     return Reference(out, lse)
 
 

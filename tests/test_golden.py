@@ -18,6 +18,7 @@ from cases.inputs import Inputs, make_inputs, torch_dtype
 from cases.model import Case, Shape
 from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
+from conformance import compat
 from reference.golden import baseline_attention, chunked_attention, golden_attention
 from tests.dense_reference import dense_attention, dense_mask, dense_score_transform
 
@@ -75,8 +76,8 @@ def test_golden_matches_eager_flex_attention_in_float64(shape, index, seed):
     q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
     if shape.Bkv != shape.B:
         k, vv = k.expand(shape.B, -1, -1, -1), vv.expand(shape.B, -1, -1, -1)
-    want, want_lse = flex_attention(q, k, vv, score_mod=mods.score_mod, block_mask=block_mask,
-                                    enable_gqa=shape.Hq != shape.Hkv, return_lse=True)
+    want, want_lse = compat.attention(flex_attention, q, k, vv, mods.score_mod, block_mask,
+                                      enable_gqa=shape.Hq != shape.Hkv, return_lse=True)
     ref = golden_attention(case, inputs)
     torch.testing.assert_close(ref.out, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(ref.lse, want_lse, rtol=1e-12, atol=1e-12)
@@ -181,7 +182,8 @@ def test_masks_that_ignore_kv_idx_or_return_a_constant_cover_every_key():
     for name, mask_mod in masks.items():
         got, got_lse = chunked_attention(case, inputs, Mods(mask_mod, None), torch.float64)
         block_mask = create_block_mask(mask_mod, 2, 2, 64, 64, "cpu")
-        want, want_lse = flex_attention(q, k, vv, block_mask=block_mask, return_lse=True)
+        want, want_lse = compat.attention(flex_attention, q, k, vv, block_mask=block_mask,
+                                          return_lse=True)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
         torch.testing.assert_close(got_lse, want_lse, rtol=1e-12, atol=1e-12, msg=name)
 

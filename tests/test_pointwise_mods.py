@@ -23,6 +23,7 @@ from cases.model import Case, Shape
 from cases.pointwise import (INDEX_NAMES, PointwiseModError, check_mods, evaluate_mask,
                              evaluate_score, mask_dependence)
 from cases.variants import Mods, build_mods, registered_variants
+from conformance import compat
 from reference.golden import golden_attention
 from tests import pointwise_variants as pv
 
@@ -40,8 +41,8 @@ def eager_flex_float64(case: Case, inputs: Inputs):
         block_mask = create_block_mask(mods.mask_mod, s.B, s.Hq, s.Sq, s.Skv, "cpu")
     q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
     k, vv = k.expand(s.B, -1, -1, -1), vv.expand(s.B, -1, -1, -1)
-    return flex_attention(q, k, vv, score_mod=mods.score_mod, block_mask=block_mask,
-                          enable_gqa=s.Hq != s.Hkv, return_lse=True)
+    return compat.attention(flex_attention, q, k, vv, mods.score_mod, block_mask,
+                            enable_gqa=s.Hq != s.Hkv, return_lse=True)
 
 
 # -- the rules, written point by point in plain Python from the docstrings ----------------------
