@@ -28,7 +28,8 @@ def _recompute(case: Case, inputs: Inputs, mods: Mods) -> torch.Tensor:
 
 
 def _middle(n: int) -> int:
-    return n // 2 + 1
+    """Row S/2+1, or the last row of a sequence too short for it (S = 1 or 2)."""
+    return min(n // 2 + 1, n - 1)
 
 
 def row_ignores_mask(case: Case, inputs: Inputs, good: torch.Tensor) -> torch.Tensor:
