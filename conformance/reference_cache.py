@@ -20,7 +20,8 @@ from typing import Any
 #: reference.heap only sets malloc's thresholds, and is keyed all the same). The module that
 #: defines the case's variant (a custom case module, say) is added per case.
 _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
-                "cases.pointwise", "reference.golden", "reference.chunk_plan", "reference.heap")
+                "cases.pointwise", "reference.golden", "reference.chunk_plan", "reference.heap",
+                "reference.gradient_noise")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
@@ -39,10 +40,9 @@ def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
 
 
 def _on_cpu(ref):
-    from reference.golden import Reference
+    from reference.outputs import reference_from_dict, reference_to_dict
 
-    grads = {k: g.cpu() for k, g in ref.grads.items()} if ref.grads else None
-    return Reference(ref.out.cpu(), ref.lse.cpu() if ref.lse is not None else None, grads)
+    return reference_from_dict(reference_to_dict(ref))
 
 
 class ReferenceCache:

@@ -29,6 +29,7 @@ from cases.model import Case
 from cases.pointwise import check_mods, evaluate_score
 from cases.variants import Mods, build_mods
 from reference.chunk_plan import plan_batches
+from reference.gradient_noise import cancelling_magnitudes
 from reference.heap import keep_freed_heap
 
 #: Version of the reference computation; part of every reference cache key.
@@ -38,7 +39,9 @@ from reference.heap import keep_freed_heap
 #: 5: the normalizer summed by the P V product, on V with a column of ones (float64 rounding).
 #: 6: terms below 2^-600 (golden) and 2^-100 (baseline) of their row's largest flushed to zero.
 #: 7: without a score_mod, no shift by the row maximum where a bound allows (float64 rounding).
-REFERENCE_VERSION = 7
+#: 8: the baseline's gradients take the softmax's row term from the output rounded to the dtype;
+#:    the golden of a backward case carries the magnitude of what cancels in dQ and dK rows.
+REFERENCE_VERSION = 8
 
 #: The golden computes exp(x) as exp2(x * log2(e)), as flex_attention's Triton kernels compute
 #: their softmax: torch's float64 exp falls to a slow path (2-7x) wherever its result underflows,
@@ -103,11 +106,14 @@ _PV_COLUMN_MULTIPLE = 24
 @dataclass(frozen=True)
 class Reference:
     """Output [B, Hq, Sq, D], log-sum-exp [B, Hq, Sq] (natural log) and, for backward cases,
-    gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed)."""
+    gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed); the
+    golden's also carries, per row of dQ and dK, the magnitude of what cancels in it
+    (reference/gradient_noise.py), which the verdict adds to the row's own."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] | None = None
+    cancelling: dict[str, torch.Tensor] | None = None
 
 
 def reference_pair(case: Case, inputs: Inputs,
@@ -125,7 +131,8 @@ def reference_pair(case: Case, inputs: Inputs,
         if grad_out is None:
             raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
         golden = replace(golden, grads=chunked_gradients(
-            case, inputs, mods, grad_out, torch.float64))
+            case, inputs, mods, grad_out, torch.float64),
+            cancelling=cancelling_magnitudes(case, inputs, mods, grad_out, out))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
         baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
     return golden, baseline
@@ -349,12 +356,46 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         lse = torch.log2(denom).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
         return out, lse
     # denom >= 1 (the max term is exp(0)) unless the row is fully masked
-    out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
+    if probs_dtype is not None and out.requires_grad:  # the baseline's gradients
+        out = _normalized_as_kernels_differentiate(out, denom.clamp_min(1.0), probs_dtype)
+    else:
+        out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
     if log2_units:
         lse = (row_max + torch.log2(denom)).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
     else:
         lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse
+
+
+def _normalized_as_kernels_differentiate(unnormalized: torch.Tensor, denom: torch.Tensor,
+                                         dtype: torch.dtype) -> torch.Tensor:
+    """``unnormalized / denom``, bit for bit, whose backward takes the softmax's row term
+    delta = dO . O from the output rounded to ``dtype``, as fused kernels' backward passes do:
+    FlashAttention and flex_attention's Triton template store O in the case dtype and compute
+    delta = rowsum(dO * O) from it (eager flex_attention too, from its dtype output). Autograd
+    of the plain division would take it from the float32 O. It matters where dP - delta
+    cancels, in rows that see few keys: there the rounding of O is most of dS. The baseline's
+    rounding there is one draw and a backend's another, so the verdict also scales those rows'
+    limits with the size of that term (reference/gradient_noise.py)."""
+    return _DivideWithRoundedDelta.apply(unnormalized, denom, dtype)
+
+
+class _DivideWithRoundedDelta(torch.autograd.Function):
+    """out = a / d for d of shape [..., 1]; the gradient of d is -rowsum(dO * round(out)) / d
+    (autograd's is the same with out unrounded), the gradient of a is dO / d."""
+
+    @staticmethod
+    def forward(ctx, unnormalized, denom, dtype):
+        out = unnormalized / denom
+        ctx.save_for_backward(out, denom)
+        ctx.dtype = dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, denom = ctx.saved_tensors
+        rounded = out.to(ctx.dtype).to(out.dtype)
+        return grad / denom, -(grad * rounded).sum(-1, keepdim=True) / denom, None
 
 
 def _shift_is_needless(q: torch.Tensor, key_norm: float | None) -> bool:

@@ -101,14 +101,16 @@ def _cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 def reference_to_dict(ref: Reference) -> dict:
     """A Reference as plain values (what torch.save(weights_only) keeps), on the CPU."""
-    grads = {k: _cpu(g) for k, g in ref.grads.items()} if ref.grads else None
+    def on_cpu(tensors: dict | None) -> dict | None:
+        return {k: _cpu(t) for k, t in tensors.items()} if tensors else None
+
     return {"out": _cpu(ref.out), "lse": None if ref.lse is None else _cpu(ref.lse),
-            "grads": grads}
+            "grads": on_cpu(ref.grads), "cancelling": on_cpu(ref.cancelling)}
 
 
 def reference_from_dict(data: dict) -> Reference:
     """The Reference of ``reference_to_dict``."""
-    return Reference(data["out"], data.get("lse"), data.get("grads"))
+    return Reference(data["out"], data.get("lse"), data.get("grads"), data.get("cancelling"))
 
 
 def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:

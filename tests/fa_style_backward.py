@@ -1,0 +1,52 @@
+"""A FlashAttention-style backward, written out densely in float32 for tests of the gradient
+verdict: what a careful fused kernel computes (FlashAttention-2's algorithm, which
+flex_attention's Triton template follows), not what our baseline computes.
+
+P is recomputed in float32 from the log-sum-exp; dV = P^T dO with P rounded to the case dtype;
+dP = dO V^T; delta = rowsum(dO * O) with O the forward's output as stored, in the case dtype;
+dS = P (dP - delta), through the score mod's derivative, rounded to the dtype for dQ = dS K and
+dK = dS^T Q; float32 accumulation, one rounding at the end. Key/value heads shared by a group
+of query heads (GQA) sum their group's gradients. Key/value batches are not broadcast here.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cases.inputs import torch_dtype
+from cases.pointwise import evaluate_mask, evaluate_score
+from cases.variants import build_mods
+
+
+def fa_style_gradients(case, inputs, grad_out: torch.Tensor,
+                       out: torch.Tensor) -> dict[str, torch.Tensor]:
+    s = case.shape
+    assert s.Bkv == s.B, "key/value batch broadcast is not written out here"
+    dtype, group, scale = torch_dtype(case.dtype), s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
+    mods = build_mods(case.variant, s)
+    q = inputs.q.float()
+    k, v = (t.float().repeat_interleave(group, 1) for t in (inputs.k, inputs.v))
+    index = [torch.arange(n) for n in (s.B, s.Hq, s.Sq, s.Skv)]
+    scores = (q @ k.transpose(-1, -2) * scale).requires_grad_()
+    modded = scores if mods.score_mod is None else evaluate_score(mods.score_mod, scores, *index)
+    seen = torch.ones(s.B, s.Hq, s.Sq, s.Skv, dtype=torch.bool) if mods.mask_mod is None \
+        else evaluate_mask(mods.mask_mod, *index).expand(s.B, s.Hq, s.Sq, s.Skv)
+    masked = modded.detach().masked_fill(~seen, -math.inf)
+    lse = masked.logsumexp(-1, keepdim=True)
+    probs = torch.where(torch.isfinite(lse), (masked - lse).exp(), torch.zeros(()))
+    d_out = grad_out.float()
+    dv = probs.to(dtype).float().transpose(-1, -2) @ d_out
+    d_probs = d_out @ v.transpose(-1, -2)
+    delta = (out.float() * d_out).sum(-1, keepdim=True)  # from O as stored, in the dtype
+    d_modded = probs * (d_probs - delta)
+    d_scores = d_modded if mods.score_mod is None else \
+        torch.autograd.grad(modded, scores, d_modded)[0]
+    d_scores = d_scores.masked_fill(~seen, 0).to(dtype).float()
+    dq = d_scores @ k * scale
+    dk = d_scores.transpose(-1, -2) @ q * scale
+
+    def per_kv_head(grad: torch.Tensor) -> torch.Tensor:
+        return grad.unflatten(1, (s.Hkv, group)).sum(2)
+
+    return {"dq": dq.to(dtype), "dk": per_kv_head(dk).to(dtype), "dv": per_kv_head(dv).to(dtype)}

@@ -1,0 +1,86 @@
+"""The gradient verdict against a FlashAttention-style backward (tests/fa_style_backward.py):
+rows of dQ and dK whose terms cancel are judged by the size of what cancels, so a correct
+backward passes there, and broken gradients are still caught."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from cases import variants as v
+from cases.inputs import make_grad_output, make_inputs
+from cases.model import Case, Shape
+from cases.variants import build_mods
+from conformance import compat
+from reference.golden import Reference, reference_pair
+from reference.verdict import judge
+from tests.fa_style_backward import fa_style_gradients
+
+#: GQA, lengths off the 128 grid, and causal rows 0 and 1 that see one and two keys.
+SHAPE = Shape(2, 4, 2, 129, 200, 16)
+
+
+def correct_backward(case: Case, seed: int):
+    """The golden, the baseline and a correct backend's answer: eager flex_attention's output
+    and the FlashAttention-style gradients computed from it."""
+    inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
+    golden, baseline = reference_pair(case, inputs, grad_out)
+    s = case.shape
+    mods = build_mods(case.variant, s)
+    block_mask = None if mods.mask_mod is None else \
+        create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
+    out = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
+                           block_mask, enable_gqa=s.Hq != s.Hkv)
+    grads = fa_style_gradients(case, inputs, grad_out, out)
+    return golden, baseline, Reference(out, None, grads)
+
+
+@pytest.mark.parametrize("variant", [v.causal(), v.alibi(), v.softcap(5.0)],
+                         ids=lambda var: var.token)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_flashattention_style_backward_passes_where_its_rows_cancel(variant, dtype):
+    """Without the cancelling magnitudes, the dQ rows that see few keys failed the row rule
+    (up to 18x past its limit on the same shapes): their golden is small, the kernel's rounding
+    of O in delta is not."""
+    case = Case(variant, SHAPE, dtype, "fwd+bwd")
+    failed_without = 0
+    for seed in range(3):
+        golden, baseline, observed = correct_backward(case, seed)
+        verdict = judge(case, golden, baseline, observed)
+        assert verdict.passed, f"seed {seed}: {verdict.summary}"
+        without = judge(case, replace(golden, cancelling=None), baseline, observed)
+        failed_without += not without.passed
+    if (variant.name, dtype) in (("causal", "bf16"), ("alibi", "bf16"), ("alibi", "fp16")):
+        assert failed_without, "these cases failed on every seed without the magnitudes"
+
+
+def test_float32_rows_that_see_one_key_pass_where_the_golden_gradient_is_exactly_zero():
+    """One query row, one key: dQ is 0 (the softmax of one score is 1 whatever the score),
+    the baseline's too, and a kernel's delta leaves a rounding in it, which the absolute floor
+    alone (1e-9 in float32) failed."""
+    case = Case(v.full(), Shape(3, 2, 2, 1, 1, 8), "fp32", "fwd+bwd")
+    for seed in range(3):
+        golden, baseline, observed = correct_backward(case, seed)
+        assert golden.grads["dq"].abs().max() < 1e-12  # 0 up to the golden's float64 rounding
+        verdict = judge(case, golden, baseline, observed)
+        assert verdict.passed, f"seed {seed}: {verdict.summary}"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_broken_gradients_are_still_caught(dtype):
+    case = Case(v.causal(), SHAPE, dtype, "fwd+bwd")
+    golden, baseline, observed = correct_backward(case, 0)
+    grads = observed.grads
+    broken = {
+        "dq scaled twice": dict(grads, dq=grads["dq"] * 0.25),
+        "dq without its scale": dict(grads, dq=grads["dq"] * 4),
+        "dk of one key/value head from the other": dict(grads, dk=grads["dk"][:, [0, 0]]),
+        "one dq row zeroed": dict(grads, dq=grads["dq"].index_fill(2, torch.tensor([64]), 0)),
+        "one dk row zeroed": dict(grads, dk=grads["dk"].index_fill(2, torch.tensor([5]), 0)),
+        "dv rows shifted by one key": dict(grads, dv=grads["dv"].roll(1, dims=2)),
+    }
+    for name, bad in broken.items():
+        verdict = judge(case, golden, baseline, replace(observed, grads=bad))
+        assert not verdict.passed, f"{name} was not caught"
