@@ -28,7 +28,7 @@ def run(args) -> int:
     from conformance.backends.base import WorkerSlot
     from conformance.backends.registry import resolve_backend
     from conformance.executor import Executor, Settings
-    from conformance.options import option_value
+    from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
@@ -38,7 +38,9 @@ def run(args) -> int:
                         run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed)
     case = case_from_argument(args.case, args.cases_module)
     backend = resolve_backend(args.backend)
-    reference = ReferenceCache(option_value("--reference-cache", args.reference_cache, Path.cwd()),
+    reference_dir = option_value("--reference-cache", args.reference_cache, Path.cwd())
+    check_reference_cache(reference_dir)
+    reference = ReferenceCache(reference_dir,
                                option_value("--reference-cache-size", args.reference_cache_size))
     executor = Executor(backend, args.backend, WorkerSlot(0, 1), settings, reference,
                         worker="shrink")

@@ -86,6 +86,24 @@ def _reference_cache(text, base: Path) -> Path | None:
     return None if text.lower() == "none" else base / text
 
 
+def check_reference_cache(directory: Path | None) -> None:
+    """ValueError, one line, unless ``directory`` (the parsed --reference-cache) is a writable
+    directory, made here when missing as the cache would make it. The controller checks it
+    before a run sets anything aside (unchecked, every case would be a HARNESS_ERROR); option
+    parsing does not, as it runs for ``pytest tests/`` too."""
+    if directory is None:
+        return
+    from records.files import directory_problem
+
+    problem = directory_problem(directory)
+    if problem is not None:
+        from records.text import one_line
+
+        raise ValueError(f"--reference-cache {one_line(str(directory))}: {problem}; give a "
+                         "directory this user can write, or --reference-cache none to cache no "
+                         "golden output")
+
+
 def _case_ids(values, _base) -> tuple[str, ...]:
     ids = tuple(dict.fromkeys(v.strip() for v in values or ()))
     if any(not i for i in ids):
@@ -365,6 +383,7 @@ def load_case_file(path: str) -> list:
     from cases.model import Case
 
     from records.files import UserFileError, read_json
+    from records.text import one_line
 
     try:
         data = read_json(path, "pass a JSON case spec file (docs/cases.md)")
@@ -380,6 +399,9 @@ def load_case_file(path: str) -> list:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"--case-file {path!r}: case {i} is not a valid case spec ({exc}); "
                              "see Case.to_json for the fields") from None
+    if not cases:
+        raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
+                         "at least one case spec (Case.to_json, docs/cases.md)")
     ids = [c.id for c in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

@@ -159,7 +159,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
-        elif state.nothing_selected():
+        elif state.nothing_selected() and not state.empty_part_of_a_selection():
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
                 "--case-id (flexconf list prints the case ids)")
@@ -169,6 +169,12 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             missing = state.finish_run(interrupted=interrupted)
             if state.options.resume and not interrupted:
                 _end_of_resume(session, state, missing)
+            elif state.nothing_selected() and not interrupted:  # an empty part: merge it
+                state.summary_lines.append(
+                    f"--shard {state.options.shard[0] + 1}/{state.options.shard[1]}: none of the "
+                    f"{len(state.selected)} selected case(s) is in this part; its results.json "
+                    "has no records, for flexconf merge")
+                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
     if state.active:
         _restore_termination_handlers()
 
@@ -351,6 +357,12 @@ class ConformanceSession(RunLifecycle):
     def nothing_selected(self) -> bool:
         return not (self._expected or self._previously_selected() or self.options.fuzz_examples)
 
+    def empty_part_of_a_selection(self) -> bool:
+        """Whether -k / -m selected cases of the whole run and this --shard part holds none of
+        them (a finished part with no records, which merges; not a usage error)."""
+        return self.options.shard is not None and bool(self.selected) \
+            and not self.options.resume
+
     # -- controller -----------------------------------------------------------------------
     def validate_backend(self) -> None:
         from conformance.backends.registry import BackendError, resolve_backend
@@ -369,6 +381,7 @@ class ConformanceSession(RunLifecycle):
             self.backend = resolve_backend(self.options.backend)
             self.backend.check_worker_count(worker_count(self.config))
             load_expectations(self.options.expectations)
+            opts.check_reference_cache(self.options.reference_cache)
         except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller

@@ -41,6 +41,7 @@ class RunLifecycle:
             set_aside_results(report_dir, resuming=self._manifest)
             return
         self._started_at = started_at
+        _refuse_to_clear_an_unreported_run(report_dir)
         set_aside_results(report_dir)  # no earlier run's results may look like this one's
         clear_records(report_dir)
         clear_outputs(report_dir)
@@ -245,23 +246,32 @@ def _resumable_run(options: opts.RunOptions, recorded: dict):
     return manifest
 
 
+def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
+    """UsageError, one line, before anything is moved, when ``report_dir`` holds the records
+    of a run killed before it wrote its results: clearing them would lose what finished
+    without a word. A run stopped by a signal wrote its results, and is set aside as usual."""
+    from records.store import finished_ids, unreported_run
+    from records.text import one_line
+
+    killed = unreported_run(report_dir)
+    if killed is None:
+        return
+    where = one_line(str(report_dir))
+    raise pytest.UsageError(
+        f"--report-dir {where}: it holds the records of a run that stopped without writing its "
+        f"results (started {one_line(killed.started_at) or 'at an unknown time'}, "
+        f"{len(finished_ids(report_dir))} case(s) finished); keep them as an incomplete report "
+        f"with flexconf recover {where}, finish that run with --resume {where} and its "
+        "options, or give this run another --report-dir")
+
+
 def _check_writable(report_dir: Path, flag: str) -> None:
     """UsageError, one line, unless ``report_dir`` is (or, for --report-dir, can be made) a
     writable directory; a missing --resume directory is left for _resumable_run to name."""
+    from records.files import directory_problem
     from records.text import one_line
 
-    problem = None
-    if report_dir.exists() and not report_dir.is_dir():
-        problem = "it is a file, not a directory"
-    elif not report_dir.exists():
-        if flag == "--resume":
-            return
-        try:
-            report_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            problem = f"it cannot be made ({exc.strerror or exc})"
-    if problem is None and not os.access(report_dir, os.W_OK | os.X_OK):
-        problem = "it is not writable"
+    problem = directory_problem(report_dir, make=flag != "--resume")
     if problem is not None:
         fix = ("give the report directory of the interrupted run, writable by this user"
                if flag == "--resume" else

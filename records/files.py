@@ -4,10 +4,13 @@ that names the file (escaped, records.text.one_line), says what is wrong and wha
 Every command and option that takes such a file reads it here (results files, case files,
 expectations, a run's manifest), so a directory, a missing file, a file without permission or
 bytes that are not UTF-8 text give the same kind of message everywhere, never a traceback.
+A directory a person names for writing (a report directory, the reference cache, where the
+gate writes) is checked by ``directory_problem``, the same way everywhere.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +54,21 @@ def read_json(path: str | Path, fix: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserFileError(f"{one_line(str(path))}: not JSON ({exc})", fix) from None
+
+
+def directory_problem(directory: Path, make: bool = True) -> str | None:
+    """Why ``directory`` cannot be written into (made first when missing and ``make``), as
+    the words after its name in a one-line error; None when it can (or is missing and not
+    to be made)."""
+    if directory.exists() and not directory.is_dir():
+        return "it is a file, not a directory"
+    if not directory.exists():
+        if not make:
+            return None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"it cannot be made ({exc.strerror or exc})"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "it is not writable"
+    return None

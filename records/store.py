@@ -14,7 +14,9 @@ fsynced one by one (dEQP's rule: a crash never loses earlier results):
 
 ``merge_records`` reads every worker's file: a case with a finished record takes it (the last
 one); a case started but never finished (its worker was killed, or the run interrupted) becomes
-CRASH. ``write_run`` writes the merged run with ``records.results.write_results``.
+CRASH. ``write_run`` writes the merged run with ``records.results.write_results`` and notes
+that the store is reported; ``unreported_run`` finds a store that is not (a killed run's), which
+a new run may not clear.
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ MANIFEST_NAME = "run.json"
 #: The files of a finished run; a new run sets the previous ones aside first.
 RESULT_FILES = ("results.json", "index.html", "summary.md")
 PREVIOUS_DIR = "previous"
+#: Written into records/ with the results of the store's run (by the run as it ends, or by
+#: ``flexconf recover``): its records are reported, also once results.json is moved away.
+REPORTED_NAME = "reported"
 
 
 #: The run lock: held (flock) by the process that runs the directory's run, from its start to
@@ -167,6 +172,8 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     So are the results of a run that recorded no case (stopped before its first case started):
     they hold nothing, and moved they would push the last real run out of ``previous/``."""
     report_dir = Path(report_dir)
+    if resuming is not None:  # its results go, and it will record more: none of it is reported
+        (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
     earlier = _results_head(report_dir)
     if earlier.get("records") == 0 or (resuming is not None and resuming.started_at
                                        and earlier.get("started_at") == resuming.started_at):
@@ -193,11 +200,42 @@ def _results_head(report_dir: Path) -> dict[str, Any]:
         return {}
     head: dict[str, Any] = {}
     if isinstance(data, dict):
-        if isinstance(data.get("started_at"), str):
-            head["started_at"] = data["started_at"]
+        for key, kind in (("started_at", str), ("finished_at", str), ("complete", bool)):
+            if isinstance(data.get(key), kind):
+                head[key] = data[key]
         if isinstance(data.get("records"), list):
             head["records"] = len(data["records"])
     return head
+
+
+def reported_run(report_dir: str | Path, manifest: RunManifest) -> dict[str, Any] | None:
+    """The head of ``report_dir``'s results.json (``_results_head``) when it reports the run of
+    ``manifest`` (the same start), else None. The run writes it when it ends, also when a
+    signal stops it (``complete: false``, a ``finished_at``); ``flexconf recover`` writes it
+    with no ``finished_at``."""
+    head = _results_head(Path(report_dir))
+    if manifest.started_at and head.get("started_at") == manifest.started_at:
+        return head
+    return None
+
+
+def unreported_run(report_dir: str | Path) -> RunManifest | None:
+    """The manifest of a run that recorded cases in ``report_dir`` and stopped without its
+    results (``kill -9``, a lost machine): clearing its store would lose what finished. None
+    when there is no such run: no manifest, no case recorded, or a results.json of that run
+    (written by the run, or by ``flexconf recover``; moved away since, or still here). A
+    manifest that cannot be read is no run to keep either: neither recover nor ``--resume``
+    can use it."""
+    try:
+        manifest = read_manifest(report_dir)
+    except UserFileError:
+        return None
+    if manifest is None or (records_dir(report_dir) / REPORTED_NAME).exists() \
+            or reported_run(report_dir, manifest) is not None:  # a store from before the note
+        return None
+    recorded_a_case = any(event.get("event") in ("started", "finished")
+                          for event in read_events(report_dir))
+    return manifest if recorded_a_case else None
 
 
 def finished_ids(report_dir: str | Path) -> set[str]:
@@ -287,10 +325,13 @@ def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any
               options: dict[str, Any], suite_version: str, started_at: str, finished_at: str,
               complete: bool, selected_count: int | None = None,
               selection: dict[str, Any] | None = None) -> RunResults:
-    """Write ``<report-dir>/results.json`` and return what was written."""
+    """Write ``<report-dir>/results.json``, note that the store's records are reported
+    (``REPORTED_NAME``), and return what was written."""
     results = RunResults(environment=environment, options=options,
                          records=tuple(merged.records), suite_version=suite_version,
                          started_at=started_at, finished_at=finished_at, complete=complete,
                          selected_count=selected_count, selection=selection)
     write_results(results, Path(report_dir) / "results.json")
+    records_dir(report_dir).mkdir(parents=True, exist_ok=True)
+    (records_dir(report_dir) / REPORTED_NAME).touch()
     return results

@@ -5,11 +5,13 @@
 [--junit OUT.xml] [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
-``--json`` and ``--junit`` then record the refusal).
+``--json`` and ``--junit`` then record the refusal). Where the gate writes is checked first
+(missing directories made): a path it cannot write is bad input before anything is judged.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -64,7 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stale expectations (failures that no longer happen) block too")
 
 
+#: The files the gate writes: (flag, argparse attribute, an example name for the fix).
+OUTPUTS = (("--markdown", "markdown", "gate.md"), ("--json", "json", "gate.json"),
+           ("--junit", "junit", "gate.xml"))
+
+
 def run(args: argparse.Namespace) -> int:
+    prepare_outputs(args)  # before judging: no refusal can be recorded where this fails
     try:
         return _judge(args)
     except ValueError as exc:  # bad input: the files say why, then the caller prints it (exit 2)
@@ -100,6 +108,35 @@ def _judge(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(gate_junit(decision, candidate, args.baseline,
                                                args.candidate), encoding="utf-8")
     return decision.exit_code
+
+
+def prepare_outputs(args: argparse.Namespace) -> None:
+    """Make the missing directories of the files the gate writes (as ``flexconf merge -o``
+    does); ValueError, one line (exit 2), for one it cannot write, before the verdict is
+    printed or a case is measured again."""
+    from records.text import one_line
+
+    for flag, attribute, example in OUTPUTS:
+        path = getattr(args, attribute)
+        problem = _output_problem(Path(path)) if path else None
+        if problem:
+            raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
+                             f"write, e.g. {flag} {example}")
+
+
+def _output_problem(path: Path) -> str | None:
+    """Why the gate cannot write ``path`` (its directory made when missing), None when it can."""
+    from records.files import directory_problem
+    from records.text import one_line
+
+    if path.is_dir():
+        return "it is a directory, not a file"
+    problem = directory_problem(path.parent)
+    if problem:
+        return f"its directory {one_line(str(path.parent))}: {problem}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "it is not writable"
+    return None
 
 
 def check_confirm_arguments(args: argparse.Namespace) -> None:

@@ -3,7 +3,8 @@ machine) from its record store: results.json, index.html and summary.md, ``compl
 
 A case that was started and never finished is a CRASH record (the store's rule). The run can
 then be finished with ``pytest conformance/ --resume REPORT_DIR`` and the same options.
-No torch: this reads files only.
+A run that wrote its own results (complete, or stopped by a signal) is refused: there is
+nothing to recover, and its results stay as they are. No torch: this reads files only.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def _recover(report_dir: Path) -> int:
     if manifest is None:
         raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"
                          "run.json is missing); pass the --report-dir of the run")
+    _refuse_a_reported_run(report_dir, manifest)
     merged = merge_records(report_dir, manifest.case_order)
     if merged.environment is None and not merged.records:
         raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
@@ -59,3 +61,21 @@ def _recover(report_dir: Path) -> int:
           + f": {report_dir / 'index.html'}")
     print(f"finish it: pytest conformance/ --resume {report_dir} (with the run's options)")
     return 0
+
+
+def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
+    """ValueError, one line, when the run wrote its own results (it finished, or a signal
+    stopped it): recovering would replace them with an INCOMPLETE rendering of its records.
+    What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
+    worker recorded after the controller was killed."""
+    from records.store import reported_run
+
+    head = reported_run(report_dir, manifest)
+    if head is None or not head.get("finished_at"):
+        return
+    if head.get("complete"):
+        raise ValueError(f"{report_dir}: its results.json already reports its run, complete; "
+                         "nothing to recover (recover is for a run that was killed)")
+    raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
+                     f"its end; nothing to recover: finish it with pytest conformance/ "
+                     f"--resume {report_dir} and the run's options")

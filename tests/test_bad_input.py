@@ -147,3 +147,81 @@ def test_report_merge_and_recover_do_not_write_into_a_directory_whose_run_goes_o
     assert main(["recover", str(report)]) == 2  # the stand-in manifest has no cases
     assert "nothing to recover" in capsys.readouterr().err
     assert run_in_progress(report) is None
+
+
+def test_recover_refuses_a_run_that_wrote_its_own_results_and_leaves_them(tmp_path, capsys):
+    """Recover on a finished run rewrote its results as an INCOMPLETE rendering of its store,
+    and the original was lost; on a run a signal stopped it would hide that --resume
+    finishes it. Both are refused, and the files stay as they are."""
+    from dataclasses import replace
+
+    from conformance.cli import main
+    from records.results import load_results, write_results
+    from records.store import RESULT_FILES
+
+    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    report = tmp_path / "report"
+    before = {name: (report / name).read_bytes() for name in RESULT_FILES}
+    assert main(["recover", str(report)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf recover: error: {report}: its results.json already reports its run, "
+        "complete; nothing to recover (recover is for a run that was killed)"]
+    assert {name: (report / name).read_bytes() for name in RESULT_FILES} == before
+
+    stopped = replace(load_results(report / "results.json"), complete=False)
+    write_results(stopped, report / "results.json")  # what a SIGTERM leaves
+    assert main(["recover", str(report)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf recover: error: {report}: its results.json already reports its run, "
+        f"stopped before its end; nothing to recover: finish it with pytest conformance/ "
+        f"--resume {report} and the run's options"]
+    assert load_results(report / "results.json") == stopped
+
+
+@pytest.mark.parametrize("kind", ["a file", "inside a file"])
+def test_an_unusable_reference_cache_is_one_line_and_sets_nothing_aside(tmp_path, kind):
+    """Every case was a HARNESS_ERROR, after the last run had been set aside."""
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cache, problem = ((afile, "it is a file, not a directory") if kind == "a file" else
+                      (afile / "cache", "it cannot be made (Not a directory)"))
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--reference-cache", str(cache)))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == [
+        f"ERROR: --reference-cache {cache}: {problem}; give a directory this user can write, "
+        "or --reference-cache none to cache no golden output"]
+    assert (report / "index.html").read_text() == "<p>all green</p>"
+    assert not (report / "previous").exists()
+
+
+def test_a_missing_reference_cache_is_made_as_the_cache_would_make_it(tmp_path):
+    from conformance.options import check_reference_cache
+
+    check_reference_cache(tmp_path / "cache" / "reference")
+    assert (tmp_path / "cache" / "reference").is_dir()
+    check_reference_cache(None)  # --reference-cache none: nothing to check
+
+
+def test_a_case_file_that_lists_no_cases_is_one_line_and_sets_nothing_aside(tmp_path):
+    """It ran pytest's placeholder case NOTSET, exit 0, and set the last run aside."""
+    from conformance.options import load_case_file
+
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    proc = run([sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+                "--backend", "cpu-eager", "--case-file", str(empty),
+                "--report-dir", str(report)])
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == [
+        f"ERROR: --case-file {empty} lists no cases; give a file with at least one case spec "
+        "(Case.to_json, docs/cases.md)"]
+    assert (report / "index.html").read_text() == "<p>all green</p>"
+    assert not (report / "previous").exists()
+    empty.write_text('{"cases": []}')
+    with pytest.raises(ValueError, match="lists no cases"):
+        load_case_file(str(empty))

@@ -360,3 +360,34 @@ def test_the_gate_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                           text=True)
     assert proc.stdout.splitlines()[-1] == "torch-free 1", proc.stdout + proc.stderr
+
+
+def test_an_output_the_gate_cannot_write_is_bad_input_before_judging(tmp_path, capsys):
+    """It printed the whole verdict (with --confirm, after seconds of measuring) and only then
+    failed on the path."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for unwritable, problem in ((afile / "g.json",
+                                 f"its directory {afile}: it is a file, not a directory"),
+                                (afile / "dir" / "g.json", f"its directory {afile / 'dir'}: "
+                                                           "it cannot be made (Not a directory)")):
+        assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
+                    "--json", str(unwritable)) == 2
+        out, err = capsys.readouterr()
+        assert out == ""  # nothing judged
+        assert err.splitlines() == [f"flexconf gate: error: --json {unwritable}: {problem}; "
+                                    "give a path this user can write, e.g. --json gate.json"]
+    assert gate(tmp_path, run([record(A)]), run([record(A)]), "--junit", str(tmp_path)) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: --junit {tmp_path}: it is a directory, not a file; give a path "
+        "this user can write, e.g. --junit gate.xml"]
+
+
+def test_missing_directories_of_the_gate_outputs_are_made(tmp_path):
+    new = tmp_path / "new" / "dir"
+    assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
+                "--markdown", str(new / "g.md"), "--json", str(new / "g.json"),
+                "--junit", str(new / "deeper" / "g.xml")) == 1
+    assert json.loads((new / "g.json").read_text())["verdict"] == "MAY_NOT_SHIP"
+    assert (new / "g.md").read_text().startswith("## Release gate")
+    assert ET.parse(new / "deeper" / "g.xml").getroot() is not None

@@ -349,3 +349,38 @@ def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_p
             if started_at > signalled_at]
     assert late == [], f"cases started after the SIGTERM: {late}"
     assert Label.CRASH in {r.label for r in results.records}  # a case was cut off
+
+
+def test_a_new_run_keeps_a_killed_runs_records_until_they_are_recovered(tmp_path):
+    """After ``kill -9`` only the record store holds what finished: a new run into the
+    directory cleared it without a word. It is refused, before anything is moved, until
+    ``flexconf recover`` has kept the run as a report, which the next run sets aside as
+    usual."""
+    report = tmp_path / "report"
+    proc, grandchild = _start_and_wait_for_the_hang(tmp_path)
+    proc.kill()  # SIGKILL: no results.json is written
+    proc.communicate(timeout=60)
+    if not _wait_gone(grandchild, 0):
+        os.kill(grandchild, signal.SIGKILL)
+    started_at = json.loads((report / "records" / "run.json").read_text())["started_at"]
+    store = {path.name: path.read_bytes() for path in (report / "records").iterdir()}
+
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+        f"ERROR: --report-dir {report}: it holds the records of a run that stopped without "
+        f"writing its results (started {started_at}, 1 case(s) finished); keep them as an "
+        f"incomplete report with flexconf recover {report}, finish that run with --resume "
+        f"{report} and its options, or give this run another --report-dir"]
+    assert {path.name: path.read_bytes() for path in (report / "records").iterdir()} == store
+    assert not (report / "results.json").exists() and not (report / "previous").exists()
+
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert recovered.returncode == 0, recovered.stderr
+    after = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
+    assert load_results(report / "results.json").complete
+    kept = load_results(report / "previous" / "results.json")
+    assert kept.started_at == started_at and not kept.complete
+    assert [(r.case_id, r.label) for r in kept.records] == [
+        (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]

@@ -115,3 +115,36 @@ def test_the_run_lock_admits_one_run_says_who_holds_it_and_goes_with_its_process
         holder.kill()
         holder.wait()
     assert run_in_progress(tmp_path) is None
+
+
+def test_only_a_run_that_left_records_and_no_results_of_its_own_is_unreported(tmp_path):
+    """What a new run may not clear without a word (records.store.unreported_run): the store
+    of a run killed before it wrote its results. A run a signal stopped wrote them
+    (``complete: false``), as recover does, also when they are moved away since; an earlier
+    run's results do not report this one; a run resumed is unreported until it ends."""
+    from records.store import (RecordWriter, RunManifest, merge_records, set_aside_results,
+                               unreported_run, write_manifest, write_run)
+
+    ids = ["full/a", "causal/a"]
+    write_manifest(tmp_path, RunManifest("t1", "v", {}, ids))
+    assert unreported_run(tmp_path) is None  # killed before its first case: nothing to lose
+    writer = RecordWriter(tmp_path, "gw0")
+    writer.started(ids[0], {}, "gw0", "t1")
+    writer.finished(Record(case_id=ids[0], label=Label.PASS, finished_at="t2"))
+    writer.close()
+    assert unreported_run(tmp_path).started_at == "t1"  # killed after a case finished
+
+    def results(started_at: str, finished_at: str, complete: bool) -> None:
+        write_run(tmp_path, merge_records(tmp_path, ids), {}, {}, "v", started_at, finished_at,
+                  complete)
+
+    write_results(RunResults({}, {}, (), "v", started_at="t0"), tmp_path / "results.json")
+    assert unreported_run(tmp_path).started_at == "t1"  # the run before's, put back by hand
+    results("t1", "t3", False)  # stopped by a signal: its own results, incomplete
+    assert unreported_run(tmp_path) is None
+    (tmp_path / "results.json").rename(tmp_path / "kept.json")  # archived elsewhere
+    assert unreported_run(tmp_path) is None
+    set_aside_results(tmp_path, resuming=RunManifest("t1", "v", {}, ids))  # --resume starts
+    assert unreported_run(tmp_path).started_at == "t1"
+    results("t1", "", False)  # flexconf recover's
+    assert unreported_run(tmp_path) is None

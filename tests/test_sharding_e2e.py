@@ -98,3 +98,26 @@ def test_the_shards_of_a_k_run_record_the_selection_and_merge_complete(tmp_path,
     assert main(["merge", *map(str, shards), "-o", str(merged_path)]) == 0, capsys.readouterr().err
     merged = load_results(merged_path)
     assert merged.complete and [r.case_id for r in merged.records] == selected
+
+
+def test_a_part_that_holds_none_of_the_selected_cases_exits_5_and_merges(tmp_path, capsys):
+    """-k picks one case: the other part ran nothing. It finished all the same (exit 5,
+    pytest's "no tests ran", as docs/scale-out.md tells CI to accept), with a results.json
+    of no records that merges with the part that ran the case; it was a usage error (4) with
+    no results.json, which failed the documented recipe."""
+    case_file = tmp_path / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in CASES]))
+    chosen = CASES[0].id
+    runs = {shard: start_matrix(case_file, tmp_path / shard.replace("/", "of"), shard,
+                                "--case-id", chosen) for shard in ("1/2", "2/2")}
+    outputs = {shard: run.communicate(timeout=300)[0] for shard, run in runs.items()}
+    codes = {shard: run.returncode for shard, run in runs.items()}
+    assert sorted(codes.values()) == [0, 5], outputs
+    empty = next(shard for shard, code in codes.items() if code == 5)
+    assert f"--shard {empty}: none of the 1 selected case(s) is in this part" in outputs[empty]
+    parts = [tmp_path / shard.replace("/", "of") / "results.json" for shard in ("1/2", "2/2")]
+    assert sorted(len(load_results(p).records) for p in parts) == [0, 1]
+    merged_path = tmp_path / "merged.json"
+    assert main(["merge", *map(str, parts), "-o", str(merged_path)]) == 0, capsys.readouterr().err
+    merged = load_results(merged_path)
+    assert merged.complete and [r.case_id for r in merged.records] == [chosen]
