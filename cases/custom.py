@@ -118,10 +118,17 @@ def select_cases(profile: str, matrix_name: str, modules: list[str]) -> list[Cas
     """The cases of one run: the catalog's matrix ``matrix_name`` (none for ``custom``)
     followed by the cases of the case modules. ``custom`` without a case module is a
     ValueError: it would run nothing."""
+    check_custom_matrix(matrix_name, modules)
+    return matrix(profile, matrix_name) + load_case_modules(modules, profile)
+
+
+def check_custom_matrix(matrix_name: str, modules) -> None:
+    """ValueError, one line, for ``--matrix custom`` without a case module (it selects the
+    case modules' cases alone, so it would run nothing; with --case-file the option would be
+    ignored)."""
     if matrix_name == "custom" and not modules:
         raise ValueError("--matrix custom runs only the cases of case modules, and none is "
                          "given; pass --cases-module MODULE (docs/cases.md)")
-    return matrix(profile, matrix_name) + load_case_modules(modules, profile)
 
 
 def defining_module(variant_name: str) -> str:

@@ -38,6 +38,7 @@ def run(args) -> int:
                         run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed)
     case = case_from_argument(args.case, args.cases_module)
     backend = resolve_backend(args.backend)
+    check_arguments(args)
     reference_dir = option_value("--reference-cache", args.reference_cache, Path.cwd())
     check_reference_cache(reference_dir)
     reference = ReferenceCache(reference_dir,
@@ -66,3 +67,17 @@ def run(args) -> int:
     print(f"repro     flexconf repro {shlex.quote(str(paths['results']))} "
           f"{shlex.quote(smallest.case_id)} -o repro.py")
     return 0
+
+
+def check_arguments(args) -> None:
+    """Bad --max-cases or --out: one line (ValueError: exit 2) before any case runs."""
+    from records.files import directory_problem
+    from records.text import one_line
+
+    if args.max_cases < 1:
+        raise ValueError(f"--max-cases {args.max_cases} is below 1; give how many executions "
+                         "to allow at most, e.g. --max-cases 60")
+    problem = directory_problem(Path(args.out))
+    if problem:
+        raise ValueError(f"--out {one_line(args.out)}: {problem}; give a directory this user "
+                         "can write, e.g. --out reports/shrink")

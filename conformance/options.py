@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 DEFAULT_CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
     / "flexattention-conformance"
+DEFAULT_REPORT_DIR = "reports/latest"
 PHASES = ("all", "compile")
 DEVICE_CHECKS = ("bypass", "strict")
 
@@ -174,12 +175,14 @@ OPTIONS: tuple[Option, ...] = (
            "every selected case into the warm cache (no timed runs, no verdict; label "
            "COMPILED), for a following --compile-cache warm run", _choice("--phase", PHASES),
            "worker"),
-    Option("--report-dir", "reports/latest", "where results.json, the report and the "
-           "per-worker records go", lambda t, b: b / t, "report"),
+    Option("--report-dir", None, "where results.json, the report and the per-worker records "
+           "go", lambda t, b: b / (t or DEFAULT_REPORT_DIR), "report",
+           default_text=DEFAULT_REPORT_DIR),
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
            "its selected cases that have no record, then write the whole run there (the same "
            "options as the interrupted run; cases a -k or -m selects beyond it are named, "
-           "not run)", _path_or_none, "report"),
+           "not run); it names the report directory: a different --report-dir is a usage "
+           "error", _path_or_none, "report"),
     Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
            "the measured seconds of RESULTS.json; auto: of the last run in the report "
            "directory when it is of the same matrix and profile, else by the estimate; "
@@ -193,7 +196,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--reference-cache", None, "directory caching golden outputs; 'none' disables",
            _reference_cache, "worker",
            default_text="~/.cache/flexattention-conformance/reference ($XDG_CACHE_HOME if set)"),
-    Option("--reference-cache-size", "4G", "bound of the reference cache",
+    Option("--reference-cache-size", "4G", "bound of the reference cache: bytes with a unit "
+           "(4G, 512M) or a share of RAM (10%); a value that starts with '-' needs the = form "
+           "(--reference-cache-size=-1G), as the option parser takes -1G for an option",
            _size("--reference-cache-size"), "worker"),
     Option("--reference-device", "cpu", "where the float64 golden is computed: cpu or cuda",
            _choice("--reference-device", ("cpu", "cuda")), "worker"),
@@ -316,9 +321,29 @@ def parse(get, base_dir: Path) -> RunOptions:
     if values["phase"] == "compile" and values["compile_cache"] == "cold":
         raise ValueError("--phase compile fills the warm cache, but --compile-cache is cold; "
                          "drop --compile-cache cold (or give warm)")
+    _check_resume(values, get("--report-dir") is not None)
+    _check_custom_matrix(values)
     if values["resume"]:
         values["report_dir"] = Path(values["resume"])
     return RunOptions(**values)
+
+
+def _check_resume(values: dict, report_dir_given: bool) -> None:
+    """--resume names the report directory: another --report-dir would be ignored."""
+    from records.text import one_line
+
+    resume, report_dir = values["resume"], values["report_dir"]
+    if resume and report_dir_given and Path(resume).resolve() != Path(report_dir).resolve():
+        raise ValueError(f"--resume {one_line(resume)} and --report-dir {one_line(report_dir)} "
+                         "differ: --resume names the report directory; drop --report-dir")
+
+
+def _check_custom_matrix(values: dict) -> None:
+    """--matrix custom without a case module: a usage error, with --case-file too (which
+    replaces the matrix, so the option would be ignored)."""
+    from cases.custom import check_custom_matrix
+
+    check_custom_matrix(values["matrix"], values["cases_modules"])
 
 
 def parse_count(option: str, text: str, minimum: int) -> int:
@@ -397,8 +422,9 @@ def load_case_file(path: str) -> list:
         try:
             cases.append(Case.from_json(spec))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"--case-file {path!r}: case {i} is not a valid case spec ({exc}); "
-                             "see Case.to_json for the fields") from None
+            raise ValueError(f"--case-file {path!r}: case {i} is not a valid case spec "
+                             f"({_spec_problem(exc)}); write the fields of Case.to_json "
+                             "(docs/cases.md)") from None
     if not cases:
         raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
                          "at least one case spec (Case.to_json, docs/cases.md)")
@@ -407,3 +433,18 @@ def load_case_file(path: str) -> list:
     if duplicates:
         raise ValueError(f"--case-file {path!r} lists case {duplicates[0]!r} twice; keep one")
     return cases
+
+
+def _spec_problem(exc: Exception) -> str:
+    """What ``Case.from_json`` found wrong, in words: a missing field is named with its place
+    (``shape.Sq``), anything else is the error's own one-line text."""
+    from dataclasses import fields
+
+    from cases.model import Shape
+    from records.text import one_line
+
+    if isinstance(exc, KeyError) and exc.args:
+        key = str(exc.args[0])
+        place = f"shape.{key}" if key in {f.name for f in fields(Shape)} else key
+        return f"the field {one_line(place)!r} is missing"
+    return one_line(exc)

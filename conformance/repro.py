@@ -5,7 +5,9 @@ every suite module the reproduction runs (conformance/repro_runtime.py and what 
 followed transitively: inputs, variants, golden, verdict, the child's phases, the backend) and,
 for a custom variant, its case module; at run time it serves them to ``import`` ahead of any
 installed copy. So the script computes exactly what this suite computes. A backend given as
-``package.module:object`` is imported from the environment the script runs in.
+``package.module:object`` is imported from the environment the script runs in; it must be
+importable where the script is written too (its suite imports are embedded), or nothing is
+written.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
 
     ``backend`` overrides the run's backend (compare on another one); ``case_modules`` names
     the case modules of custom variants (entry points and the run's own are found anyway).
-    ValueError, one line, when the case is not in the run or its variant is unknown here.
+    ValueError, one line, when the case is not in the run, its variant is unknown here, or the
+    backend is unknown or its module cannot be imported here.
     """
     results = load_results(results_path)
     record = results.by_id().get(case_id)
@@ -114,17 +117,25 @@ def _run_backend(options: dict) -> str:
 
 
 def _backend_modules(spec: str) -> list[str]:
-    """The suite modules a backend needs: its built-in module, or for an importable
-    ``module:object`` the suite modules that module imports (the module itself is not embedded)."""
-    from conformance.backends.registry import BUILTIN
+    """The suite modules a backend needs: its built-in module, or for a plugin or a
+    ``module:object`` the suite modules its module imports (that module is not embedded: the
+    script imports it where it runs). ValueError, one line, for a backend the script could not
+    load: an unknown name, or a module not importable here (its suite imports unknown)."""
+    from conformance.backends.registry import BUILTIN, registered
 
-    target = BUILTIN.get(spec)
-    if target:
-        return [target.partition(":")[0]]
-    module = spec.partition(":")[0]
-    if ":" in spec and _is_module(module):
-        return _suite_imports(_module_source(module))
-    return []
+    if spec in BUILTIN:
+        return [BUILTIN[spec].partition(":")[0]]
+    names = registered()
+    target = names.get(spec, spec)
+    if ":" not in target:
+        raise ValueError(f"unknown backend {spec!r}; name the backend the script runs on: "
+                         f"{', '.join(names)} (or package.module:object)")
+    module = target.partition(":")[0]
+    if not _is_module(module):
+        raise ValueError(f"backend {spec!r}: cannot import {module!r} here, so the script "
+                         "would lack the suite modules it needs; put its directory on "
+                         "PYTHONPATH (e.g. PYTHONPATH=. for tests.*) and run flexconf repro again")
+    return _suite_imports(_module_source(module))
 
 
 def _variant_module(variant: str, options: dict, extra: list[str]) -> str | None:

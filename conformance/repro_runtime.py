@@ -4,8 +4,8 @@ The script embeds this module with the suite modules it uses, so the inputs (cas
 the mods, the child's phases (conformance/child.py ``run_case``: setup, block mask, the
 backend's callable, the first call as the compile phase, the timed runs), the reference
 (conformance/reference_cache.py ``compute_reference``) and the verdict are the suite's own code.
-Only torch (and the backend's own package) must be installed. There is no watchdog: a hang
-hangs, a crash kills the script.
+Only torch (and the backend's own package) must be installed. A backend that cannot be loaded
+is one line and exit status 1. There is no watchdog: a hang hangs, a crash kills the script.
 """
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     format of ``--keep-outputs``, reference/outputs.py). ``compare``: a file kept by the run
     (``<report-dir>/outputs/...pt``); print how far this output is from the run's."""
     from conformance.backends.base import WorkerSlot
-    from conformance.backends.registry import load_backend
 
-    backend = load_backend(backend_spec)
+    backend = _load_backend(backend_spec)
     workdir = Path(tempfile.mkdtemp(prefix="flexconf-repro-"))
     os.environ.update(backend.child_env(WorkerSlot(0, 1), str(workdir / "compile-cache")))
     import torch
@@ -64,6 +63,17 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     if kept is not None:
         print(f"compared  {compare}: {_difference(tensors, kept)}")
     return _finish(label, message)
+
+
+def _load_backend(spec: str):
+    """The backend, or SystemExit with the registry's one-line reason (exit status 1): a
+    backend this machine cannot load is the user's to fix, not a traceback."""
+    from conformance.backends.registry import BackendError, load_backend
+
+    try:
+        return load_backend(spec)
+    except BackendError as exc:
+        raise SystemExit(f"repro: error: {exc}") from None
 
 
 def _case_outputs(case, seed: int, label: str, message: str, tensors):

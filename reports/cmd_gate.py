@@ -155,9 +155,24 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} {value} is used only by --confirm N; add e.g. --confirm 3")
     for flag, value in (("--baseline-python", args.baseline_python),
                         ("--candidate-python", args.candidate_python)):
-        if value and not shutil.which(value):
-            raise ValueError(f"{flag} {value!r} is not an executable python; give the path of "
-                             "the python that has that release installed, e.g. .tox/ENV/bin/python")
+        problem = _python_problem(value) if value else None
+        if problem:
+            raise ValueError(f"{flag} {value!r} is not an executable python ({problem}); give "
+                             "the path of the python that has that release installed, e.g. "
+                             ".tox/ENV/bin/python")
+
+
+def _python_problem(python: str) -> str | None:
+    """Why ``python`` cannot run ``python -c 'import sys'`` (run once, here), None when it can."""
+    import subprocess
+
+    if not shutil.which(python):
+        return "no such executable"
+    try:
+        proc = subprocess.run([python, "-c", "import sys"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"running it failed: {type(exc).__name__}"
+    return None if proc.returncode == 0 else f"`-c 'import sys'` exited {proc.returncode}"
 
 
 def _confirm(args, decision, baseline, candidate):

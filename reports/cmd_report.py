@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from records.results import load_results
     from records.store import refuse_if_run_going_on
 
+    check_output(args.output)
     refuse_if_run_going_on(args.output, "index.html and summary.md")
     runs = [load_results(path) for path in args.results]
     baseline = load_results(args.baseline) if args.baseline else None
@@ -28,6 +29,18 @@ def run(args: argparse.Namespace) -> int:
                       baseline_name=args.baseline or "baseline")
     print(Path(args.output) / "index.html")
     return 0
+
+
+def check_output(output: str) -> None:
+    """A -o that cannot be a directory for the report: one line (ValueError: exit 2), before
+    anything is read or written (the directory is made when missing)."""
+    from records.files import directory_problem
+    from records.text import one_line
+
+    problem = directory_problem(Path(output))
+    if problem:
+        raise ValueError(f"-o {one_line(output)}: {problem}; give a directory this user can "
+                         "write, e.g. -o reports/latest")
 
 
 def _names(paths: list[str]) -> list[str]:

@@ -225,3 +225,53 @@ def test_a_case_file_that_lists_no_cases_is_one_line_and_sets_nothing_aside(tmp_
     empty.write_text('{"cases": []}')
     with pytest.raises(ValueError, match="lists no cases"):
         load_case_file(str(empty))
+
+
+def test_a_report_output_that_is_a_file_is_one_line(tmp_path, capsys):
+    """-o naming a file failed with [Errno 20] on the run lock inside it."""
+    from conformance.cli import main
+    from records.results import RunResults, write_results
+
+    results = tmp_path / "results.json"
+    write_results(RunResults({"backend": "cpu-eager"}, {"backend": "cpu-eager"}, (), "0.1.0"),
+                  results)
+    before = results.read_bytes()
+    assert main(["report", str(results), "-o", str(results)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf report: error: -o {results}: it is a file, not a directory; give a "
+        "directory this user can write, e.g. -o reports/latest"]
+    assert results.read_bytes() == before
+
+
+@pytest.mark.parametrize("extra, line", [
+    (("--resume", "{tmp}/other"), "--resume {tmp}/other and --report-dir {tmp}/report differ: "
+                                  "--resume names the report directory; drop --report-dir"),
+    (("--matrix", "custom"), "--matrix custom runs only the cases of case modules, and none is "
+                             "given; pass --cases-module MODULE (docs/cases.md)"),
+])
+def test_options_a_run_would_ignore_are_one_line_usage_errors(tmp_path, extra, line):
+    """--report-dir was dropped without a word under --resume; --matrix custom without a case
+    module was one only without --case-file (pytest_args gives both a case file and a report
+    directory)."""
+    extra = [word.format(tmp=tmp_path) for word in extra]
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], *extra))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == ["ERROR: " + line.format(tmp=tmp_path)]
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("spec, missing", [
+    ({}, "shape"),
+    ({**CASES[0].to_json(), "shape": {"B": 1, "Hq": 2, "Hkv": 2, "Skv": 64, "D": 16}},
+     "shape.Sq"),
+])
+def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
+    from conformance.options import load_case_file
+
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError) as caught:
+        load_case_file(str(path))
+    assert str(caught.value) == (
+        f"--case-file {str(path)!r}: case 0 is not a valid case spec (the field {missing!r} is "
+        "missing); write the fields of Case.to_json (docs/cases.md)")

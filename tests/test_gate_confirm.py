@@ -206,6 +206,9 @@ def test_a_compile_time_finding_names_the_stage_that_grew_most(tmp_path, capsys)
     (("--confirm", "-1"), "--confirm -1 is negative"),
     (("--confirm", "2", "--candidate-python", "/no/such/python"), "'/no/such/python' is not an "
                                                                    "executable python"),
+    (("--confirm", "1", "--candidate-python", "/bin/false"), "'/bin/false' is not an "
+                                                              "executable python (`-c 'import "
+                                                              "sys'` exited 1)"),
     (("--run-time-slack", "-1"), "--run-time-slack -1 is not a number of seconds >= 0"),
     (("--run-time-budget", "0.9"), "--run-time-budget 0.9 is not a factor >= 1"),
 ])

@@ -108,3 +108,40 @@ def test_unknown_case_is_a_one_line_error(broken_run, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("flexconf repro: error: case 'causal/nope' is not in ")
     assert "\n" not in err and not (tmp_path / "r.py").exists()
+
+
+def recorded_run(tmp_path: Path) -> Path:
+    """A run of BROKEN on WRONG as results.json records it (no execution needed)."""
+    return write_run(tmp_path / "results.json",
+                     [Record(BROKEN.id, Label.MISMATCH, BROKEN.to_json())],
+                     "test-wrong-numbers", WRONG)
+
+
+@pytest.mark.parametrize("backend, words", [
+    ("nosuch", "unknown backend 'nosuch'; name the backend the script runs on: cpu-eager, "),
+    ("auto", "unknown backend 'auto'; "),
+    ("nosuch_pkg.backends:Mine", "backend 'nosuch_pkg.backends:Mine': cannot import "
+                                 "'nosuch_pkg.backends' here, so the script would lack the suite "
+                                 "modules it needs; put its directory on PYTHONPATH"),
+])
+def test_a_backend_the_script_could_not_load_is_refused_before_writing(tmp_path, capsys,
+                                                                        backend, words):
+    """An unknown name wrote a script that died of BackendError; a module:object not
+    importable here (tests/ off the path) wrote one without the suite modules it needs."""
+    script = tmp_path / "r.py"
+    assert main(["repro", str(recorded_run(tmp_path)), BROKEN.id, "-o", str(script),
+                 "--backend", backend]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flexconf repro: error: {words}") and "\n" not in err, err
+    assert not script.exists()
+
+
+def test_a_script_whose_backend_cannot_be_loaded_where_it_runs_says_so_in_one_line(tmp_path):
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(recorded_run(tmp_path)), BROKEN.id, "-o", str(script)]) == 0
+    proc = run_script(script, tmp_path, None)  # tests/ is not importable there
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"repro: error: backend {WRONG!r}: cannot import 'tests.fault_backends' "
+        "(ModuleNotFoundError: No module named 'tests'); install it or fix PYTHONPATH"]

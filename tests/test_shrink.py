@@ -119,3 +119,26 @@ def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     assert results.options["seed"] == 2 and results.by_id()[SMALLEST].label is Label.MISMATCH
     assert json.loads((out / "smallest.json").read_text())["cases"][0]["id"] == SMALLEST
     assert main(["repro", str(out / "results.json"), SMALLEST, "-o", str(tmp_path / "r.py")]) == 0
+
+
+def test_a_bad_max_cases_or_out_is_one_line_before_any_case_runs(tmp_path, capsys,
+                                                                  monkeypatch):
+    """--max-cases -5 ran and said it stopped at -5; an --out that is a file failed with
+    [Errno 17] after every case had run."""
+    def no_executor(*_args, **_kwargs):
+        raise AssertionError("a case ran before the arguments were checked")
+
+    monkeypatch.setattr("conformance.executor.Executor", no_executor)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    core = "causal/b1-h8x8-s1024x1024-d128/bf16/fwd"
+    for extra, line in (
+            (["--max-cases", "-5", "--out", str(tmp_path / "out")],
+             "--max-cases -5 is below 1; give how many executions to allow at most, e.g. "
+             "--max-cases 60"),
+            (["--out", str(afile)],
+             f"--out {afile}: it is a file, not a directory; give a directory this user can "
+             "write, e.g. --out reports/shrink")):
+        assert main(["shrink", "--backend", "cpu-eager", core, *extra]) == 2
+        assert capsys.readouterr().err.splitlines() == [f"flexconf shrink: error: {line}"]
+    assert afile.read_text() == ""
