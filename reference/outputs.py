@@ -122,4 +122,5 @@ def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
         if ref.lse is not None:
             found.append(ref.lse)
         found += list((ref.grads or {}).values())
+        found += list((ref.cancelling or {}).values())
     return found

@@ -84,3 +84,19 @@ def test_broken_gradients_are_still_caught(dtype):
     for name, bad in broken.items():
         verdict = judge(case, golden, baseline, replace(observed, grads=bad))
         assert not verdict.passed, f"{name} was not caught"
+
+
+@pytest.mark.parametrize("name", ["dq", "dk"])
+def test_a_row_three_percent_off_is_caught_where_rows_see_many_keys(name):
+    """The cancelling magnitudes must not blunt the row rule where nothing cancels: at S512 a
+    row of dQ or dK scaled by 1.03 (about 8 bf16 ulps) fails, as it did without them. (The
+    dK magnitude was once a worst-case sum over query rows, 4-25x |dK| at S1024, which let
+    a dK row 8% off pass.)"""
+    case = Case(v.causal(), Shape(1, 4, 2, 512, 512, 64), "bf16", "fwd+bwd")
+    golden, baseline, observed = correct_backward(case, 0)
+    assert judge(case, golden, baseline, observed).passed
+    scaled = observed.grads[name].float().clone()
+    scaled[0, 1, 300] *= 1.03
+    broken = dict(observed.grads, **{name: scaled.to(observed.grads[name].dtype)})
+    verdict = judge(case, golden, baseline, replace(observed, grads=broken))
+    assert not verdict.passed and f"{name}:row" in verdict.metrics["failed_rules"]
