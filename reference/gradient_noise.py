@@ -52,9 +52,9 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
                                  torch.float32)
     # dK_j moves by scale * sum_i P_ij e_i q_i, whose e_i are roundings of different rows, so
     # its size is sqrt(sum_i (P_ij w_i)^2 |q_i|^2), not the sum of the terms' sizes (which
-    # grows with the rows: 4-25x |dK| at S1024). That is the mean square of P^T (s_i w_i q_i)
-    # over random signs s_i (the gradient of V for that dO), estimated from fixed draws; with
-    # one query row it is the term itself.
+    # grows with the rows: with the worst-case w_i, 4-25x |dK| at S1024). That is the mean
+    # square of P^T (s_i w_i q_i) over random signs s_i (the gradient of V for that dO),
+    # estimated from fixed draws; with one query row it is the term itself.
     generator = torch.Generator().manual_seed(0)
     squares = 0.0
     for _ in range(_DK_DRAWS):
