@@ -12,6 +12,12 @@ from tests.test_interrupted_runs import _stale_green_run
 from tests.test_plugin_runs import CASES, pytest_args, run
 
 
+def _assert_nothing_set_aside(report) -> None:
+    """The earlier green run (_stale_green_run) is still where it was, and nothing moved."""
+    assert (report / "index.html").read_text() == "<p>all green</p>"
+    assert not (report / "previous").exists()
+
+
 def _error_lines(proc) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.strip()]
 
@@ -193,8 +199,7 @@ def test_an_unusable_reference_cache_is_one_line_and_sets_nothing_aside(tmp_path
     assert _error_lines(proc) == [
         f"ERROR: --reference-cache {cache}: {problem}; give a directory this user can write, "
         "or --reference-cache none to cache no golden output"]
-    assert (report / "index.html").read_text() == "<p>all green</p>"
-    assert not (report / "previous").exists()
+    _assert_nothing_set_aside(report)
 
 
 def test_a_missing_reference_cache_is_made_as_the_cache_would_make_it(tmp_path):
@@ -220,8 +225,7 @@ def test_a_case_file_that_lists_no_cases_is_one_line_and_sets_nothing_aside(tmp_
     assert _error_lines(proc) == [
         f"ERROR: --case-file {empty} lists no cases; give a file with at least one case spec "
         "(Case.to_json, docs/cases.md)"]
-    assert (report / "index.html").read_text() == "<p>all green</p>"
-    assert not (report / "previous").exists()
+    _assert_nothing_set_aside(report)
     empty.write_text('{"cases": []}')
     with pytest.raises(ValueError, match="lists no cases"):
         load_case_file(str(empty))
