@@ -139,6 +139,11 @@ def _size(flag: str) -> Callable[[Any, Path], int]:
     return lambda text, _base: parse_size(flag, text)
 
 
+#: argparse takes a value that starts with '-' for an option; the size options say so.
+_DASH_VALUES = ("; a value that starts with '-' needs the = form ({flag}=-1G), as the option "
+                "parser takes -1G for an option")
+
+
 def _memory_budget(text, _base) -> int:
     return parse_size("--memory-budget", text) if text else _default_budget()
 
@@ -191,14 +196,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--seed", "0", "seed of the inputs (with the case id)", lambda t, _b: parse_seed(t),
            "worker"),
     Option("--memory-budget", None, "run cases concurrently only while their estimated peak "
-           "memory fits this: bytes with a unit (16G, 512M) or a share of RAM (80%)",
+           "memory fits this: bytes with a unit (16G, 512M) or a share of RAM (80%)"
+           + _DASH_VALUES.format(flag="--memory-budget"),
            _memory_budget, "worker", default_text="80%"),
     Option("--reference-cache", None, "directory caching golden outputs; 'none' disables",
            _reference_cache, "worker",
            default_text="~/.cache/flexattention-conformance/reference ($XDG_CACHE_HOME if set)"),
     Option("--reference-cache-size", "4G", "bound of the reference cache: bytes with a unit "
-           "(4G, 512M) or a share of RAM (10%); a value that starts with '-' needs the = form "
-           "(--reference-cache-size=-1G), as the option parser takes -1G for an option",
+           "(4G, 512M) or a share of RAM (10%)" + _DASH_VALUES.format(flag="--reference-cache-size"),
            _size("--reference-cache-size"), "worker"),
     Option("--reference-device", "cpu", "where the float64 golden is computed: cpu or cuda",
            _choice("--reference-device", ("cpu", "cuda")), "worker"),
@@ -218,7 +223,8 @@ OPTIONS: tuple[Option, ...] = (
            "to <report-dir>/outputs/ (reference.load_case_outputs reads them): none, failed or "
            "all", _keep, "worker"),
     Option("--keep-outputs-cap", "256M", "the most bytes one case's kept outputs may take; a "
-           "larger case is not saved and its record says so", _size("--keep-outputs-cap"),
+           "larger case is not saved and its record says so"
+           + _DASH_VALUES.format(flag="--keep-outputs-cap"), _size("--keep-outputs-cap"),
            "worker"),
     Option("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with "
            "exactly its expected label is xfail, any other failure still fails",
