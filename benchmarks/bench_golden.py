@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,13 +65,9 @@ if which == "ours":  # imports before the clock and the memory baseline: a one-t
 elif which in ("floor", "products"):
     sys.path.insert(0, ROOT + "/benchmarks")
     from golden_floor import products_and_score_mod
-elif which == "before":
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("golden_before", before_path)
-    before = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = before  # its dataclasses look their module up there
-    spec.loader.exec_module(before)
-    golden_attention = before.golden_attention
+elif which == "before":  # the commit's reference/ package, ahead of this tree's
+    sys.path.insert(0, before_path)
+    from reference.golden import golden_attention
 else:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 def kib(field):
@@ -126,7 +123,7 @@ def matmul_rate_gflops(shape: str) -> float:
     sys.path.insert(0, str(ROOT))
     from cases.model import Shape
     from reference.chunk_plan import CHUNK_SCORE_ELEMENTS
-    from reference.golden import _with_ones_column
+    from reference.kernel import _with_ones_column
 
     s = Shape.parse(shape)
     rows = max(1, min(s.Sq, CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
@@ -252,20 +249,20 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     print(json.dumps({"rows": rows}))
     if before_path:
-        os.unlink(before_path)
+        shutil.rmtree(before_path)
     return 0
 
 
 def _golden_of(rev: str) -> str:
-    """reference/golden.py of commit ``rev``, written to a temporary file: its path. Only that
-    file is the commit's; what it imports comes from this tree. Since a6a4071 the golden
-    imports its chunk planning (reference/chunk_plan.py), so a ``--before`` of that commit or
-    a later one runs with this tree's chunks: it compares what golden.py itself does on them."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:reference/golden.py"],
-                            capture_output=True, text=True, check=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix="_golden_before.py", delete=False) as tmp:
-        tmp.write(source)
-    return tmp.name
+    """The ``reference/`` package of commit ``rev``, extracted into a temporary directory: its
+    path (the "before" worker imports ``reference.golden`` from there; ``cases/`` comes from
+    this tree). Since 2026-12-03 the golden's kernel is its own module (reference/kernel.py),
+    so the whole package is the commit's, not golden.py alone."""
+    directory = tempfile.mkdtemp(suffix="_golden_before")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "reference"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
+    return directory
 
 
 def _fastest(runs: list[dict]) -> dict:

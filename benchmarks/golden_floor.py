@@ -28,7 +28,7 @@ from cases.inputs import Inputs  # noqa: E402
 from cases.model import Case  # noqa: E402
 from cases.pointwise import evaluate_score  # noqa: E402
 from cases.variants import Mods, build_mods  # noqa: E402
-from reference.golden import _chunks  # noqa: E402  the golden's own chunks, not a copy
+from reference.kernel import _chunks  # noqa: E402  the golden's own chunks, not a copy
 from reference.heap import keep_freed_heap  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = Tr
 
 
 def _floor_of_chunk(chunk, mods: Mods | None) -> float:
-    """The products (and, with ``mods``, the score mod) of one chunk, as reference.golden's
+    """The products (and, with ``mods``, the score mod) of one chunk, as reference.kernel's
     ``_attend`` computes them; everything it made is freed on return, as there, so the next
     chunk's products can reuse that (cached) memory."""
     hq, n, d = chunk.q.shape

@@ -1,5 +1,5 @@
 """How the golden cuts a case into query chunks: which rows go together, the mask of those
-rows, and the key columns any of them sees (reference/golden.py runs one chunk at a time).
+rows, and the key columns any of them sees (reference/kernel.py runs one chunk at a time).
 
 Memory stays bounded: one batch at a time, query rows in chunks whose score matrix [Hq, rows,
 kept keys] holds at most CHUNK_SCORE_ELEMENTS, and key columns that the mask excludes for a

@@ -16,7 +16,7 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods, build_mods
-from reference.golden import chunked_attention
+from reference.kernel import chunked_attention
 
 Fault = Callable[[Case, Inputs, torch.Tensor], torch.Tensor]
 

@@ -39,8 +39,8 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
                           gradients: Callable) -> dict[str, torch.Tensor]:
     """Per row, the RMS over the head dim of the term a rounding of O moves: ``{"dq": [B, Hq,
     Sq], "dk": [Bkv, Hkv, Skv]}`` (float32: a size, not a value). ``out`` is the golden O;
-    ``attention`` and ``gradients`` are reference.golden's chunked_attention and
-    chunked_gradients (passed in: the golden calls this module)."""
+    ``attention`` and ``gradients`` are reference.kernel's chunked_attention and
+    chunked_gradients (passed in: reference.golden calls this module)."""
     scale = 1.0 / math.sqrt(case.shape.D)
     # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
     # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output a

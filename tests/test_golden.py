@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-import reference.golden as golden_module
+import reference.kernel as kernel_module
 from cases import variants as v
 from cases.inputs import Inputs, make_inputs, torch_dtype
 from cases.model import Case, Shape
@@ -124,9 +124,9 @@ def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product
     float64 evaluation at every head size tried here."""
     for d in (1, 8, 23, 64, 71):
         values = torch.randn(2, 5, d)
-        v_ones = golden_module._with_ones_column(values, torch.float64)
+        v_ones = kernel_module._with_ones_column(values, torch.float64)
         assert v_ones.dtype == torch.float64 and torch.equal(v_ones[..., :d], values.double())
-        assert v_ones.shape[-1] % golden_module._PV_COLUMN_MULTIPLE == 0
+        assert v_ones.shape[-1] % kernel_module._PV_COLUMN_MULTIPLE == 0
         assert v_ones.shape[-1] >= d + 1
         assert torch.all(v_ones[..., d] == 1) and torch.all(v_ones[..., d + 1:] == 0)
         case = Case(v.causal(), Shape(1, 2, 2, 40, 40, d), "fp32")
@@ -276,7 +276,7 @@ def test_the_baseline_is_the_fused_kernels_rounding_bit_for_bit(variant):
             case = Case(variant, shape, dtype)
             inputs = make_inputs(case, 1)
             mods = build_mods(variant, shape)
-            chunks = list(golden_module._chunks(case, inputs, mods, torch.float32))
+            chunks = list(kernel_module._chunks(case, inputs, mods, torch.float32))
             assert [c.keys for c in chunks] == [slice(0, shape.Skv)] * shape.B  # one each
             assert torch.equal(baseline_attention(case, inputs),
                                _fused_kernel_rounding(case, inputs)), (shape.token, dtype)
@@ -302,13 +302,13 @@ def test_terms_far_below_the_row_maximum_are_flushed_to_exact_zeros():
     exponents = torch.tensor([0.0, -1.5, -599.0, -600.5, -1030.0, -math.inf, math.nan],
                              dtype=torch.float64)
     assert 0 < torch.exp2(exponents[4]) < 2.0 ** -1022  # subnormal, without the flush
-    flushed = golden_module._exp2_flushed(exponents.clone())
+    flushed = kernel_module._exp2_flushed(exponents.clone())
     assert torch.equal(flushed[:3], torch.exp2(exponents[:3]))
     assert torch.equal(flushed[3:6], torch.zeros(3, dtype=torch.float64))
     assert flushed[6].isnan()
     shifted = torch.tensor([0.0, -1.5, -60.0, -69.5, -90.0, -math.inf, math.nan])
     assert 0 < torch.exp(shifted[4]) < 2.0 ** -126  # subnormal in float32
-    flushed = golden_module._exp_flushed(shifted.clone())
+    flushed = kernel_module._exp_flushed(shifted.clone())
     assert torch.equal(flushed[:3], torch.exp(shifted[:3]))  # float32 exp, bit for bit
     assert torch.equal(flushed[3:6], torch.zeros(3))
     assert flushed[6].isnan()

@@ -1,4 +1,4 @@
-"""The golden without the softmax's shift (reference/golden.py, _UNSHIFTED_LOG2_BOUND): taken
+"""The golden without the softmax's shift (reference/kernel.py, _UNSHIFTED_LOG2_BOUND): taken
 where the Cauchy-Schwarz bound covers a chunk, equal to the shifted golden and to dense float64
 evaluations there, and never taken where scores or V would overflow it."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-import reference.golden as golden_module
+import reference.kernel as kernel_module
 from cases import variants as v
 from cases.inputs import Inputs, make_grad_output, make_inputs
 from cases.model import Case, Shape
@@ -19,13 +19,13 @@ from tests.dense_reference import dense_attention
 def _count_shifted_chunks(monkeypatch) -> list:
     """Record each call of the golden's flushed exp2, which only the shifted softmax makes."""
     calls = []
-    flushed = golden_module._exp2_flushed
+    flushed = kernel_module._exp2_flushed
 
     def counting(exponent):
         calls.append(exponent.shape)
         return flushed(exponent)
 
-    monkeypatch.setattr(golden_module, "_exp2_flushed", counting)
+    monkeypatch.setattr(kernel_module, "_exp2_flushed", counting)
     return calls
 
 
@@ -40,7 +40,7 @@ def test_without_a_score_mod_the_golden_skips_the_shift_and_matches_the_shifted_
     calls = _count_shifted_chunks(monkeypatch)
     unshifted = golden_attention(case, inputs)
     assert calls == []
-    monkeypatch.setattr(golden_module, "_UNSHIFTED_LOG2_BOUND", -1.0)  # no chunk is covered
+    monkeypatch.setattr(kernel_module, "_UNSHIFTED_LOG2_BOUND", -1.0)  # no chunk is covered
     shifted = golden_attention(case, inputs)
     assert calls
     torch.testing.assert_close(unshifted.out, shifted.out, rtol=1e-14, atol=1e-15)
@@ -78,7 +78,7 @@ def test_values_too_large_for_unshifted_terms_take_the_shift():
     output is the mean of V's rows, as every key weighs the same."""
     case = Case(v.full(), Shape(1, 1, 1, 8, 8, 4), "fp32")
     u = torch.full((4,), 1.0, dtype=torch.float64)
-    u *= math.sqrt(250.0 / (golden_module._LOG2E / 2.0) / 4.0)  # |u|^2 scale log2e = 250
+    u *= math.sqrt(250.0 / (kernel_module._LOG2E / 2.0) / 4.0)  # |u|^2 scale log2e = 250
     q = k = u.expand(1, 1, 8, 4).clone()
     values = torch.arange(32, dtype=torch.float64).view(1, 1, 8, 4) * 2.0 ** 800
     out = golden_attention(case, Inputs(q, k, values)).out
@@ -99,7 +99,7 @@ def test_rows_that_see_no_key_keep_the_unshifted_gradients_finite(monkeypatch):
     unshifted, _ = reference_pair(case, inputs, grad_out)
     assert calls == []
     assert torch.all(unshifted.lse[0, :, 48:] == -math.inf)
-    monkeypatch.setattr(golden_module, "_UNSHIFTED_LOG2_BOUND", -1.0)
+    monkeypatch.setattr(kernel_module, "_UNSHIFTED_LOG2_BOUND", -1.0)
     shifted, _ = reference_pair(case, inputs, grad_out)
     for name in ("dq", "dk", "dv"):
         assert torch.isfinite(unshifted.grads[name]).all(), name
