@@ -192,6 +192,14 @@ def main() -> int:
     parser.add_argument("--before", default="", help="also run the golden of this commit")
     args = parser.parse_args()
     before_path = _golden_of(args.before) if args.before else ""
+    try:
+        return _measure_all(args, before_path)
+    finally:
+        if before_path:
+            shutil.rmtree(before_path, ignore_errors=True)
+
+
+def _measure_all(args, before_path: str) -> int:
     rows = []
     for variant, shape in CASES:
         if args.skip_largest and "s8192" in shape:
@@ -248,8 +256,6 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(json.dumps({"rows": rows}))
-    if before_path:
-        shutil.rmtree(before_path)
     return 0
 
 
@@ -257,11 +263,16 @@ def _golden_of(rev: str) -> str:
     """The ``reference/`` package of commit ``rev``, extracted into a temporary directory: its
     path (the "before" worker imports ``reference.golden`` from there; ``cases/`` comes from
     this tree). Since 2026-12-03 the golden's kernel is its own module (reference/kernel.py),
-    so the whole package is the commit's, not golden.py alone."""
-    directory = tempfile.mkdtemp(suffix="_golden_before")
+    so the whole package is the commit's; before that, only the commit's golden.py was, and
+    what it imported (chunk_plan, heap, gradient_noise) came from this tree: the dated
+    ``--before`` runs in docs/performance.md were made that way."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "reference"],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--before {rev}: git archive failed: "
+                         f"{archive.stderr.decode(errors='replace').strip()}")
+    directory = tempfile.mkdtemp(suffix="_golden_before")
+    subprocess.run(["tar", "-x", "-C", directory], input=archive.stdout, check=True)
     return directory
 
 

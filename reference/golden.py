@@ -66,8 +66,7 @@ def reference_pair(case: Case, inputs: Inputs,
             raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64),
-            cancelling=cancelling_magnitudes(case, inputs, mods, grad_out, out,
-                                             chunked_attention, chunked_gradients))
+            cancelling=cancelling_magnitudes(case, inputs, mods, grad_out, out))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
         baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
     return golden, baseline

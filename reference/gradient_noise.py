@@ -19,13 +19,13 @@ in rows whose golden was 1/100 of that noise).
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
 
 from cases.inputs import Inputs
 from cases.model import Case
 from cases.variants import Mods
+from reference.kernel import chunked_attention, chunked_gradients
 
 
 #: Signed draws that estimate the size of the dK term (see cancelling_magnitudes).
@@ -35,12 +35,9 @@ _ROUNDINGS_OF_O = 2.0
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                          out: torch.Tensor, attention: Callable,
-                          gradients: Callable) -> dict[str, torch.Tensor]:
+                          out: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per row, the RMS over the head dim of the term a rounding of O moves: ``{"dq": [B, Hq,
-    Sq], "dk": [Bkv, Hkv, Skv]}`` (float32: a size, not a value). ``out`` is the golden O;
-    ``attention`` and ``gradients`` are reference.kernel's chunked_attention and
-    chunked_gradients (passed in: reference.golden calls this module)."""
+    Sq], "dk": [Bkv, Hkv, Skv]}`` (float32: a size, not a value). ``out`` is the golden O."""
     scale = 1.0 / math.sqrt(case.shape.D)
     # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
     # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output a
@@ -48,8 +45,8 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
     weight = _ROUNDINGS_OF_O * (grad_out.to(out.dtype) * out).pow(2).sum(-1, keepdim=True) \
         .sqrt().float()
     # dQ_i moves by scale * e_i * (P K)_i: the same attention with the keys as its values
-    keys_attended, _ = attention(case, Inputs(inputs.q, inputs.k, inputs.k), mods,
-                                 torch.float32)
+    keys_attended, _ = chunked_attention(case, Inputs(inputs.q, inputs.k, inputs.k), mods,
+                                         torch.float32)
     # dK_j moves by scale * sum_i P_ij e_i q_i, whose e_i are roundings of different rows, so
     # its size is sqrt(sum_i (P_ij w_i)^2 |q_i|^2), not the sum of the terms' sizes (which
     # grows with the rows: with the worst-case w_i, 4-25x |dK| at S1024). That is the mean
@@ -59,8 +56,8 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
     squares = 0.0
     for _ in range(_DK_DRAWS):
         signs = torch.randint(0, 2, weight.shape, generator=generator).float() * 2 - 1
-        draw = gradients(case, inputs, mods, signs.to(weight.device) * weight * inputs.q.float(),
-                         torch.float32)["dv"]
+        signed = signs.to(weight.device) * weight * inputs.q.float()
+        draw = chunked_gradients(case, inputs, mods, signed, torch.float32)["dv"]
         squares = squares + draw.pow(2).mean(-1)
     return {"dq": scale * weight.squeeze(-1) * _rms(keys_attended),
             "dk": scale * (squares / _DK_DRAWS).sqrt()}

@@ -82,7 +82,6 @@ _UNSHIFTED_LOG2_BOUND = 256.0
 _PV_COLUMN_MULTIPLE = 24
 
 
-
 def chunked_attention(
     case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
     probs_dtype: torch.dtype | None = None,

@@ -143,7 +143,7 @@ def test_baseline_itself_passes_and_tolerances_cover_every_dtype():
 def test_a_baseline_at_the_absolute_floor_gives_a_readable_message_not_a_huge_ratio():
     """A query that sees one key has out = v in every dtype: the baseline's error is 0, or
     float64 rounding where the golden divides P V by its normalizer unshifted (see
-    reference/golden.py), far below the floor, which then sets the limit."""
+    reference/kernel.py), far below the floor, which then sets the limit."""
     case = Case(v.full(), Shape(1, 2, 2, 4, 1, 8), "bf16")
     inputs = make_inputs(case, 0)
     golden, baseline = golden_attention(case, inputs), baseline_attention(case, inputs)
