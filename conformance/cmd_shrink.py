@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from conformance.backends.base import WorkerSlot
-    from conformance.backends.registry import resolve_backend
+    from conformance.backends.registry import import_root, resolve_backend
     from conformance.executor import Executor, Settings
     from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
@@ -53,6 +53,9 @@ def run(args) -> int:
                "seed": seed, "compile_timeout": settings.compile_timeout,
                "run_timeout": settings.run_timeout, "compile_cache": "cold",
                "cases_modules": args.cases_module}
+    pythonpath = import_root(args.backend)  # a module:object backend: where it was found
+    if pythonpath:
+        options["backend_pythonpath"] = pythonpath
     paths = write_outcome(result, Path(args.out), run_environment(backend, 1), options)
     smallest = result.smallest
     rerun = ["pytest conformance/", f"--backend {shlex.quote(args.backend)}",
@@ -63,8 +66,10 @@ def run(args) -> int:
     print(f"smallest  {smallest.case_id}: {smallest.label.value}")
     print(f"spec      {paths['spec']}")
     print(f"results   {paths['results']}")
-    print(f"rerun     {' '.join(rerun)}")
-    print(f"repro     flexconf repro {shlex.quote(str(paths['results']))} "
+    # a module:object backend is loaded again by both commands: from where shrink found it
+    env = f"PYTHONPATH={shlex.quote(pythonpath)} " if pythonpath else ""
+    print(f"rerun     {env}{' '.join(rerun)}")
+    print(f"repro     {env}flexconf repro {shlex.quote(str(paths['results']))} "
           f"{shlex.quote(smallest.case_id)} -o repro.py")
     return 0
 

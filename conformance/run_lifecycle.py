@@ -102,7 +102,9 @@ class RunLifecycle:
         options = self.options.to_record()
         options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
         if ":" in self.options.backend:
-            options["backend_pythonpath"] = _import_root(self.options.backend.partition(":")[0])
+            from conformance.backends.registry import import_root
+
+            options["backend_pythonpath"] = import_root(self.options.backend)
         return options
 
     def resumed_selection(self) -> set[str] | None:
@@ -277,20 +279,6 @@ def _check_writable(report_dir: Path, flag: str) -> None:
                if flag == "--resume" else
                "pass a directory this user can write, e.g. --report-dir reports/latest")
         raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; {fix}")
-
-
-def _import_root(module: str) -> str | None:
-    """The directory ``module`` is imported from (what PYTHONPATH needs to name it again)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(module.split(".")[0])
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    origin = Path(spec.origin).resolve()
-    return str(origin.parent.parent if spec.submodule_search_locations else origin.parent)
 
 
 def _render_report(results, report_dir: Path) -> list[str]:

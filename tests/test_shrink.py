@@ -4,6 +4,11 @@ fake executor and end to end on a backend that is wrong only for Sq >= 65 on hea
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +23,7 @@ START = Case(Variant("sliding_window", (("w", 32),)), Shape(2, 4, 2, 128, 128, 3
 #: B1, two query heads sharing one kv head (GQA kept), Sq = 65, D = 8; w scaled 32 * 65/128.
 SMALLEST = "sliding_window-w16/b1-h2x1-s65x65-d8/bf16/fwd"
 BACKEND = "tests.shape_fault_backends:WrongOnLongHead1"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def fake(rule):
@@ -112,13 +118,25 @@ def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     assert printed["original"] == f"{START.id}: MISMATCH"
     assert printed["smallest"] == f"{SMALLEST}: MISMATCH"
     assert printed["spec"] == str(out / "smallest.json")
-    assert printed["rerun"] == (f"pytest conformance/ --backend {BACKEND} --case-file "
+    # the backend is a module:object of this checkout: both lines name where it was found
+    env = f"PYTHONPATH={REPO} "
+    assert printed["rerun"] == (f"{env}pytest conformance/ --backend {BACKEND} --case-file "
                                 f"{out / 'smallest.json'} --seed 2")
-    assert printed["repro"] == f"flexconf repro {out / 'results.json'} {SMALLEST} -o repro.py"
+    assert printed["repro"] == f"{env}flexconf repro {out / 'results.json'} {SMALLEST} -o repro.py"
     results = load_results(out / "results.json")
     assert results.options["seed"] == 2 and results.by_id()[SMALLEST].label is Label.MISMATCH
+    assert results.options["backend_pythonpath"] == str(REPO)
     assert json.loads((out / "smallest.json").read_text())["cases"][0]["id"] == SMALLEST
-    assert main(["repro", str(out / "results.json"), SMALLEST, "-o", str(tmp_path / "r.py")]) == 0
+    # the repro line as printed, from another directory where tests.* is not importable
+    # without that PYTHONPATH (flexconf is conformance.cli)
+    words = shlex.split(printed["repro"])
+    assignment, command = words[0], words[1:]
+    run_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run_env.update([assignment.split("=", 1)])
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", *command[1:]], cwd=tmp_path,
+                          env=run_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "repro.py").is_file()
 
 
 def test_a_bad_max_cases_or_out_is_one_line_before_any_case_runs(tmp_path, capsys,

@@ -82,6 +82,26 @@ def resolve_backend(spec: str) -> Backend:
     return backend
 
 
+def import_root(spec: str) -> str | None:
+    """For a ``package.module:object`` backend, the directory its package is imported from
+    (what PYTHONPATH must name for a later command to load it again); None for a registered
+    name or a module that cannot be found."""
+    import importlib.util
+    from pathlib import Path
+
+    if ":" not in spec:
+        return None
+    module = spec.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin:
+        return None
+    origin = Path(found.origin).resolve()
+    return str(origin.parent.parent if found.submodule_search_locations else origin.parent)
+
+
 def availability_of(backend: Backend):
     """``backend.availability()``; one that raises is unavailable, with the error's first line."""
     from conformance.backends.base import Availability
