@@ -203,7 +203,8 @@ OPTIONS: tuple[Option, ...] = (
            _reference_cache, "worker",
            default_text="~/.cache/flexattention-conformance/reference ($XDG_CACHE_HOME if set)"),
     Option("--reference-cache-size", "4G", "bound of the reference cache: bytes with a unit "
-           "(4G, 512M) or a share of RAM (10%)" + _DASH_VALUES.format(flag="--reference-cache-size"),
+           "(4G, 512M) or a share of RAM (10%)"
+           + _DASH_VALUES.format(flag="--reference-cache-size"),
            _size("--reference-cache-size"), "worker"),
     Option("--reference-device", "cpu", "where the float64 golden is computed: cpu or cuda",
            _choice("--reference-device", ("cpu", "cuda")), "worker"),
