@@ -30,7 +30,11 @@ from conformance.protocol import (WORKER_PID_ENV, CaseRequest, DoneEvent, ErrorE
                                   Outcome, Phase, PhaseEvent, ReadyEvent, Timings, encode_event,
                                   save_output)
 
-_OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+#: Lower case. The Neuron runtime's device allocator says "NRT allocation failed for size N
+#: (OOM)" and its host one "Failed to allocate host memory" (torch-neuronx source [SRC],
+#: NeuronCachingAllocator.cpp and ErrorHandler.cpp; docs/backends.md, section Neuron).
+_OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory", "(oom)",
+              "failed to allocate host memory")
 
 Emit = Callable[[Event], None]
 

@@ -37,13 +37,14 @@ TINY = Shape(1, 2, 2, 64, 64, 16)
 CAUSAL = Case(variants.causal(), TINY, "fp32")
 ALIBI = Case(variants.alibi(), TINY, "fp32")
 ON_CPU = "tests.standin_neuron:NeuronOnCpu"
-#: The native backend, and with it the Neuron backend, needs torch-neuronx 2.13 or later, which
-#: pairs with torch 2.13 ([RN] in conformance/backends/neuron_sdk.py): on an older torch the
-#: stand-in (which takes the running torch's release) is rightly "not available".
+#: The stand-in is torch-neuronx 2.13.3.0 of Neuron 2.33 (its wheel metadata,
+#: tests/standin_neuron/*.dist-info), which pairs with torch 2.13 only ([RN] in
+#: conformance/backends/neuron_sdk.py): with any other torch it is rightly "not available".
+STANDIN_TORCH = (2, 13)
 NEEDS_NATIVE_RELEASE = pytest.mark.skipif(
-    tuple(int(p) for p in torch.__version__.split(".")[:2]) < sdk.MIN_RELEASE,
-    reason=f"torch {torch.__version__}: the Neuron backend needs torch-neuronx "
-           f"{'.'.join(map(str, sdk.MIN_RELEASE))}+, which pairs with the same torch")
+    tuple(int(p) for p in torch.__version__.split(".")[:2]) != STANDIN_TORCH,
+    reason=f"torch {torch.__version__}: the stand-in is torch-neuronx 2.13.3.0, which pairs "
+           "with torch 2.13 only")
 
 
 def _stock_sentence(device_type: str) -> str:
@@ -178,7 +179,14 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
     monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")
     assert Neuron().availability().available
     env = Neuron().environment()
-    assert env["torch_neuronx"].endswith(".3.0+standin")  # from the import, not the metadata
+    # the release is the wheel's metadata: the module's __version__ is "0.1.0", as in [SRC]
+    # (asked in a subprocess: the stand-in registers its compile backend once per process)
+    assert env["torch_neuronx"] == "2.13.3.0+standin"
+    module_version = subprocess.run(
+        [sys.executable, "-c", "import torch_neuronx; print(torch_neuronx.__version__)"],
+        env={**os.environ, "PYTHONPATH": str(STANDIN_DIR)}, capture_output=True, text=True,
+        timeout=120)
+    assert module_version.stdout.strip() == "0.1.0", module_version.stderr[-2000:]
     assert env["neuronx_cc"] == "NeuronX Compiler version 2.28.7631.0+standin"
     assert env["neuron_runtime"] == "2.35.30.0-standin"
     assert env["neuron_driver"] == "2.26.5.0-standin"
@@ -259,12 +267,56 @@ def test_child_env_forces_the_guards_and_keeps_settings_read_once_per_process(mo
     assert "NEURON_COMPILE_CACHE_URL" not in {**cold, **warm}  # the XLA-era variable
 
 
-def test_runtime_timeouts_are_recognised():
+def test_runtime_timeouts_are_recognised_in_the_runtimes_words():
+    """[SRC] ErrorHandler.cpp: an execution error names its NRT status in words."""
     backend = Neuron()
-    assert backend.is_execution_timeout(RuntimeError("nrt_execute: NRT status 5 (NRT_TIMEOUT)"))
-    assert backend.is_execution_timeout(RuntimeError("execution timeout (30000 ms)"))
-    assert not backend.is_execution_timeout(RuntimeError("NRT status 1204 ... NQ_OVERFLOW"))
-    assert not backend.is_execution_timeout(RuntimeError("NRT status 50"))
+    error = ('NRT Execution error occurred on Neuron for operation=aten::mm\nerror message="NRT '
+             'EXECUTION FAILED: Async execution error: seq_id=12, Operation timed out"')
+    assert backend.is_execution_timeout(RuntimeError(error))
+    assert backend.is_execution_timeout(RuntimeError("nrt_execute returned NRT_TIMEOUT"))
+    for other in ("Failed to allocate resource", "Software notification queue overflow",
+                  "Execution completed with errors"):  # statuses 4, 1204, 1004
+        assert not backend.is_execution_timeout(RuntimeError(error.replace(
+            "Operation timed out", other)))
+
+
+def test_the_runtimes_out_of_memory_is_out_of_memory():
+    """[SRC] NeuronCachingAllocator.cpp adds "(OOM)" when the device has no memory left
+    (NRT_RESOURCE), and ErrorHandler.cpp words NRT_FAIL_HOST_MEM_ALLOC; neither says "out of
+    memory". Another allocation failure stays an error."""
+    from conformance.child import classify_exception
+    from conformance.protocol import Outcome
+
+    backend = Neuron()
+    for text in ("NRT allocation failed for size 8589934592 (OOM)",
+                 'NRT Execution error occurred on Neuron for operation=aten::mm\nerror '
+                 'message="NRT EXECUTION FAILED: Failed to allocate host memory"'):
+        assert classify_exception(RuntimeError(text), backend) is Outcome.OOM, text
+    assert classify_exception(RuntimeError("NRT allocation failed for size 64"),
+                              backend) is Outcome.ERROR
+
+
+def test_ops_that_setup_ran_on_the_host_are_not_the_compiled_graphs(monkeypatch):
+    """[SRC] get_fallback_ops() lists every eager op that fell back to the CPU, setup's too
+    (the inputs and the block mask are made eagerly on the device before prepare): the check
+    after the first call judges the compiled graph, so the tracking starts at setup's end.
+    (The package's two functions as [SRC] has them, on a list: the stand-in registers its
+    compile backend once per process and cannot be imported again here.)"""
+    from types import SimpleNamespace
+
+    from conformance.backends import neuron as neuron_module
+
+    tracked = ["aten::nonzero"]  # an eager op of setup fell back
+    package = SimpleNamespace(clear_op_tracking=tracked.clear,
+                              get_fallback_ops=lambda: list(tracked))
+    monkeypatch.setattr(neuron_module, "_import_torch_neuronx", lambda: package)
+    backend = Neuron()
+    monkeypatch.setattr(backend, "_compile", lambda: None)
+    backend._sync = lambda: None
+    backend.prepare(CAUSAL)
+    assert backend.fallback_ops() == []
+    tracked.append("aten::_safe_softmax")  # one of the call's: seen
+    assert backend.fallback_ops() == ["aten::_safe_softmax"]
 
 
 # -- the device check ----------------------------------------------------------------------------
@@ -448,7 +500,7 @@ def test_a_runtime_execution_timeout_is_a_run_timeout(standin, tmp_path, monkeyp
     monkeypatch.setenv("STANDIN_NEURON_EXEC_TIMEOUT_AT", "3")  # warm-up, first call, then a run
     (record,) = _run([CAUSAL], tmp_path)
     assert record.label is Label.RUN_TIMEOUT, record.message
-    assert "NRT_TIMEOUT" in record.message
+    assert "Operation timed out" in record.message
 
 
 # -- the fallback guard ---------------------------------------------------------------------------

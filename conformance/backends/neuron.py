@@ -164,7 +164,6 @@ class Neuron(Backend):
         torch._dynamo.reset()  # every case compiles for its own static shape
         torch_neuronx = _import_torch_neuronx()
         _call_if_present(torch_neuronx, "reset_dynamo_metrics")
-        _call_if_present(torch_neuronx, "clear_op_tracking")
         if cold:  # the in-memory NEFF cache outlives dynamo.reset(); a cold case may not use it
             _call_if_present(getattr(torch_neuronx, "_C", None), "_clear_compilation_memory_cache")
         self._stats_before = _cache_stats(torch_neuronx)
@@ -175,6 +174,11 @@ class Neuron(Backend):
             self._sync = _synchronizer(self.sync_module)
         gqa = case.shape.Hq != case.shape.Hkv
         lse = case.mode == "fwd+lse"
+        # [SRC] get_fallback_ops() lists every eager op that fell back to the CPU
+        # (NeuronBindings.cpp, neuron_cpu_fallback), setup's too: the inputs, mods and block
+        # mask are made eagerly on the device before this. The check after the first call is
+        # about the compiled graph and the calls, so the tracking starts here, at setup's end.
+        _call_if_present(_import_torch_neuronx(), "clear_op_tracking")
 
         def neuron(q, k, v, score_mod, block_mask):
             compat.validate_device(q, k, v)  # upstream's exact error, before any compile

@@ -47,10 +47,11 @@ RECORDED_ENV = {
     "NEURON_RT_EXEC_TIMEOUT": "not set (runtime default 30 s)",  # [SDK] configuration guide
     VISIBLE_CORES_ENV: "not set (all cores of the host)",
 }
-#: [NRT] NRT_TIMEOUT = 5, "Operation timed out"; field reports quote "NRT status 5" and
-#: "execution timeout (30000 ms)". Only a real Trainium run confirms the exact text.
-EXEC_TIMEOUT_RE = re.compile(r"\bNRT_TIMEOUT\b|\bNRT status 5\b(?!\d)|\bexecution timeout\b",
-                             re.IGNORECASE)
+#: [NRT] status NRT_TIMEOUT = 5; [SRC] ErrorHandler::ClassifyNrtError words it "Operation timed
+#: out" in the execution error it raises ("NRT Execution error occurred on Neuron for
+#: operation=...", error message "NRT EXECUTION FAILED: Async execution error: seq_id=N,
+#: Operation timed out"). Only a real Trainium run confirms 2.33's exact text.
+EXEC_TIMEOUT_RE = re.compile(r"\bOperation timed out\b|\bNRT_TIMEOUT\b")
 
 # -- the package -----------------------------------------------------------------------------
 #: [RN] torch-neuronx 2.X.Y pairs with torch 2.X; 2.33 ships 2.13.3.0 and 2.14.3.0.
@@ -68,7 +69,13 @@ try:
     import torch
     out["torch"] = torch.__version__
     import torch_neuronx
-    out["version"] = str(getattr(torch_neuronx, "__version__", ""))
+    # the release is the installed wheel's ([RN]: 2.13.3.0, 2.14.3.0); [SRC] hard-codes
+    # torch_neuronx.__version__ = "0.1.0", so the attribute is read only without metadata
+    try:
+        from importlib.metadata import version
+        out["version"] = version("torch-neuronx")
+    except Exception:
+        out["version"] = str(getattr(torch_neuronx, "__version__", ""))
     out["apis"] = {
         "get_dynamo_metrics": hasattr(torch_neuronx, "get_dynamo_metrics"),
         "get_fallback_ops": hasattr(torch_neuronx, "get_fallback_ops"),

@@ -35,7 +35,7 @@ each behaviour names its source (keys as in conformance/backends/neuron_sdk.py):
   compile option False), and otherwise falls back to eager with a warning, as SDKs before 2.33
   did by default [SRC backend.py; ENV]: the trap the suite's guard closes;
 - ``STANDIN_NEURON_EXEC_TIMEOUT_AT=N``: the N-th execution raises the runtime's timeout
-  (NRT_TIMEOUT, status 5 [NRT]);
+  (NRT_TIMEOUT, status 5 [NRT]) in the words of [SRC] ErrorHandler.cpp's execution error;
 - ``STANDIN_NEURON_REJECT_DEVICE=1`` makes flex_attention's device check treat the CPU (where
   the stand-in's tensors live) the way stock torch treats ``neuron`` [PT]: same function, same
   sentence. It lets the tests prove the bypass on real computation.
@@ -61,7 +61,10 @@ import torch
 from torch._dynamo import register_backend
 from torch._dynamo.backends.registry import lookup_backend
 
-__version__ = "{}.{}.3.0+standin".format(*torch.__version__.split(".")[:2])
+#: [SRC] hard-codes this; the release is the wheel's metadata (here
+#: tests/standin_neuron/torch_neuronx-2.13.3.0+standin.dist-info: torch-neuronx 2.13.3.0 of
+#: Neuron 2.33 [RN], which pairs with torch 2.13).
+__version__ = "0.1.0"
 STANDIN = True
 
 FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
@@ -244,8 +247,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
         _executions += 1
         timeout_at = int(os.environ.get("STANDIN_NEURON_EXEC_TIMEOUT_AT", "0") or 0)
         if timeout_at and _executions >= timeout_at:
-            raise RuntimeError("nrt_execute failed: NRT status 5 (NRT_TIMEOUT): execution "
-                               "timeout (30000 ms)")
+            raise RuntimeError(
+                "NRT Execution error occurred on Neuron for operation=neuron_graph\nerror "
+                f'message="NRT EXECUTION FAILED: Async execution error: seq_id={_executions}, '
+                'Operation timed out"\npython stack trace=\n')
         _fallback_ops.extend(op for op in os.environ.get("STANDIN_NEURON_FALLBACK_OPS", "")
                              .split(",") if op)
         return runnable(*args)
