@@ -1,8 +1,9 @@
 """The neuron backend against the stand-in of the Neuron SDK as published (tests/standin_neuron).
 
-Unit tests: availability (the real package, PyPI's placeholder, a mismatched release), the
-environment record, NeuronCores in their documented forms, the child's environment, the device
-check. End-to-end tests run real supervised children through the Executor (as pytest workers
+Unit tests: availability (the real package, PyPI's placeholder), the environment record, a core
+slice that does not fit, the device check (the rules without the stand-in, such as the release
+table, core forms, the child's environment and the runtime's error texts, are in
+tests/test_neuron_sdk_rules.py). End-to-end tests run real supervised children through the Executor (as pytest workers
 do) with the real Neuron backend code on CPU tensors; the stand-in's compile backend models the
 SDK's caches, artefacts, metrics, fallbacks and asynchronous compilation.
 """
@@ -156,22 +157,6 @@ def test_flexconf_backends_with_the_placeholder_installed_says_why(placeholder):
     assert "--backend auto picks: cpu-inductor" in proc.stdout
 
 
-@pytest.mark.parametrize("probe, torch_version, expected", [
-    (sdk.PackageProbe(True, version="2.14.3.0"), "2.13.0+cpu",
-     "torch-neuronx 2.14.3.0 does not match torch 2.13.0+cpu (torch-neuronx 2.14 needs torch 2.14)"),
-    (sdk.PackageProbe(True, version="2.1.2.2.3.0"), "2.1.2",
-     "torch-neuronx 2.1.2.2.3.0 is older than the native backend the suite drives"),
-    (sdk.PackageProbe(True, error="OSError: libnrt.so.1: cannot open shared object file"),
-     "2.13.0", "torch_neuronx cannot be imported (OSError: libnrt.so.1: cannot open shared"),
-])
-def test_only_a_real_matching_release_is_available(probe, torch_version, expected):
-    assert sdk.unavailable_reason(probe, torch_version).startswith(expected)
-
-
-def test_matching_release_is_available():
-    assert sdk.unavailable_reason(sdk.PackageProbe(True, version="2.13.3.0"), "2.13.0+cpu") is None
-
-
 # -- environment -----------------------------------------------------------------------------
 @NEEDS_NATIVE_RELEASE
 def test_environment_records_versions_tools_settings_and_sources(standin, monkeypatch):
@@ -218,22 +203,7 @@ def test_environment_tolerates_absent_tools(no_standin, monkeypatch, tmp_path):
     assert env["cache_hit_source"].startswith("none: ")
 
 
-# -- cores and the child's environment ---------------------------------------------------------
-def test_cores_only_in_their_documented_forms():
-    assert [sdk.cores_for_worker(i, 8, 1) for i in (0, 3, 7)] == ["0", "3", "7"]
-    assert sdk.cores_for_worker(1, 4, 4) == "4-7"
-    assert sdk.cores_for_worker(1, 2, 4, "8-15") == "12-15"  # from the caller's cores
-    assert sdk.parse_cores("3") == [3] and sdk.parse_cores("0-3") == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match=r"NEURON_RT_VISIBLE_CORES='0,2,4,6' is not one of its "
-                                         r"documented forms, one index or an inclusive range"):
-        sdk.parse_cores("0,2,4,6")
-    with pytest.raises(ValueError, match=r"worker 2 of 3 needs NeuronCores 8\.\.11 of "
-                                         r"NEURON_RT_VISIBLE_CORES='8-15'.*use fewer workers"):
-        sdk.cores_for_worker(2, 3, 4, "8-15")
-    with pytest.raises(ValueError, match="are not one index or one range"):
-        sdk.format_cores([0, 2])
-
-
+# -- cores ------------------------------------------------------------------------------------------
 @NEEDS_NATIVE_RELEASE
 def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
@@ -248,75 +218,6 @@ def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
     assert ("ERROR: worker 1 of 2 needs NeuronCores 4..7 of NEURON_RT_VISIBLE_CORES='0-3', "
             "which has 4; use fewer workers") in proc.stderr
     assert not (tmp_path / "report" / "results.json").exists()  # nothing ran
-
-
-def test_child_env_forces_the_guards_and_keeps_settings_read_once_per_process(monkeypatch, tmp_path):
-    monkeypatch.setenv(sdk.FALLBACK_ENV, "0")  # a caller who allows fallbacks does not get them
-    monkeypatch.delenv(sdk.VISIBLE_CORES_ENV, raising=False)
-    backend = Neuron(cores_per_worker=4)
-    assert backend.child_env(WorkerSlot(1, 2), None) == {
-        sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1", sdk.VISIBLE_CORES_ENV: "4-7"}
-    cold = backend.process_cache_env(str(tmp_path), cold=True)
-    assert cold["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == cold["TORCH_NEURONX_DISABLE_NEFF_CACHE"] == "1"
-    assert cold[sdk.NEFF_CACHE_DIR_ENV] == str(tmp_path / "neff")  # never /tmp/neff_cache
-    warm = backend.process_cache_env(str(tmp_path), cold=False)
-    assert warm["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "0"
-    assert warm[sdk.NEFF_LOCAL_CACHE_DIR_ENV] == str(tmp_path / "neff-local")
-    assert backend.artifact_env("/x") == {"TORCH_NEURONX_DEBUG_DIR": "/x",
-                                          "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1"}
-    assert "NEURON_COMPILE_CACHE_URL" not in {**cold, **warm}  # the XLA-era variable
-
-
-def test_runtime_timeouts_are_recognised_in_the_runtimes_words():
-    """[SRC] ErrorHandler.cpp: an execution error names its NRT status in words."""
-    backend = Neuron()
-    error = ('NRT Execution error occurred on Neuron for operation=aten::mm\nerror message="NRT '
-             'EXECUTION FAILED: Async execution error: seq_id=12, Operation timed out"')
-    assert backend.is_execution_timeout(RuntimeError(error))
-    assert backend.is_execution_timeout(RuntimeError("nrt_execute returned NRT_TIMEOUT"))
-    for other in ("Failed to allocate resource", "Software notification queue overflow",
-                  "Execution completed with errors"):  # statuses 4, 1204, 1004
-        assert not backend.is_execution_timeout(RuntimeError(error.replace(
-            "Operation timed out", other)))
-
-
-def test_the_runtimes_out_of_memory_is_out_of_memory():
-    """[SRC] NeuronCachingAllocator.cpp adds "(OOM)" when the device has no memory left
-    (NRT_RESOURCE), and ErrorHandler.cpp words NRT_FAIL_HOST_MEM_ALLOC; neither says "out of
-    memory". Another allocation failure stays an error."""
-    from conformance.child import classify_exception
-    from conformance.protocol import Outcome
-
-    backend = Neuron()
-    for text in ("NRT allocation failed for size 8589934592 (OOM)",
-                 'NRT Execution error occurred on Neuron for operation=aten::mm\nerror '
-                 'message="NRT EXECUTION FAILED: Failed to allocate host memory"'):
-        assert classify_exception(RuntimeError(text), backend) is Outcome.OOM, text
-    assert classify_exception(RuntimeError("NRT allocation failed for size 64"),
-                              backend) is Outcome.ERROR
-
-
-def test_ops_that_setup_ran_on_the_host_are_not_the_compiled_graphs(monkeypatch):
-    """[SRC] get_fallback_ops() lists every eager op that fell back to the CPU, setup's too
-    (the inputs and the block mask are made eagerly on the device before prepare): the check
-    after the first call judges the compiled graph, so the tracking starts at setup's end.
-    (The package's two functions as [SRC] has them, on a list: the stand-in registers its
-    compile backend once per process and cannot be imported again here.)"""
-    from types import SimpleNamespace
-
-    from conformance.backends import neuron as neuron_module
-
-    tracked = ["aten::nonzero"]  # an eager op of setup fell back
-    package = SimpleNamespace(clear_op_tracking=tracked.clear,
-                              get_fallback_ops=lambda: list(tracked))
-    monkeypatch.setattr(neuron_module, "_import_torch_neuronx", lambda: package)
-    backend = Neuron()
-    monkeypatch.setattr(backend, "_compile", lambda: None)
-    backend._sync = lambda: None
-    backend.prepare(CAUSAL)
-    assert backend.fallback_ops() == []
-    tracked.append("aten::_safe_softmax")  # one of the call's: seen
-    assert backend.fallback_ops() == ["aten::_safe_softmax"]
 
 
 # -- the device check ----------------------------------------------------------------------------
