@@ -22,7 +22,7 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods, build_mods
-from reference.gradient_noise import cancelling_magnitudes
+from reference.gradient_noise import row_noise_magnitudes
 from reference.kernel import chunked_attention, chunked_gradients
 
 #: Version of the reference computation; part of every reference cache key.
@@ -34,15 +34,17 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 7: without a score_mod, no shift by the row maximum where a bound allows (float64 rounding).
 #: 8: the baseline's gradients take the softmax's row term from the output rounded to the dtype;
 #:    the golden of a backward case carries the magnitude of what cancels in dQ and dK rows.
-REFERENCE_VERSION = 8
+#: 9: ... and of a float32 kernel's roundings of P and dP in dQ, dK and dV rows.
+REFERENCE_VERSION = 9
 
 
 @dataclass(frozen=True)
 class Reference:
     """Output [B, Hq, Sq, D], log-sum-exp [B, Hq, Sq] (natural log) and, for backward cases,
     gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed); the
-    golden's also carries, per row of dQ and dK, the magnitude of what cancels in it
-    (reference/gradient_noise.py), which the verdict adds to the row's own."""
+    golden's also carries, per row of dQ, dK and dV, the size of the noise a correct backward
+    leaves there (what cancels, and a float32 kernel's roundings: reference/gradient_noise.py),
+    which the verdict adds to the row's own magnitude."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None
@@ -66,7 +68,7 @@ def reference_pair(case: Case, inputs: Inputs,
             raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64),
-            cancelling=cancelling_magnitudes(case, inputs, mods, grad_out, out))
+            cancelling=row_noise_magnitudes(case, inputs, mods, grad_out, out, lse))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
         baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
     return golden, baseline

@@ -1,20 +1,30 @@
-"""How much rounding noise a correct backward leaves in each row of dQ and dK where the terms
-of the row cancel, so that the verdict can judge those rows by what a careful kernel can do.
+"""How much rounding noise a correct backward leaves in each row of dQ, dK and dV where the
+row's own terms are few or cancel, so that the verdict can judge those rows by what a careful
+kernel can do. Two sources, summed per row (row_noise_magnitudes):
 
-dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
+What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
+dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
 In a row that sees few keys, dP_ij and delta_i nearly cancel and the golden dQ_i is small (0
 when the row sees one key), while every fused kernel (FlashAttention, flex_attention's Triton
 template, eager flex_attention) takes delta_i from O as stored in the case dtype: roundings
 of O move delta_i by about u w_i (w_i below), and dQ_i by u scale w_i (P K)_i, whatever the
 golden's size. dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many
 rows at once, independent of each other: by about u scale sqrt(sum_i (P_ij w_i)^2 |q_i|^2).
-Those sizes (without u, which the verdict's dtype term supplies) are this module's answer: the
-magnitude of what cancels in each row, beside the golden's own, which the row's error is
+Those sizes (without u, which the verdict's dtype term supplies) are
+the magnitude of what cancels in each row, beside the golden's own, which the row's error is
 measured against. Where rows see many keys they are a fraction of the gradient (medians of
 0.28-0.34 of rms(dQ) and 0.15-0.20 of rms(dK) at S512), so a row 2-3% off is still caught
 there (tests/test_gradient_verdict.py); where a row sees few keys they are most of its limit
 (docs/oracle.md: a correct FlashAttention-style backward failed the dQ row rule by up to 18x
 in rows whose golden was 1/100 of that noise).
+
+A float32 kernel's roundings of P and dP (float32_rounding_magnitudes). In a row of one or a
+few terms the row's whole error is one rounding of one P_ij or dP_ij, and the baseline's own
+draw of it can be 30x smaller than a correct backend's: in float32, where nothing else
+widens the limit, a correct backward failed such rows by up to 4.8x. Sized by bounds on
+typical roundings (each dot product's partial sums by Cauchy-Schwarz); they matter in float32
+only (2^-16 of them in bfloat16 units), where they are 75-105x rms(G) on rows of many keys
+and the row rule still fails a float32 gradient row 1e-4 off (docs/oracle.md).
 """
 from __future__ import annotations
 
@@ -22,16 +32,28 @@ import math
 
 import torch
 
-from cases.inputs import Inputs
+from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
-from reference.kernel import chunked_attention, chunked_gradients
+from reference.kernel import backward_pair_terms, chunked_attention, chunked_gradients
 
 
 #: Signed draws that estimate the size of the dK term (see cancelling_magnitudes).
 _DK_DRAWS = 2
 #: How many roundings of O a correct backend's delta may carry (see cancelling_magnitudes).
 _ROUNDINGS_OF_O = 2.0
+
+
+def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
+                         out: torch.Tensor, lse: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per row of dQ, dK and dV, the size of the noise a correct backward leaves there beside
+    the golden's own magnitude, in units of the case dtype's unit roundoff: what cancels
+    (cancelling_magnitudes) plus a float32 kernel's roundings of P and dP
+    (float32_rounding_magnitudes). The verdict adds it to the row's magnitude."""
+    noise = float32_rounding_magnitudes(case, inputs, mods, grad_out, out, lse)
+    for name, size in cancelling_magnitudes(case, inputs, mods, grad_out, out).items():
+        noise[name] = noise[name] + size
+    return noise
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
@@ -61,6 +83,73 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
         squares = squares + draw.pow(2).mean(-1)
     return {"dq": scale * weight.squeeze(-1) * _rms(keys_attended),
             "dk": scale * (squares / _DK_DRAWS).sqrt()}
+
+
+def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
+                                out: torch.Tensor, lse: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per row of dQ, dK and dV, the RMS over the head dim of what a float32 kernel's own
+    roundings of P and dP move (``{"dq": [B, Hq, Sq], "dk"/"dv": [Bkv, Hkv, Skv]}``, in units
+    of the case dtype's unit roundoff, which the verdict multiplies them by).
+
+    A fused backward recomputes P_ij = exp(s_ij - lse_i) and dP_ij = dO_i . v_j in float32. Each
+    is one rounding of a D-term dot product and a few more, and where a row holds one or a few
+    terms (decoding, a causal row that sees one key) that one rounding is the row's whole
+    error: the baseline's own draw of it can be 30x smaller than a correct backend's
+    (docs/oracle.md). Sizes, each a bound on typical roundings, not a worst case:
+    - P_ij is off by a relative ``u c_ij``: the score's dot product, ``sqrt(D) |q_i| |k_j|
+      scale`` (each of its D partial sums is at most |q_i| |k_j| by Cauchy-Schwarz), carried
+      through the score mod's slope; the mod's result, ``|s'_ij|``; the stored lse, ``|lse_i|``;
+      and the exponential's own, 2;
+    - dP_ij is off by ``u n_ij = u sqrt(D) |dO_i| |v_j|``, the same bound for its dot product.
+    dS_ij = slope P_ij (dP_ij - delta_i) then moves by u times ``c_ij dS_ij`` and
+    ``n_ij slope P_ij``, independent from pair to pair, and dQ_i = scale sum_j dS_ij k_j,
+    dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i sum them in quadrature. In the case
+    dtype's units these are u_float32 / u_dtype of that: all of it in float32, 2^-16 of it in
+    bfloat16, whose own roundings of P and dS (the baseline's too) are far larger."""
+    s = case.shape
+    root_d = math.sqrt(s.D)
+    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+    dv = torch.zeros_like(dk)
+    group, scale = s.Hq // s.Hkv, 1.0 / root_d
+    for t in backward_pair_terms(case, inputs, mods, grad_out, out, lse):
+        # in_p: the relative rounding of P_ij in units of u (see above), built in place
+        in_p = t.q.norm(dim=-1, keepdim=True) * _per_query_head(t.k.norm(dim=-1), group)
+        in_p.mul_(root_d * scale)
+        if t.slope is not None:
+            in_p.mul_(t.slope.abs())
+        in_p.add_(t.modded.abs()).add_(t.lse.where(torch.isfinite(t.lse), 0.0).abs() + 2.0)
+        var_p = (in_p * t.probs).square_()
+        dv_keys = torch.bmm(var_p.transpose(1, 2), _mean_square(t.d_out))
+        del var_p
+        var_ds = in_p.mul_(t.d_scores).square_()  # in_p's memory: P's rounding in dS
+        in_dp = t.d_out.norm(dim=-1, keepdim=True) * _per_query_head(t.v.norm(dim=-1), group)
+        in_dp.mul_(root_d).mul_(t.probs)
+        if t.slope is not None:
+            in_dp.mul_(t.slope)
+        var_ds.add_(in_dp.square_())  # dP's rounding in dS
+        del in_dp
+        ms_k = _mean_square(t.k).repeat_interleave(group, 0)  # [Hq, m, 1]
+        dq[t.b, :, t.rows] = scale ** 2 * torch.bmm(var_ds, ms_k).squeeze(-1)
+        dk_keys = scale ** 2 * torch.bmm(var_ds.transpose(1, 2), _mean_square(t.q))
+        for acc, keys in ((dk, dk_keys), (dv, dv_keys)):
+            full = torch.zeros_like(acc[t.kv_batch])
+            full[:, t.keys] = keys.squeeze(-1).unflatten(0, (-1, group)).sum(1)
+            acc[t.kv_batch] += full
+        del t, var_ds
+    to_dtype_units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
+    return {name: (to_dtype_units * var.sqrt()).float() for name, var in
+            (("dq", dq), ("dk", dk), ("dv", dv))}
+
+
+def _per_query_head(per_key: torch.Tensor, group: int) -> torch.Tensor:
+    """[Hkv, m] -> [Hq, 1, m]: each key/value head's values for the query heads of its group."""
+    return per_key.repeat_interleave(group, 0).unsqueeze(1)
+
+
+def _mean_square(x: torch.Tensor) -> torch.Tensor:
+    """The mean square over the head dim: [.., rows, D] -> [.., rows, 1]."""
+    return x.square().mean(-1, keepdim=True)
 
 
 def _rms(t: torch.Tensor) -> torch.Tensor:

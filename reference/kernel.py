@@ -134,6 +134,74 @@ def chunked_gradients(
 
 
 @dataclass(frozen=True)
+class PairTerms:
+    """The golden backward's terms of one query chunk, per query-key pair ([Hq, n, m]: the
+    chunk's rows by its kept keys, float64), from which reference/gradient_noise.py sizes the
+    roundings a float32 kernel makes in them. Operands are the chunk's own (unscaled)."""
+
+    b: int
+    kv_batch: int
+    rows: slice
+    keys: slice | torch.Tensor
+    q: torch.Tensor  # [Hq, n, D]
+    k: torch.Tensor  # [Hkv, m, D]: the kept keys
+    v: torch.Tensor  # [Hkv, m, D]
+    d_out: torch.Tensor  # [Hq, n, D]
+    lse: torch.Tensor  # [Hq, n, 1] (natural log; -inf on fully masked rows)
+    modded: torch.Tensor  # the scores after the score mod (0 where masked)
+    slope: torch.Tensor | None  # d modded / d score, pointwise (None: no score mod, 1)
+    probs: torch.Tensor  # P = exp(modded - lse), 0 where masked
+    d_scores: torch.Tensor  # dS = slope * P * (dP - delta): the gradient of each raw score
+
+
+def backward_pair_terms(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
+                        out: torch.Tensor, lse: torch.Tensor):
+    """PairTerms of every golden query chunk, given the golden's ``out`` and ``lse``: P from
+    the stored lse and delta from the stored O, as fused backward kernels take them."""
+    keep_freed_heap()
+    group = case.shape.Hq // case.shape.Hkv
+    for chunk in _chunks(case, inputs, mods, torch.float64):
+        k, v = chunk.k[:, chunk.keys], chunk.v[:, chunk.keys]
+        hq, n, d = chunk.q.shape
+        m = k.shape[1]
+        if m == 0:
+            continue
+        scores = torch.bmm((chunk.q * chunk.scale).reshape(-1, group * n, d),
+                           k.transpose(1, 2)).view(hq, n, m)
+        modded, slope = scores, None
+        if mods.score_mod is not None:
+            kv_idx = torch.arange(chunk.k.shape[1], device=scores.device)[chunk.keys]
+            with torch.enable_grad():
+                leaf = scores.requires_grad_()
+                modded = evaluate_score(mods.score_mod, leaf.unsqueeze(0), chunk.batch,
+                                        chunk.heads, chunk.q_idx, kv_idx)[0].to(scores.dtype)
+                slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
+                                            allow_unused=True)[0] if modded.requires_grad else None
+            modded = modded.detach()
+            slope = torch.zeros_like(modded) if slope is None else slope
+            del leaf, scores
+        row_lse = lse[chunk.b, :, chunk.rows].unsqueeze(-1).to(modded.dtype)
+        # a pair that contributes nothing: masked, in a fully masked row, or a score the mod
+        # made -inf (P = 0 exactly, and its size would be inf * 0)
+        dead = ~torch.isfinite(row_lse) | ~torch.isfinite(modded)
+        if chunk.mask is not None:
+            dead = dead | ~chunk.mask[..., chunk.keys]
+        modded = modded.masked_fill(dead, 0.0)
+        probs = (modded - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_() \
+            .masked_fill_(dead, 0.0)
+        if slope is not None:
+            slope.masked_fill_(dead, 0.0)
+        d_out = grad_out[chunk.b, :, chunk.rows].to(modded.dtype)
+        d_scores = torch.bmm(d_out.reshape(-1, group * n, d), v.transpose(1, 2)).view(hq, n, m)
+        delta = (d_out * out[chunk.b, :, chunk.rows].to(modded.dtype)).sum(-1, keepdim=True)
+        d_scores.sub_(delta).mul_(probs)  # dP - delta, times P
+        if slope is not None:
+            d_scores.mul_(slope)
+        yield PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v, d_out,
+                        row_lse, modded, slope, probs, d_scores)
+
+
+@dataclass(frozen=True)
 class _Chunk:
     """One query chunk of one batch: its rows, operands in the compute dtype, mask, the index
     vectors the mods are evaluated on, and the key columns any of its rows may see."""

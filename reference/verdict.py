@@ -118,9 +118,9 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any,
 
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
                   tol: Tolerance, what: str, cancelling: torch.Tensor | None = None) -> Verdict:
-    """The three rules on one tensor; ``cancelling`` (dQ and dK rows: the magnitude of what
-    cancels in each row, reference/gradient_noise.py) is added to each row's magnitude, which
-    the dtype terms of the limits scale with."""
+    """The three rules on one tensor; ``cancelling`` (gradient rows: the size of the noise a
+    correct backward leaves in each row, reference/gradient_noise.py) is added to each row's
+    magnitude, which the dtype terms of the limits scale with."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
@@ -174,7 +174,7 @@ class _ErrorStats:
 
     row_rms_obs: torch.Tensor  # [B, H, S]
     row_rms_base: torch.Tensor
-    row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus what cancels in it
+    row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus its noise (cancelling)
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
     head_sum_golden: torch.Tensor  # sum of |G| (plus D times each row's cancelling magnitude)

@@ -19,8 +19,14 @@ from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import build_mods
 
 
-def fa_style_gradients(case, inputs, grad_out: torch.Tensor,
-                       out: torch.Tensor) -> dict[str, torch.Tensor]:
+#: Precision losses a backward can make, for tests that the verdict still sees them in float32:
+#: dP = dO V^T from operands with TF32's 10-bit mantissa (tensor cores' TF32 mode), and P
+#: rounded to bfloat16 for both of its uses.
+LOSSES = ("dp_tf32", "p_bf16")
+
+
+def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
+                       loss: str | None = None) -> dict[str, torch.Tensor]:
     s = case.shape
     assert s.Bkv == s.B, "key/value batch broadcast is not written out here"
     dtype, group, scale = torch_dtype(case.dtype), s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
@@ -35,9 +41,12 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor,
     masked = modded.detach().masked_fill(~seen, -math.inf)
     lse = masked.logsumexp(-1, keepdim=True)
     probs = torch.where(torch.isfinite(lse), (masked - lse).exp(), torch.zeros(()))
+    if loss == "p_bf16":
+        probs = probs.bfloat16().float()
     d_out = grad_out.float()
     dv = probs.to(dtype).float().transpose(-1, -2) @ d_out
-    d_probs = d_out @ v.transpose(-1, -2)
+    d_probs = _tf32(d_out) @ _tf32(v).transpose(-1, -2) if loss == "dp_tf32" else \
+        d_out @ v.transpose(-1, -2)
     delta = (out.float() * d_out).sum(-1, keepdim=True)  # from O as stored, in the dtype
     d_modded = probs * (d_probs - delta)
     d_scores = d_modded if mods.score_mod is None else \
@@ -50,3 +59,9 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor,
         return grad.unflatten(1, (s.Hkv, group)).sum(2)
 
     return {"dq": dq.to(dtype), "dk": per_kv_head(dk).to(dtype), "dv": per_kv_head(dv).to(dtype)}
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to nearest at TF32's 10 mantissa bits (ties away from zero)."""
+    bits = x.float().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)

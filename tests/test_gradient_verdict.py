@@ -3,6 +3,7 @@ rows of dQ and dK whose terms cancel are judged by the size of what cancels, so 
 backward passes there, and broken gradients are still caught."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -15,16 +16,18 @@ from cases.model import Case, Shape
 from cases.variants import build_mods
 from conformance import compat
 from reference.golden import Reference, reference_pair
+from reference.gradient_noise import cancelling_magnitudes
 from reference.verdict import judge
-from tests.fa_style_backward import fa_style_gradients
+from tests.fa_style_backward import LOSSES, fa_style_gradients
 
 #: GQA, lengths off the 128 grid, and causal rows 0 and 1 that see one and two keys.
 SHAPE = Shape(2, 4, 2, 129, 200, 16)
 
 
-def correct_backward(case: Case, seed: int):
+def correct_backward(case: Case, seed: int, loss: str | None = None):
     """The golden, the baseline and a correct backend's answer: eager flex_attention's output
-    and the FlashAttention-style gradients computed from it."""
+    and the FlashAttention-style gradients computed from it (with ``loss``, one of the
+    precision losses of tests/fa_style_backward.py: not a correct answer)."""
     inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
     golden, baseline = reference_pair(case, inputs, grad_out)
     s = case.shape
@@ -33,7 +36,7 @@ def correct_backward(case: Case, seed: int):
         create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
     out = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
                            block_mask, enable_gqa=s.Hq != s.Hkv)
-    grads = fa_style_gradients(case, inputs, grad_out, out)
+    grads = fa_style_gradients(case, inputs, grad_out, out, loss)
     return golden, baseline, Reference(out, None, grads)
 
 
@@ -66,6 +69,47 @@ def test_float32_rows_that_see_one_key_pass_where_the_golden_gradient_is_exactly
         assert golden.grads["dq"].abs().max() < 1e-12  # 0 up to the golden's float64 rounding
         verdict = judge(case, golden, baseline, observed)
         assert verdict.passed, f"seed {seed}: {verdict.summary}"
+
+
+#: Rows of one or a few terms: one query row over 67 keys (decoding), and 7 causal rows over 300
+#: keys (row 0 sees one key).
+FEW_TERM_SHAPES = [Shape(1, 2, 2, 1, 67, 16), Shape(2, 4, 4, 7, 300, 64)]
+FEW_TERM_VARIANTS = [v.full(), v.causal(), v.alibi(), v.softcap(5.0)]
+
+
+def test_float32_rows_of_few_terms_pass_a_correct_backward_by_the_size_of_its_roundings():
+    """Where a row holds one or a few terms its error is one rounding of P_ij or dP_ij, and
+    the baseline's own draw of it can be 30x smaller than a correct kernel's: without the
+    float32 rounding magnitudes this backward failed 12 of 120 such runs by up to 4.8x (a dQ
+    row that sees one key, dP rounded 4 ulps off by the CPU's float32 matmul)."""
+    failed_without = []
+    for shape, variant, seed in itertools.product(FEW_TERM_SHAPES, FEW_TERM_VARIANTS, range(3)):
+        case = Case(variant, shape, "fp32", "fwd+bwd")
+        golden, baseline, observed = correct_backward(case, seed)
+        verdict = judge(case, golden, baseline, observed)
+        assert verdict.passed, f"{case.id} seed {seed}: {verdict.summary}"
+        inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
+        without = replace(golden, cancelling=cancelling_magnitudes(
+            case, inputs, build_mods(variant, shape), grad_out, golden.out))
+        if not judge(case, without, baseline, observed).passed:
+            failed_without.append((case.id, seed))
+    assert len(failed_without) >= 3, failed_without
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_float32_precision_losses_are_caught_on_rows_of_few_terms(loss):
+    """The rounding magnitudes allow tens of float32 ulps, not a lower precision: dP from TF32
+    operands, or P rounded to bfloat16, fails on every few-term shape. (Not causal or ALiBi
+    on the decoding shape: its one row sees one key there, whose P is exactly 1 in bfloat16
+    too.)"""
+    decode, causal_rows = FEW_TERM_SHAPES
+    for shape, variant in [(decode, v.full()), (causal_rows, v.full()), (causal_rows, v.causal()),
+                           (causal_rows, v.alibi())]:
+        case = Case(variant, shape, "fp32", "fwd+bwd")
+        golden, baseline, observed = correct_backward(case, 0, loss)
+        verdict = judge(case, golden, baseline, observed)
+        assert not verdict.passed, f"{loss} on {case.id} passed"
+        assert max(verdict.metrics[g]["worst_row_margin"] for g in ("dq", "dk", "dv")) > 20
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
