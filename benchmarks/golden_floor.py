@@ -2,7 +2,7 @@
 on the golden's own chunks, with nothing of the softmax.
 
 ``products_and_score_mod(case, inputs)`` runs, chunk by chunk as the golden runs them
-(its ``_chunks``, so the planning is included: the mask evaluated and scanned for key ranges,
+(its ``query_chunks``, so the planning is included: the mask evaluated and scanned for key ranges,
 the operands made in float64, V with its column of ones): q k^T, then the score mod on every
 score of the chunk, point by point as flex_attention defines it (cases.pointwise.evaluate_score,
 as the golden's ``_attend`` calls it), then the product of those scores with V. The mask is
@@ -28,7 +28,7 @@ from cases.inputs import Inputs  # noqa: E402
 from cases.model import Case  # noqa: E402
 from cases.pointwise import evaluate_score  # noqa: E402
 from cases.variants import Mods, build_mods  # noqa: E402
-from reference.kernel import _chunks  # noqa: E402  the golden's own chunks, not a copy
+from reference.kernel import query_chunks  # noqa: E402  the golden's own chunks, not a copy
 from reference.heap import keep_freed_heap  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = Tr
     keep_freed_heap()
     mods = build_mods(case.variant, case.shape, inputs.q.device)
     checksum = 0.0
-    for chunk in _chunks(case, inputs, mods, torch.float64):
+    for chunk in query_chunks(case, inputs, mods, torch.float64):
         checksum += _floor_of_chunk(chunk, mods if with_score_mod else None)
         del chunk  # a batch's K and V go before the next batch's are made, as in the golden
     return checksum

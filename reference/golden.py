@@ -34,8 +34,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 7: without a score_mod, no shift by the row maximum where a bound allows (float64 rounding).
 #: 8: the baseline's gradients take the softmax's row term from the output rounded to the dtype;
 #:    the golden of a backward case carries the magnitude of what cancels in dQ and dK rows.
-#: 9: ... and of a float32 kernel's roundings of P and dP in dQ, dK and dV rows.
-REFERENCE_VERSION = 9
+#: 9: ... and of a float32 kernel's roundings of P and dP in dQ, dK and dV rows (bounds).
+#: 10: those roundings sized as 4 RMS of a dot product's rounding, float32 cases only.
+REFERENCE_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Reference:
     out: torch.Tensor
     lse: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] | None = None
-    cancelling: dict[str, torch.Tensor] | None = None
+    row_noise: dict[str, torch.Tensor] | None = None
 
 
 def reference_pair(case: Case, inputs: Inputs,
@@ -68,7 +69,7 @@ def reference_pair(case: Case, inputs: Inputs,
             raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64),
-            cancelling=row_noise_magnitudes(case, inputs, mods, grad_out, out, lse))
+            row_noise=row_noise_magnitudes(case, inputs, mods, grad_out, out, lse))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
         baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
     return golden, baseline

@@ -18,13 +18,13 @@ there (tests/test_gradient_verdict.py); where a row sees few keys they are most 
 (docs/oracle.md: a correct FlashAttention-style backward failed the dQ row rule by up to 18x
 in rows whose golden was 1/100 of that noise).
 
-A float32 kernel's roundings of P and dP (float32_rounding_magnitudes). In a row of one or a
-few terms the row's whole error is one rounding of one P_ij or dP_ij, and the baseline's own
-draw of it can be 30x smaller than a correct backend's: in float32, where nothing else
-widens the limit, a correct backward failed such rows by up to 4.8x. Sized by bounds on
-typical roundings (each dot product's partial sums by Cauchy-Schwarz); they matter in float32
-only (2^-16 of them in bfloat16 units), where they are 75-105x rms(G) on rows of many keys
-and the row rule still fails a float32 gradient row 1e-4 off (docs/oracle.md).
+A float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases). In a
+row of one or a few terms the row's whole error is one rounding of one P_ij or dP_ij, and the
+baseline's own draw of it can be 30x smaller than a correct backend's: in float32, where
+nothing else widens the limit, a correct backward failed such rows by up to 4.8x (inputs x1)
+and most of them with inputs x4. Sized as 4 RMS of each rounding, from the sizes of the
+terms; 35-41x rms(G) on float32 rows of many keys, where the row rule still fails a row 1e-4
+off (docs/oracle.md).
 """
 from __future__ import annotations
 
@@ -35,13 +35,16 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
-from reference.kernel import backward_pair_terms, chunked_attention, chunked_gradients
+from reference.kernel import chunked_attention, chunked_gradients, stacked_product
+from reference.pair_terms import backward_pair_terms
 
 
 #: Signed draws that estimate the size of the dK term (see cancelling_magnitudes).
 _DK_DRAWS = 2
 #: How many roundings of O a correct backend's delta may carry (see cancelling_magnitudes).
 _ROUNDINGS_OF_O = 2.0
+#: A row of one term holds one draw of each rounding: its limit allows this many RMS of it.
+_DRAWS_COVERED = 4.0
 
 
 def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
@@ -49,10 +52,13 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch
     """Per row of dQ, dK and dV, the size of the noise a correct backward leaves there beside
     the golden's own magnitude, in units of the case dtype's unit roundoff: what cancels
     (cancelling_magnitudes) plus a float32 kernel's roundings of P and dP
-    (float32_rounding_magnitudes). The verdict adds it to the row's magnitude."""
-    noise = float32_rounding_magnitudes(case, inputs, mods, grad_out, out, lse)
-    for name, size in cancelling_magnitudes(case, inputs, mods, grad_out, out).items():
-        noise[name] = noise[name] + size
+    (float32_rounding_magnitudes, float32 cases only: in bfloat16 and float16 units it is
+    2^-16 and 2^-13 of itself, under 1% of the row's own magnitude, not worth its pass). The
+    verdict adds it to the row's magnitude."""
+    noise = cancelling_magnitudes(case, inputs, mods, grad_out, out)
+    if case.dtype == "fp32":
+        rounding = float32_rounding_magnitudes(case, inputs, mods, grad_out, out, lse)
+        noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
     return noise
 
 
@@ -95,27 +101,24 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out
     is one rounding of a D-term dot product and a few more, and where a row holds one or a few
     terms (decoding, a causal row that sees one key) that one rounding is the row's whole
     error: the baseline's own draw of it can be 30x smaller than a correct backend's
-    (docs/oracle.md). Sizes, each a bound on typical roundings, not a worst case:
-    - P_ij is off by a relative ``u c_ij``: the score's dot product, ``sqrt(D) |q_i| |k_j|
-      scale`` (each of its D partial sums is at most |q_i| |k_j| by Cauchy-Schwarz), carried
-      through the score mod's slope; the mod's result, ``|s'_ij|``; the stored lse, ``|lse_i|``;
-      and the exponential's own, 2;
-    - dP_ij is off by ``u n_ij = u sqrt(D) |dO_i| |v_j|``, the same bound for its dot product.
+    (docs/oracle.md). Sizes, each _DRAWS_COVERED (4) times a rounding's RMS, as a row of one
+    term holds one draw of it:
+    - P_ij is off by a relative ``u c_ij``: the score's dot product (_dot_rounding), carried
+      through the score mod's slope; the mod's result, ``|s'_ij|``; the stored lse,
+      ``|lse_i|``; and the exponential's own, 2;
+    - dP_ij is off by ``u n_ij``, its dot product's rounding.
     dS_ij = slope P_ij (dP_ij - delta_i) then moves by u times ``c_ij dS_ij`` and
     ``n_ij slope P_ij``, independent from pair to pair, and dQ_i = scale sum_j dS_ij k_j,
     dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i sum them in quadrature. In the case
-    dtype's units these are u_float32 / u_dtype of that: all of it in float32, 2^-16 of it in
-    bfloat16, whose own roundings of P and dS (the baseline's too) are far larger."""
+    dtype's units these are u_float32 / u_dtype of that (2^-16 of it in bfloat16)."""
     s = case.shape
-    root_d = math.sqrt(s.D)
     dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
     dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
     dv = torch.zeros_like(dk)
-    group, scale = s.Hq // s.Hkv, 1.0 / root_d
+    group, scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
     for t in backward_pair_terms(case, inputs, mods, grad_out, out, lse):
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
-        in_p = t.q.norm(dim=-1, keepdim=True) * _per_query_head(t.k.norm(dim=-1), group)
-        in_p.mul_(root_d * scale)
+        in_p = _dot_rounding(t.q * scale, t.k, t.scores).mul_(_DRAWS_COVERED)
         if t.slope is not None:
             in_p.mul_(t.slope.abs())
         in_p.add_(t.modded.abs()).add_(t.lse.where(torch.isfinite(t.lse), 0.0).abs() + 2.0)
@@ -123,8 +126,7 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out
         dv_keys = torch.bmm(var_p.transpose(1, 2), _mean_square(t.d_out))
         del var_p
         var_ds = in_p.mul_(t.d_scores).square_()  # in_p's memory: P's rounding in dS
-        in_dp = t.d_out.norm(dim=-1, keepdim=True) * _per_query_head(t.v.norm(dim=-1), group)
-        in_dp.mul_(root_d).mul_(t.probs)
+        in_dp = _dot_rounding(t.d_out, t.v, t.d_probs).mul_(_DRAWS_COVERED).mul_(t.probs)
         if t.slope is not None:
             in_dp.mul_(t.slope)
         var_ds.add_(in_dp.square_())  # dP's rounding in dS
@@ -142,9 +144,15 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out
             (("dq", dq), ("dk", dk), ("dv", dv))}
 
 
-def _per_query_head(per_key: torch.Tensor, group: int) -> torch.Tensor:
-    """[Hkv, m] -> [Hq, 1, m]: each key/value head's values for the query heads of its group."""
-    return per_key.repeat_interleave(group, 0).unsqueeze(1)
+def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch.Tensor:
+    """[Hq, n, m]: the RMS, in units of u, of the rounding of each float32 dot product
+    a_i . b_j of D terms (a: [Hq, n, D], b: [Hkv, m, D], ``dots`` the exact values), summed in
+    any order: the k-th partial sum has a mean square of about k/D t^2 + (k/D)^2 s^2 (t^2 the
+    sum of the squared terms, s the dot product), and each of the D roundings an RMS of at
+    most u/sqrt(3) of it, so sqrt(D t^2 / 6 + D s^2 / 9)."""
+    d = a.shape[-1]
+    squares = stacked_product(a.square(), b.square())
+    return squares.mul_(d / 6.0).add_(dots.square().mul_(d / 9.0)).sqrt_()
 
 
 def _mean_square(x: torch.Tensor) -> torch.Tensor:

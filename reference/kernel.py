@@ -95,9 +95,9 @@ def chunked_attention(
     s = case.shape
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
-    for chunk in _chunks(case, inputs, mods, compute_dtype):
+    for chunk in query_chunks(case, inputs, mods, compute_dtype):
         out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = _attend(chunk, mods, probs_dtype)
-        del chunk  # a batch's K and V go before the next batch's are made (see _chunks)
+        del chunk  # a batch's K and V go before the next batch's are made (see query_chunks)
     return out, lse
 
 
@@ -113,7 +113,7 @@ def chunked_gradients(
     dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
     dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=compute_dtype, device=device)
     dv = torch.zeros_like(dk)
-    for chunk in _chunks(case, inputs, mods, compute_dtype, requires_grad=True):
+    for chunk in query_chunks(case, inputs, mods, compute_dtype, requires_grad=True):
         with torch.enable_grad():
             out, _ = _attend(chunk, mods, probs_dtype)
             if not out.requires_grad:  # every row of the chunk is fully masked
@@ -134,75 +134,7 @@ def chunked_gradients(
 
 
 @dataclass(frozen=True)
-class PairTerms:
-    """The golden backward's terms of one query chunk, per query-key pair ([Hq, n, m]: the
-    chunk's rows by its kept keys, float64), from which reference/gradient_noise.py sizes the
-    roundings a float32 kernel makes in them. Operands are the chunk's own (unscaled)."""
-
-    b: int
-    kv_batch: int
-    rows: slice
-    keys: slice | torch.Tensor
-    q: torch.Tensor  # [Hq, n, D]
-    k: torch.Tensor  # [Hkv, m, D]: the kept keys
-    v: torch.Tensor  # [Hkv, m, D]
-    d_out: torch.Tensor  # [Hq, n, D]
-    lse: torch.Tensor  # [Hq, n, 1] (natural log; -inf on fully masked rows)
-    modded: torch.Tensor  # the scores after the score mod (0 where masked)
-    slope: torch.Tensor | None  # d modded / d score, pointwise (None: no score mod, 1)
-    probs: torch.Tensor  # P = exp(modded - lse), 0 where masked
-    d_scores: torch.Tensor  # dS = slope * P * (dP - delta): the gradient of each raw score
-
-
-def backward_pair_terms(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                        out: torch.Tensor, lse: torch.Tensor):
-    """PairTerms of every golden query chunk, given the golden's ``out`` and ``lse``: P from
-    the stored lse and delta from the stored O, as fused backward kernels take them."""
-    keep_freed_heap()
-    group = case.shape.Hq // case.shape.Hkv
-    for chunk in _chunks(case, inputs, mods, torch.float64):
-        k, v = chunk.k[:, chunk.keys], chunk.v[:, chunk.keys]
-        hq, n, d = chunk.q.shape
-        m = k.shape[1]
-        if m == 0:
-            continue
-        scores = torch.bmm((chunk.q * chunk.scale).reshape(-1, group * n, d),
-                           k.transpose(1, 2)).view(hq, n, m)
-        modded, slope = scores, None
-        if mods.score_mod is not None:
-            kv_idx = torch.arange(chunk.k.shape[1], device=scores.device)[chunk.keys]
-            with torch.enable_grad():
-                leaf = scores.requires_grad_()
-                modded = evaluate_score(mods.score_mod, leaf.unsqueeze(0), chunk.batch,
-                                        chunk.heads, chunk.q_idx, kv_idx)[0].to(scores.dtype)
-                slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
-                                            allow_unused=True)[0] if modded.requires_grad else None
-            modded = modded.detach()
-            slope = torch.zeros_like(modded) if slope is None else slope
-            del leaf, scores
-        row_lse = lse[chunk.b, :, chunk.rows].unsqueeze(-1).to(modded.dtype)
-        # a pair that contributes nothing: masked, in a fully masked row, or a score the mod
-        # made -inf (P = 0 exactly, and its size would be inf * 0)
-        dead = ~torch.isfinite(row_lse) | ~torch.isfinite(modded)
-        if chunk.mask is not None:
-            dead = dead | ~chunk.mask[..., chunk.keys]
-        modded = modded.masked_fill(dead, 0.0)
-        probs = (modded - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_() \
-            .masked_fill_(dead, 0.0)
-        if slope is not None:
-            slope.masked_fill_(dead, 0.0)
-        d_out = grad_out[chunk.b, :, chunk.rows].to(modded.dtype)
-        d_scores = torch.bmm(d_out.reshape(-1, group * n, d), v.transpose(1, 2)).view(hq, n, m)
-        delta = (d_out * out[chunk.b, :, chunk.rows].to(modded.dtype)).sum(-1, keepdim=True)
-        d_scores.sub_(delta).mul_(probs)  # dP - delta, times P
-        if slope is not None:
-            d_scores.mul_(slope)
-        yield PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v, d_out,
-                        row_lse, modded, slope, probs, d_scores)
-
-
-@dataclass(frozen=True)
-class _Chunk:
+class Chunk:
     """One query chunk of one batch: its rows, operands in the compute dtype, mask, the index
     vectors the mods are evaluated on, and the key columns any of its rows may see."""
 
@@ -224,8 +156,8 @@ class _Chunk:
     key_norm: float | None  # max ||k_j|| of the batch where its softmax may skip the shift
 
 
-def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
-            requires_grad: bool = False):
+def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
+                 requires_grad: bool = False):
     """The query chunks of ``case``, batch by batch (operands are leaves that require grad
     when asked, so autograd can run through one chunk at a time)."""
     s = case.shape
@@ -247,9 +179,26 @@ def _chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
         for span, mask, keys in plan:
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
-            yield _Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
-                         1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm)
+            yield Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
+                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm)
         del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
+
+
+def stacked_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a_i . b_j for a: [Hq, n, D] and b: [Hkv, m, D] -> [Hq, n, m], each query head against
+    its key/value head: the heads that share one are stacked along the rows, so the product is
+    one batched matmul over the key/value heads, with no copies."""
+    hq, n, d = a.shape
+    hkv = b.shape[0]
+    return torch.bmm(a.reshape(hkv, hq // hkv * n, d), b.transpose(1, 2)).view(hq, n, -1)
+
+
+def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
+    """The score mod of ``chunk`` on its scores ([Hq, n, m] over its kept keys), point by
+    point (cases/pointwise.py)."""
+    kv_idx = torch.arange(chunk.k.shape[1], device=scores.device)[chunk.keys]
+    return evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
+                          chunk.q_idx, kv_idx)[0]
 
 
 def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
@@ -284,7 +233,7 @@ def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
     scores[..., span].masked_fill_(~mask[..., span], -math.inf)
 
 
-def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
+def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     """Softmax attention of one query chunk over its kept key columns.
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
@@ -310,13 +259,11 @@ def _attend(chunk: _Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     log2_units = golden and mods.score_mod is None
     if golden:  # the scale folded into q: a pass over [Hq, n, D], not over the scores
         q = q * (chunk.scale * _LOG2E if log2_units else chunk.scale)
-    scores = torch.bmm(q.reshape(hkv, group * n, d), k_sel.transpose(1, 2)).view(hq, n, m)
+    scores = stacked_product(q, k_sel)
     if not golden:
         scores.mul_(chunk.scale)
     if mods.score_mod is not None:
-        kv_idx = torch.arange(k.shape[1], device=q.device)[keys]
-        modded = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
-                                chunk.q_idx, kv_idx)[0]
+        modded = modded_scores(chunk, mods, scores)
         scores = modded.to(q.dtype).contiguous()
         # The softmax below works on the scores in place; under autograd the mod's own output
         # may be what its backward saved (torch.tanh(score) returned as is): it gets a copy.

@@ -105,12 +105,13 @@ def reference_to_dict(ref: Reference) -> dict:
         return {k: _cpu(t) for k, t in tensors.items()} if tensors else None
 
     return {"out": _cpu(ref.out), "lse": None if ref.lse is None else _cpu(ref.lse),
-            "grads": on_cpu(ref.grads), "cancelling": on_cpu(ref.cancelling)}
+            "grads": on_cpu(ref.grads), "row_noise": on_cpu(ref.row_noise)}
 
 
 def reference_from_dict(data: dict) -> Reference:
     """The Reference of ``reference_to_dict``."""
-    return Reference(data["out"], data.get("lse"), data.get("grads"), data.get("cancelling"))
+    noise = data.get("row_noise", data.get("cancelling"))  # its name before 2026-12-03
+    return Reference(data["out"], data.get("lse"), data.get("grads"), noise)
 
 
 def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
@@ -122,5 +123,5 @@ def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
         if ref.lse is not None:
             found.append(ref.lse)
         found += list((ref.grads or {}).values())
-        found += list((ref.cancelling or {}).values())
+        found += list((ref.row_noise or {}).values())
     return found

@@ -77,9 +77,9 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     if case.mode == "fwd+bwd":
         for name in ("dq", "dk", "dv"):
             got = (obs.grads or {}).get(name)
-            cancelling = (golden.cancelling or {}).get(name)
+            noise = (golden.row_noise or {}).get(name)
             parts.append((name, _judge_tensor(golden.grads[name], base.grads[name], got, tol,
-                                              name, cancelling)))
+                                              name, noise)))
     return _combine(verdict, parts)
 
 
@@ -117,14 +117,14 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any,
 
 
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
-                  tol: Tolerance, what: str, cancelling: torch.Tensor | None = None) -> Verdict:
-    """The three rules on one tensor; ``cancelling`` (gradient rows: the size of the noise a
+                  tol: Tolerance, what: str, row_noise: torch.Tensor | None = None) -> Verdict:
+    """The three rules on one tensor; ``row_noise`` (gradient rows: the size of the noise a
     correct backward leaves in each row, reference/gradient_noise.py) is added to each row's
     magnitude, which the dtype terms of the limits scale with."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
-    stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), cancelling)
+    stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise)
     return _decide(stats, tol)
 
 
@@ -174,10 +174,10 @@ class _ErrorStats:
 
     row_rms_obs: torch.Tensor  # [B, H, S]
     row_rms_base: torch.Tensor
-    row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus its noise (cancelling)
+    row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus its row_noise
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
-    head_sum_golden: torch.Tensor  # sum of |G| (plus D times each row's cancelling magnitude)
+    head_sum_golden: torch.Tensor  # sum of |G| (plus D times each row's row_noise)
     rows_per_head: int
     elements_per_head: int
     max_abs_err: float
@@ -189,7 +189,7 @@ class _ErrorStats:
 
     @classmethod
     def collect(cls, golden: torch.Tensor, baseline: torch.Tensor, observed: torch.Tensor,
-                cancelling: torch.Tensor | None = None) -> "_ErrorStats":
+                row_noise: torch.Tensor | None = None) -> "_ErrorStats":
         B, H, S, D = golden.shape
         rows_obs, rows_base, rows_gold, heads_obs, heads_base, heads_gold = [], [], [], [], [], []
         max_err, max_place = -1.0, (0, 0, 0, 0)
@@ -210,9 +210,9 @@ class _ErrorStats:
             rows_base.append(err_base.pow(2).mean(-1).sqrt())
             magnitude = g.pow(2).mean(-1).sqrt()
             magnitude_sum = g.abs().sum((-1, -2))
-            if cancelling is not None:
-                magnitude = magnitude + cancelling[b].to(torch.float64)
-                magnitude_sum = magnitude_sum + D * cancelling[b].to(torch.float64).sum(-1)
+            if row_noise is not None:
+                magnitude = magnitude + row_noise[b].to(torch.float64)
+                magnitude_sum = magnitude_sum + D * row_noise[b].to(torch.float64).sum(-1)
             rows_gold.append(magnitude)
             heads_obs.append(err_obs.sum((-1, -2)))
             heads_base.append(err_base.sum((-1, -2)))

@@ -20,9 +20,9 @@ from cases.variants import build_mods
 
 
 #: Precision losses a backward can make, for tests that the verdict still sees them in float32:
-#: dP = dO V^T from operands with TF32's 10-bit mantissa (tensor cores' TF32 mode), and P
-#: rounded to bfloat16 for both of its uses.
-LOSSES = ("dp_tf32", "p_bf16")
+#: dP = dO V^T, or dQ = dS K and dK = dS^T Q, from operands with TF32's 10-bit mantissa (tensor
+#: cores' TF32 mode); P rounded to bfloat16 for both of its uses; dS rounded to bfloat16.
+LOSSES = ("dp_tf32", "products_tf32", "p_bf16", "ds_bf16")
 
 
 def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
@@ -52,6 +52,10 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
     d_scores = d_modded if mods.score_mod is None else \
         torch.autograd.grad(modded, scores, d_modded)[0]
     d_scores = d_scores.masked_fill(~seen, 0).to(dtype).float()
+    if loss == "ds_bf16":
+        d_scores = d_scores.bfloat16().float()
+    if loss == "products_tf32":
+        d_scores, k, q = _tf32(d_scores), _tf32(k), _tf32(q)
     dq = d_scores @ k * scale
     dk = d_scores.transpose(-1, -2) @ q * scale
 

@@ -36,7 +36,7 @@ _SMALL_CHUNKS = 4 * 256 * 16
 
 
 def _chunks_of(case: Case, inputs: Inputs, mods: Mods) -> list:
-    return list(kernel_module._chunks(case, inputs, mods, torch.float64))
+    return list(kernel_module.query_chunks(case, inputs, mods, torch.float64))
 
 
 @pytest.mark.parametrize("variant", [v.causal(), v.alibi(), v.sliding_window(40),

@@ -276,7 +276,7 @@ def test_the_baseline_is_the_fused_kernels_rounding_bit_for_bit(variant):
             case = Case(variant, shape, dtype)
             inputs = make_inputs(case, 1)
             mods = build_mods(variant, shape)
-            chunks = list(kernel_module._chunks(case, inputs, mods, torch.float32))
+            chunks = list(kernel_module.query_chunks(case, inputs, mods, torch.float32))
             assert [c.keys for c in chunks] == [slice(0, shape.Skv)] * shape.B  # one each
             assert torch.equal(baseline_attention(case, inputs),
                                _fused_kernel_rounding(case, inputs)), (shape.token, dtype)

@@ -1,0 +1,77 @@
+"""The golden backward's terms per query-key pair, chunk by chunk (float64): P from the stored
+log-sum-exp, dP, dS and the score mod's slope, from which reference/gradient_noise.py sizes a
+float32 kernel's roundings. The chunks, the products and the mod's evaluation are the golden's
+own (reference/kernel.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cases.inputs import Inputs
+from cases.model import Case
+from cases.variants import Mods
+from reference.heap import keep_freed_heap
+from reference.kernel import modded_scores, query_chunks, stacked_product
+
+
+@dataclass(frozen=True)
+class PairTerms:
+    """The golden backward's terms of one query chunk, per query-key pair ([Hq, n, m]: the
+    chunk's rows by its kept keys, float64). Operands are the chunk's own (q unscaled)."""
+
+    b: int
+    kv_batch: int
+    rows: slice
+    keys: slice | torch.Tensor
+    q: torch.Tensor  # [Hq, n, D]
+    k: torch.Tensor  # [Hkv, m, D]: the kept keys
+    v: torch.Tensor  # [Hkv, m, D]
+    d_out: torch.Tensor  # [Hq, n, D]
+    lse: torch.Tensor  # [Hq, n, 1] (natural log; -inf on fully masked rows)
+    scores: torch.Tensor  # q k^T scale, before the score mod
+    modded: torch.Tensor  # the scores after the score mod (0 where masked)
+    slope: torch.Tensor | None  # d modded / d score, pointwise (None: no score mod, 1)
+    probs: torch.Tensor  # P = exp(modded - lse), 0 where masked
+    d_probs: torch.Tensor  # dP = dO v^T
+    d_scores: torch.Tensor  # dS = slope * P * (dP - delta): the gradient of each raw score
+
+
+def backward_pair_terms(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
+                        out: torch.Tensor, lse: torch.Tensor):
+    """PairTerms of every golden query chunk, given the golden's ``out`` and ``lse``: P from
+    the stored lse and delta from the stored O, as fused backward kernels take them."""
+    keep_freed_heap()
+    for chunk in query_chunks(case, inputs, mods, torch.float64):
+        k, v = chunk.k[:, chunk.keys], chunk.v[:, chunk.keys]
+        if k.shape[1] == 0:  # every row of the chunk is fully masked
+            continue
+        scores = stacked_product(chunk.q * chunk.scale, k)
+        modded, slope = scores, None
+        if mods.score_mod is not None:
+            with torch.enable_grad():
+                leaf = scores.requires_grad_()
+                modded = modded_scores(chunk, mods, leaf).to(scores.dtype)
+                slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
+                                            allow_unused=True)[0] if modded.requires_grad else None
+            modded, scores = modded.detach(), scores.detach()
+            slope = torch.zeros_like(modded) if slope is None else slope  # the score ignored
+        row_lse = lse[chunk.b, :, chunk.rows].unsqueeze(-1).to(modded.dtype)
+        # a pair that contributes nothing: masked, in a fully masked row, or a score the mod
+        # made -inf (P = 0 exactly, and its size would be inf * 0)
+        dead = ~torch.isfinite(row_lse) | ~torch.isfinite(modded)
+        if chunk.mask is not None:
+            dead = dead | ~chunk.mask[..., chunk.keys]
+        modded = modded.masked_fill(dead, 0.0)
+        probs = (modded - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_() \
+            .masked_fill_(dead, 0.0)
+        if slope is not None:
+            slope.masked_fill_(dead, 0.0)
+        d_out = grad_out[chunk.b, :, chunk.rows].to(modded.dtype)
+        d_probs = stacked_product(d_out, v)
+        delta = (d_out * out[chunk.b, :, chunk.rows].to(modded.dtype)).sum(-1, keepdim=True)
+        d_scores = (d_probs - delta).mul_(probs)
+        if slope is not None:
+            d_scores.mul_(slope)
+        yield PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v, d_out,
+                        row_lse, scores, modded, slope, probs, d_probs, d_scores)

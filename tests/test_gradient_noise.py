@@ -1,0 +1,116 @@
+"""The float32 rounding magnitudes of the golden (reference/gradient_noise.py) equal the same
+formula evaluated densely over every query-key pair at once, on the shapes where the chunked
+evaluation has the most to get wrong: grouped heads, a key/value batch shared by all batches,
+kept keys given as an index tensor, many small chunks, rows that see nothing, and score mods
+that return -inf or ignore the score."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cases import variants as v
+from cases.inputs import make_grad_output, make_inputs, torch_dtype
+from cases.model import Case, Shape
+from cases.pointwise import evaluate_mask, evaluate_score
+from cases.variants import Mods, build_mods
+from reference import chunk_plan, gradient_noise
+from reference.kernel import chunked_attention
+
+
+def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict:
+    """docs/oracle.md's formula over the whole [B, Hq, Sq, Skv] grid, in float64."""
+    s = case.shape
+    group, scale, kappa = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D), gradient_noise._DRAWS_COVERED
+
+    def per_query_head(x):  # [Bkv, Hkv, Skv, D] -> [B, Hq, Skv, D]
+        return x.double().expand(s.B, -1, -1, -1).repeat_interleave(group, 1)
+
+    q, k, val, d_out = inputs.q.double(), per_query_head(inputs.k), per_query_head(inputs.v), \
+        grad_out.double()
+    index = [torch.arange(n) for n in (s.B, s.Hq, s.Sq, s.Skv)]
+    scores = (q * scale @ k.transpose(-1, -2)).requires_grad_()
+    slope = torch.ones_like(scores)
+    modded = scores.detach()
+    if mods.score_mod is not None:
+        with torch.enable_grad():
+            out_mod = evaluate_score(mods.score_mod, scores, *index).double()
+            grad = torch.autograd.grad(out_mod, scores, torch.ones_like(out_mod),
+                                       allow_unused=True)[0] if out_mod.requires_grad else None
+        modded, slope = out_mod.detach(), torch.zeros_like(scores) if grad is None else grad
+    seen = torch.ones_like(modded, dtype=torch.bool) if mods.mask_mod is None else \
+        evaluate_mask(mods.mask_mod, *index).expand(modded.shape)
+    row_lse = lse.double().unsqueeze(-1)
+    live = seen & torch.isfinite(modded) & torch.isfinite(row_lse)
+    probs = torch.where(live, (modded - row_lse).exp(), 0.0)
+    slope = torch.where(live, slope, 0.0)
+
+    def dot_rounding(a, b, dots):  # D/6 t^2 + D/9 s^2, t^2 the sum of the squared terms
+        return (s.D / 6 * (a.square() @ b.square().transpose(-1, -2)) + s.D / 9 * dots ** 2).sqrt()
+
+    in_p = kappa * dot_rounding(q * scale, k, scores.detach()) * slope.abs() \
+        + torch.where(live, modded, 0.0).abs() \
+        + torch.where(torch.isfinite(row_lse), row_lse, 0.0).abs() + 2
+    d_probs = d_out @ val.transpose(-1, -2)
+    in_dp = kappa * dot_rounding(d_out, val, d_probs)
+    d_scores = slope * probs * (d_probs - (d_out * out.double()).sum(-1, keepdim=True))
+    var_ds = (in_p * d_scores) ** 2 + (in_dp * slope * probs) ** 2
+
+    def mean_square(x):
+        return x.square().mean(-1)
+
+    def per_kv_head(x):  # [B, Hq, Skv] -> [Bkv, Hkv, Skv]
+        x = x.unflatten(1, (s.Hkv, group)).sum(2)
+        return x.sum(0, keepdim=True) if s.Bkv != s.B else x
+
+    dq = scale ** 2 * (var_ds * mean_square(k).unsqueeze(-2)).sum(-1)
+    dk = per_kv_head(scale ** 2 * (var_ds * mean_square(q).unsqueeze(-1)).sum(-2))
+    dv = per_kv_head(((in_p * probs) ** 2 * mean_square(d_out).unsqueeze(-1)).sum(-2))
+    units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
+    return {name: units * var.sqrt() for name, var in (("dq", dq), ("dk", dk), ("dv", dv))}
+
+
+def striped(b, h, q_idx, kv_idx):  # kept keys that are not one range: an index tensor
+    return (kv_idx % 3 != 1) & (kv_idx <= q_idx + 2)
+
+
+def first_rows_only(b, h, q_idx, kv_idx):  # rows 5 and on see nothing
+    return (q_idx < 5) & (kv_idx <= q_idx)
+
+
+def some_scores_minus_inf(score, b, h, q_idx, kv_idx):
+    return torch.where((kv_idx + q_idx) % 4 == 0, -float("inf"), score * 0.5)
+
+
+def score_ignored(score, b, h, q_idx, kv_idx):
+    return (q_idx - kv_idx).float() * 0.1
+
+
+CASES = {
+    "causal, shared kv batch": (v.causal(), Shape(3, 4, 2, 9, 13, 8, Bkv=1), None),
+    "alibi, one kv head": (v.alibi(), Shape(2, 4, 1, 9, 13, 8), None),
+    "softcap": (v.softcap(5.0), Shape(2, 4, 2, 9, 13, 8), None),
+    "striped keys": (v.full(), Shape(2, 4, 2, 9, 13, 8, Bkv=1), Mods(striped, None)),
+    "-inf scores, empty rows": (v.full(), Shape(2, 2, 1, 9, 13, 8, Bkv=1),
+                                Mods(first_rows_only, some_scores_minus_inf)),
+    "score ignored": (v.full(), Shape(2, 4, 2, 9, 13, 8), Mods(None, score_ignored)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_chunked_magnitudes_equal_a_dense_evaluation_of_the_formula(monkeypatch, name, dtype):
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", 40)  # many chunks, key ranges cut
+    variant, shape, mods = CASES[name]
+    case = Case(variant, shape, dtype, "fwd+bwd")
+    mods = mods or build_mods(variant, shape)
+    inputs, grad_out = make_inputs(case, 1), make_grad_output(case, 1)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    got = gradient_noise.float32_rounding_magnitudes(case, inputs, mods, grad_out, out, lse)
+    want = dense_magnitudes(case, inputs, mods, grad_out, out, lse)
+    for grad in ("dq", "dk", "dv"):
+        assert got[grad].shape == want[grad].shape
+        assert torch.isfinite(got[grad]).all()
+        torch.testing.assert_close(got[grad].double(), want[grad], rtol=1e-6, atol=0.0)
+    assert (want["dv"] > 0).any()  # (dQ and dK are 0 where the mod ignores the score)
