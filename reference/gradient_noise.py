@@ -87,7 +87,7 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
         signs = torch.randint(0, 2, weight.shape, generator=generator).float() * 2 - 1
         signed = signs.to(weight.device) * weight * inputs.q.float()
         draw = chunked_gradients(case, inputs, mods, signed, torch.float32)["dv"]
-        squares = squares + draw.pow(2).mean(-1)
+        squares = squares + _mean_square(draw).squeeze(-1)
     return {"dq": scale * weight.squeeze(-1) * _rms(keys_attended),
             "dk": scale * (squares / _DK_DRAWS).sqrt()}
 
@@ -164,4 +164,5 @@ def _mean_square(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rms(t: torch.Tensor) -> torch.Tensor:
-    return t.pow(2).mean(-1).sqrt()
+    """The RMS over the head dim: [.., rows, D] -> [.., rows]."""
+    return _mean_square(t).squeeze(-1).sqrt()

@@ -246,7 +246,7 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     by the number of rows), so it was left out.
     """
     q, k, v, keys, mask, group = chunk.q, chunk.k, chunk.v, chunk.keys, chunk.mask, chunk.group
-    hq, n, d = q.shape
+    hq, n, _ = q.shape
     hkv = hq // group
     k_sel = k[:, keys]  # [Hkv, m, D]
     m = k_sel.shape[1]
