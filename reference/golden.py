@@ -22,7 +22,7 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods, build_mods
-from reference.gradient_noise import row_noise_magnitudes
+from reference.row_noise import row_noise_magnitudes
 from reference.kernel import chunked_attention, chunked_gradients
 
 #: Version of the reference computation; part of every reference cache key.
@@ -36,16 +36,17 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:    the golden of a backward case carries the magnitude of what cancels in dQ and dK rows.
 #: 9: ... and of a float32 kernel's roundings of P and dP in dQ, dK and dV rows (bounds).
 #: 10: those roundings sized as 4 RMS of a dot product's rounding, float32 cases only.
-REFERENCE_VERSION = 10
+#: 11: ... and carried into the rows of a float32 case's output as well.
+REFERENCE_VERSION = 11
 
 
 @dataclass(frozen=True)
 class Reference:
     """Output [B, Hq, Sq, D], log-sum-exp [B, Hq, Sq] (natural log) and, for backward cases,
     gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed); the
-    golden's also carries, per row of dQ, dK and dV, the size of the noise a correct backward
-    leaves there (what cancels, and a float32 kernel's roundings: reference/gradient_noise.py),
-    which the verdict adds to the row's own magnitude."""
+    golden's also carries, per row of the output (float32) and of dQ, dK and dV, the size of
+    the noise a correct kernel leaves there (a float32 kernel's roundings, and what cancels in
+    gradients: reference/row_noise.py), which the verdict adds to the row's own magnitude."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None
@@ -62,14 +63,15 @@ def reference_pair(case: Case, inputs: Inputs,
     dtype = torch_dtype(case.dtype)
     out, lse = chunked_attention(case, inputs, mods, torch.float64)
     base_out, base_lse = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
-    golden = Reference(out, lse)
     baseline = Reference(base_out.to(dtype), base_lse)
-    if case.mode == "fwd+bwd":
-        if grad_out is None:
-            raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
+    backward = case.mode == "fwd+bwd"
+    if backward and grad_out is None:
+        raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
+    golden = Reference(out, lse, row_noise=row_noise_magnitudes(
+        case, inputs, mods, out, lse, grad_out if backward else None))
+    if backward:
         golden = replace(golden, grads=chunked_gradients(
-            case, inputs, mods, grad_out, torch.float64),
-            row_noise=row_noise_magnitudes(case, inputs, mods, grad_out, out, lse))
+            case, inputs, mods, grad_out, torch.float64))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)
         baseline = replace(baseline, grads={k: g.to(dtype) for k, g in base_grads.items()})
     return golden, baseline

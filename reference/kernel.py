@@ -320,7 +320,7 @@ def _normalized_as_kernels_differentiate(unnormalized: torch.Tensor, denom: torc
     of the plain division would take it from the float32 O. It matters where dP - delta
     cancels, in rows that see few keys: there the rounding of O is most of dS. The baseline's
     rounding there is one draw and a backend's another, so the verdict also scales those rows'
-    limits with the size of that term (reference/gradient_noise.py)."""
+    limits with the size of that term (reference/row_noise.py)."""
     return _DivideWithRoundedDelta.apply(unnormalized, denom, dtype)
 
 

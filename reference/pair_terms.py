@@ -1,10 +1,10 @@
-"""The golden backward's terms per query-key pair, chunk by chunk (float64): P from the stored
-log-sum-exp, dP, dS and the score mod's slope, from which reference/gradient_noise.py sizes a
-float32 kernel's roundings. The chunks, the products and the mod's evaluation are the golden's
-own (reference/kernel.py)."""
+"""The golden's terms per query-key pair, chunk by chunk (float64): P from the stored
+log-sum-exp and the score mod's slope (forward), and dP and dS (backward), from which
+reference/row_noise.py sizes a float32 kernel's roundings. The chunks, the products and
+the mod's evaluation are the golden's own (reference/kernel.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -17,8 +17,9 @@ from reference.kernel import modded_scores, query_chunks, stacked_product
 
 @dataclass(frozen=True)
 class PairTerms:
-    """The golden backward's terms of one query chunk, per query-key pair ([Hq, n, m]: the
-    chunk's rows by its kept keys, float64). Operands are the chunk's own (q unscaled)."""
+    """The golden's terms of one query chunk, per query-key pair ([Hq, n, m]: the chunk's rows
+    by its kept keys, float64). Operands are the chunk's own (q unscaled). The backward's
+    (``d_out``, ``d_probs``, ``d_scores``) are None when no dO was given."""
 
     b: int
     kv_batch: int
@@ -27,20 +28,22 @@ class PairTerms:
     q: torch.Tensor  # [Hq, n, D]
     k: torch.Tensor  # [Hkv, m, D]: the kept keys
     v: torch.Tensor  # [Hkv, m, D]
-    d_out: torch.Tensor  # [Hq, n, D]
+    out: torch.Tensor  # [Hq, n, D]: the golden output's rows
     lse: torch.Tensor  # [Hq, n, 1] (natural log; -inf on fully masked rows)
     scores: torch.Tensor  # q k^T scale, before the score mod
     modded: torch.Tensor  # the scores after the score mod (0 where masked)
     slope: torch.Tensor | None  # d modded / d score, pointwise (None: no score mod, 1)
     probs: torch.Tensor  # P = exp(modded - lse), 0 where masked
-    d_probs: torch.Tensor  # dP = dO v^T
-    d_scores: torch.Tensor  # dS = slope * P * (dP - delta): the gradient of each raw score
+    d_out: torch.Tensor | None = None  # [Hq, n, D]
+    d_probs: torch.Tensor | None = None  # dP = dO v^T
+    d_scores: torch.Tensor | None = None  # dS = slope * P * (dP - delta): each raw score's
 
 
-def backward_pair_terms(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                        out: torch.Tensor, lse: torch.Tensor):
+def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: torch.Tensor,
+               grad_out: torch.Tensor | None = None):
     """PairTerms of every golden query chunk, given the golden's ``out`` and ``lse``: P from
-    the stored lse and delta from the stored O, as fused backward kernels take them."""
+    the stored lse; with ``grad_out`` (dO), the backward's terms too, delta from the stored O,
+    as fused backward kernels take them."""
     keep_freed_heap()
     for chunk in query_chunks(case, inputs, mods, torch.float64):
         k, v = chunk.k[:, chunk.keys], chunk.v[:, chunk.keys]
@@ -67,11 +70,18 @@ def backward_pair_terms(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.
             .masked_fill_(dead, 0.0)
         if slope is not None:
             slope.masked_fill_(dead, 0.0)
-        d_out = grad_out[chunk.b, :, chunk.rows].to(modded.dtype)
-        d_probs = stacked_product(d_out, v)
-        delta = (d_out * out[chunk.b, :, chunk.rows].to(modded.dtype)).sum(-1, keepdim=True)
-        d_scores = (d_probs - delta).mul_(probs)
-        if slope is not None:
-            d_scores.mul_(slope)
-        yield PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v, d_out,
-                        row_lse, scores, modded, slope, probs, d_probs, d_scores)
+        rows_out = out[chunk.b, :, chunk.rows].to(modded.dtype)
+        terms = PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v,
+                          rows_out, row_lse, scores, modded, slope, probs)
+        if grad_out is not None:
+            terms = _with_backward(terms, grad_out[chunk.b, :, chunk.rows].to(modded.dtype))
+        yield terms
+
+
+def _with_backward(t: PairTerms, d_out: torch.Tensor) -> PairTerms:
+    d_probs = stacked_product(d_out, t.v)
+    delta = (d_out * t.out).sum(-1, keepdim=True)
+    d_scores = (d_probs - delta).mul_(t.probs)
+    if t.slope is not None:
+        d_scores.mul_(t.slope)
+    return replace(t, d_out=d_out, d_probs=d_probs, d_scores=d_scores)

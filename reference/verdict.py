@@ -70,16 +70,16 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     base = baseline if isinstance(baseline, Reference) else Reference(baseline)
     obs = observed if isinstance(observed, Reference) else Reference(observed)
     tol = TOLERANCES[case.dtype]
-    verdict = _judge_tensor(golden.out, base.out, obs.out, tol, "output")
+    noise = golden.row_noise or {}
+    verdict = _judge_tensor(golden.out, base.out, obs.out, tol, "output", noise.get("out"))
     parts: list[tuple[str, Verdict]] = []
     if case.mode == "fwd+lse":
         parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse)))
     if case.mode == "fwd+bwd":
         for name in ("dq", "dk", "dv"):
             got = (obs.grads or {}).get(name)
-            noise = (golden.row_noise or {}).get(name)
             parts.append((name, _judge_tensor(golden.grads[name], base.grads[name], got, tol,
-                                              name, noise)))
+                                              name, noise.get(name))))
     return _combine(verdict, parts)
 
 
@@ -118,9 +118,9 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any,
 
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
                   tol: Tolerance, what: str, row_noise: torch.Tensor | None = None) -> Verdict:
-    """The three rules on one tensor; ``row_noise`` (gradient rows: the size of the noise a
-    correct backward leaves in each row, reference/gradient_noise.py) is added to each row's
-    magnitude, which the dtype terms of the limits scale with."""
+    """The three rules on one tensor; ``row_noise`` (the size of the noise a correct kernel
+    leaves in each row, reference/row_noise.py) is added to each row's magnitude, which the
+    dtype terms of the limits scale with."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed

@@ -45,7 +45,7 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
         probs = probs.bfloat16().float()
     d_out = grad_out.float()
     dv = probs.to(dtype).float().transpose(-1, -2) @ d_out
-    d_probs = _tf32(d_out) @ _tf32(v).transpose(-1, -2) if loss == "dp_tf32" else \
+    d_probs = tf32(d_out) @ tf32(v).transpose(-1, -2) if loss == "dp_tf32" else \
         d_out @ v.transpose(-1, -2)
     delta = (out.float() * d_out).sum(-1, keepdim=True)  # from O as stored, in the dtype
     d_modded = probs * (d_probs - delta)
@@ -55,7 +55,7 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
     if loss == "ds_bf16":
         d_scores = d_scores.bfloat16().float()
     if loss == "products_tf32":
-        d_scores, k, q = _tf32(d_scores), _tf32(k), _tf32(q)
+        d_scores, k, q = tf32(d_scores), tf32(k), tf32(q)
     dq = d_scores @ k * scale
     dk = d_scores.transpose(-1, -2) @ q * scale
 
@@ -65,7 +65,7 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
     return {"dq": dq.to(dtype), "dk": per_kv_head(dk).to(dtype), "dv": per_kv_head(dv).to(dtype)}
 
 
-def _tf32(x: torch.Tensor) -> torch.Tensor:
+def tf32(x: torch.Tensor) -> torch.Tensor:
     """float32 rounded to nearest at TF32's 10 mantissa bits (ties away from zero)."""
     bits = x.float().view(torch.int32)
     return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)

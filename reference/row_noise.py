@@ -1,6 +1,7 @@
-"""How much rounding noise a correct backward leaves in each row of dQ, dK and dV where the
-row's own terms are few or cancel, so that the verdict can judge those rows by what a careful
-kernel can do. Two sources, summed per row (row_noise_magnitudes):
+"""How much rounding noise a correct kernel leaves in each row of a float32 output, and of
+dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
+those rows by what a careful kernel can do. Two sources, summed per row
+(row_noise_magnitudes):
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -18,8 +19,9 @@ there (tests/test_gradient_verdict.py); where a row sees few keys they are most 
 (docs/oracle.md: a correct FlashAttention-style backward failed the dQ row rule by up to 18x
 in rows whose golden was 1/100 of that noise).
 
-A float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases). In a
-row of one or a few terms the row's whole error is one rounding of one P_ij or dP_ij, and the
+A float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases, output
+rows and gradient rows). In a row of one or a few terms (in the output: a row dominated by a
+few keys) the row's whole error is the rounding of one P_ij or dP_ij, and the
 baseline's own draw of it can be 30x smaller than a correct backend's: in float32, where
 nothing else widens the limit, a correct backward failed such rows by up to 4.8x (inputs x1)
 and most of them with inputs x4. Sized as 4 RMS of each rounding, from the sizes of the
@@ -36,7 +38,7 @@ from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
 from reference.kernel import chunked_attention, chunked_gradients, stacked_product
-from reference.pair_terms import backward_pair_terms
+from reference.pair_terms import PairTerms, pair_terms
 
 
 #: Signed draws that estimate the size of the dK term (see cancelling_magnitudes).
@@ -47,20 +49,22 @@ _ROUNDINGS_OF_O = 2.0
 _DRAWS_COVERED = 4.0
 
 
-def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                         out: torch.Tensor, lse: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per row of dQ, dK and dV, the size of the noise a correct backward leaves there beside
-    the golden's own magnitude, in units of the case dtype's unit roundoff: what cancels
-    (cancelling_magnitudes) plus a float32 kernel's roundings of P and dP
-    (float32_rounding_magnitudes, float32 cases only: in bfloat16 and float16 units it is
-    2^-16 and 2^-13 of itself, and the dtype's own roundings set those limits; added to fp16
-    runs with inputs x4, where it is largest, it moved no margin). The verdict adds it to the
-    row's magnitude."""
-    noise = cancelling_magnitudes(case, inputs, mods, grad_out, out)
+def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
+                         lse: torch.Tensor, grad_out: torch.Tensor | None = None
+                         ) -> dict[str, torch.Tensor] | None:
+    """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
+    noise a correct kernel leaves there beside the golden's own magnitude, in units of the
+    case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes) plus a
+    float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases only:
+    in bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own
+    roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
+    moved no margin). The verdict adds it to the row's magnitude. None: nothing to add (a
+    16-bit forward)."""
+    noise = {} if grad_out is None else cancelling_magnitudes(case, inputs, mods, grad_out, out)
     if case.dtype == "fp32":
-        rounding = float32_rounding_magnitudes(case, inputs, mods, grad_out, out, lse)
+        rounding = float32_rounding_magnitudes(case, inputs, mods, out, lse, grad_out)
         noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
-    return noise
+    return noise or None
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
@@ -92,11 +96,23 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torc
             "dk": scale * (squares / _DK_DRAWS).sqrt()}
 
 
-def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                                out: torch.Tensor, lse: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per row of dQ, dK and dV, the RMS over the head dim of what a float32 kernel's own
-    roundings of P and dP move (``{"dq": [B, Hq, Sq], "dk"/"dv": [Bkv, Hkv, Skv]}``, in units
-    of the case dtype's unit roundoff, which the verdict multiplies them by).
+def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
+                                lse: torch.Tensor, grad_out: torch.Tensor | None = None
+                                ) -> dict[str, torch.Tensor]:
+    """Per row of the output and, given dO, of dQ, dK and dV, the RMS over the head dim of
+    what a float32 kernel's own roundings of P and dP move (``{"out"/"dq": [B, Hq, Sq],
+    "dk"/"dv": [Bkv, Hkv, Skv]}``, in units of the case dtype's unit roundoff, which the
+    verdict multiplies them by).
+
+    The forward: O_i = sum_j P_ij V_j / sum_j P_ij, so a relative rounding e_ij of each P_ij
+    moves O_i by sum_j P_ij e_ij (V_j - O_i). A forward kernel takes P_ij = exp(s'_ij - m_i)
+    (m_i its row's running maximum) and is off by a relative ``u f_ij``: the score's dot
+    product through the mod's slope, the mod's result ``|s'_ij|``, the subtraction
+    ``|s'_ij - lse_i|`` and the exponential's own, 2 (a rounding common to a whole row, as of
+    m_i, cancels in the normalization). Where a row is dominated by a few keys with scores of
+    tens (inputs x4), those roundings are its whole error, and a kernel whose dot products sum
+    in another order failed the row rule by up to 5x against a baseline whose roundings are
+    eager flex_attention's own (docs/oracle.md).
 
     A fused backward recomputes P_ij = exp(s_ij - lse_i) and dP_ij = dO_i . v_j in float32. Each
     is one rounding of a D-term dot product and a few more, and where a row holds one or a few
@@ -113,16 +129,23 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out
     dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i sum them in quadrature. In the case
     dtype's units these are u_float32 / u_dtype of that (2^-16 of it in bfloat16)."""
     s = case.shape
-    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
-    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+    device = inputs.q.device
+    o = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=device)
+    dq = torch.zeros_like(o)
+    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
     dv = torch.zeros_like(dk)
     group, scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
-    for t in backward_pair_terms(case, inputs, mods, grad_out, out, lse):
-        # in_p: the relative rounding of P_ij in units of u (see above), built in place
-        in_p = _dot_rounding(t.q * scale, t.k, t.scores).mul_(_DRAWS_COVERED)
+    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+        dot = _dot_rounding(t.q * scale, t.k, t.scores).mul_(_DRAWS_COVERED)
         if t.slope is not None:
-            in_p.mul_(t.slope.abs())
-        in_p.add_(t.modded.abs()).add_(t.lse.where(torch.isfinite(t.lse), 0.0).abs() + 2.0)
+            dot.mul_(t.slope.abs())
+        dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
+        lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
+        o[t.b, :, t.rows] = _output_variance(t, dot + (t.modded - lse_i).abs_().add_(2.0), group)
+        if t.d_out is None:
+            continue
+        # in_p: the relative rounding of P_ij in units of u (see above), built in place
+        in_p = dot.add_(lse_i.abs() + 2.0)
         var_p = (in_p * t.probs).square_()
         dv_keys = torch.bmm(var_p.transpose(1, 2), _mean_square(t.d_out))
         del var_p
@@ -141,8 +164,19 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out
             acc[t.kv_batch] += full
         del t, var_ds
     to_dtype_units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
-    return {name: (to_dtype_units * var.sqrt()).float() for name, var in
-            (("dq", dq), ("dk", dk), ("dv", dv))}
+    found = (("out", o),) if grad_out is None else (("out", o), ("dq", dq), ("dk", dk), ("dv", dv))
+    return {name: (to_dtype_units * var.sqrt()).float() for name, var in found}
+
+
+def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tensor:
+    """[Hq, n]: sum_j (in_p_ij P_ij)^2 times the mean square over the head dim of V_j - O_i,
+    that mean square taken apart as ms(V_j) - 2 V_j.O_i / D + ms(O_i)."""
+    weights = (in_p * t.probs).square_()
+    ms_v = _mean_square(t.v).repeat_interleave(group, 0)  # [Hq, m, 1]
+    cross = stacked_product(t.out, t.v).mul_(weights).sum(-1, keepdim=True)
+    var = torch.bmm(weights, ms_v).sub_(cross, alpha=2.0 / t.q.shape[-1]) \
+        .add_(weights.sum(-1, keepdim=True) * _mean_square(t.out))
+    return var.clamp_min_(0.0).squeeze(-1)
 
 
 def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch.Tensor:
