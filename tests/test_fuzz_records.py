@@ -98,11 +98,8 @@ def run_fuzz(tmp_path, *extra: str, backend: str = "cpu-eager") -> subprocess.Co
 
 @pytest.mark.slow
 def test_each_example_is_a_placed_record_printed_as_it_goes_and_custom_fuzzes_alone(tmp_path):
-    """On cpu-eager: what hypothesis draws for a seed changes with its release, and on
-    cpu-inductor a drawn fp32 case with inputs x4 can be one that finding 1 (docs/findings.md:
-    Inductor's 20-bit exp) makes a true MISMATCH: hypothesis 6.170 draws
-    dilated_sliding_window-w4-dil2/b1-h4x1-s100x100-d80/fp32/fwd/x4 here, row margin 1.02.
-    This test is about the records and custom variants, not about Inductor's float32."""
+    """On cpu-eager: what hypothesis draws for a seed changes with its release, and this test
+    is about the records and custom variants, not about a compiler's float32."""
     proc = run_fuzz(tmp_path, "--fuzz-examples", "4", "--seed", "2", "--matrix", "custom",
                     "--cases-module", "my_variants")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
