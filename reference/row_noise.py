@@ -141,7 +141,9 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
             dot.mul_(t.slope.abs())
         dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
         lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
-        o[t.b, :, t.rows] = _output_variance(t, dot + (t.modded - lse_i).abs_().add_(2.0), group)
+        in_p_forward = (t.modded - lse_i).abs_().add_(2.0).add_(dot)
+        o[t.b, :, t.rows] = _output_variance(t, in_p_forward, group)
+        del in_p_forward
         if t.d_out is None:
             continue
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
@@ -170,8 +172,9 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
 
 def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tensor:
     """[Hq, n]: sum_j (in_p_ij P_ij)^2 times the mean square over the head dim of V_j - O_i,
-    that mean square taken apart as ms(V_j) - 2 V_j.O_i / D + ms(O_i)."""
-    weights = (in_p * t.probs).square_()
+    that mean square taken apart as ms(V_j) - 2 V_j.O_i / D + ms(O_i). ``in_p`` is
+    overwritten."""
+    weights = in_p.mul_(t.probs).square_()
     ms_v = _mean_square(t.v).repeat_interleave(group, 0)  # [Hq, m, 1]
     cross = stacked_product(t.out, t.v).mul_(weights).sum(-1, keepdim=True)
     var = torch.bmm(weights, ms_v).sub_(cross, alpha=2.0 / t.q.shape[-1]) \
