@@ -20,9 +20,12 @@ from tests.fa_style_backward import tf32
 
 #: Correct kernels: the dot products q.k summed from the last term of the head dim to the
 #: first, or computed in float64 and rounded once (more careful than float32 arithmetic).
+#: (Also correct: "plain", the baseline's own operations, and "rounded_mod", the score mod
+#: evaluated in float64 and rounded once.)
 CORRECT = ("reversed_sums", "rounded_scores")
 #: Precision losses: q and k, or P and V, as TF32's 10-bit mantissa gives them to tensor cores
-#: (round to nearest); P rounded to bfloat16 for the P V product; exp accurate to 2^-16.
+#: (round to nearest); P rounded to bfloat16 for the P V product; exp accurate to 2^-16
+#: ("exp_N_bits": a relative error of up to 2^-N on each term).
 LOSSES = ("scores_tf32", "pv_tf32", "p_bf16", "exp_16_bits")
 
 
@@ -42,15 +45,18 @@ def float32_forward(case: Case, inputs: Inputs, kind: str) -> torch.Tensor:
     else:
         scores = q @ k.transpose(-1, -2) * scale
     index = [torch.arange(n) for n in (s.B, s.Hq, s.Sq, s.Skv)]
-    if mods.score_mod is not None:
+    if mods.score_mod is not None and kind == "rounded_mod":
+        scores = evaluate_score(mods.score_mod, scores.double(), *index).float()
+    elif mods.score_mod is not None:
         scores = evaluate_score(mods.score_mod, scores, *index)
     if mods.mask_mod is not None:
         seen = evaluate_mask(mods.mask_mod, *index).expand(scores.shape)
         scores = scores.masked_fill(~seen, -math.inf)
     probs = (scores - scores.amax(-1, keepdim=True)).exp()
-    if kind == "exp_16_bits":  # a relative error of up to 2^-16, drawn per term
+    if kind.startswith("exp_") and kind.endswith("_bits"):  # up to 2^-N relative, per term
+        bits = int(kind.split("_")[1])
         draws = torch.rand(probs.shape, generator=torch.Generator().manual_seed(0))
-        probs = probs * (1 + (draws * 2 - 1) * 2.0 ** -16)
+        probs = probs * (1 + (draws * 2 - 1) * 2.0 ** -bits)
     product = probs
     if kind == "p_bf16":
         product = probs.bfloat16().float()

@@ -67,7 +67,7 @@ def test_float32_output_precision_losses_are_caught(case, loss):
 
 def test_a_float32_output_row_one_part_in_ten_thousand_off_is_caught():
     """What the rounding magnitudes leave to the row rule with inputs x1: one output row scaled
-    by 1 + 1e-4 fails by 9x or more (docs/oracle.md)."""
+    by 1 + 1e-4 fails, by 4.4x and more over every row of a case (docs/oracle.md)."""
     case = Case(v.causal(), Shape(1, 4, 4, 256, 256, 64), "fp32", "fwd")
     inputs = make_inputs(case, 0)
     golden, baseline = reference_pair(case, inputs)
