@@ -37,7 +37,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 9: ... and of a float32 kernel's roundings of P and dP in dQ, dK and dV rows (bounds).
 #: 10: those roundings sized as 4 RMS of a dot product's rounding, float32 cases only.
 #: 11: ... and carried into the rows of a float32 case's output as well.
-REFERENCE_VERSION = 11
+#: 12: float16 gradient rows also carry what dS loses below float16's normal range.
+REFERENCE_VERSION = 12
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """How much rounding noise a correct kernel leaves in each row of a float32 output, and of
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
-those rows by what a careful kernel can do. Two sources, summed per row
-(row_noise_magnitudes):
+those rows by what a careful kernel can do. Three sources, summed per row
+(row_noise_magnitudes); the third, dS below float16's normal range (underflow_magnitudes),
+is described there:
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -54,7 +55,8 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
                          ) -> dict[str, torch.Tensor] | None:
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
-    case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes) plus a
+    case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
+    loses below float16's normal range (underflow_magnitudes, float16 gradients), plus a
     float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases only:
     in bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own
     roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
@@ -64,6 +66,9 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     if case.dtype == "fp32":
         rounding = float32_rounding_magnitudes(case, inputs, mods, out, lse, grad_out)
         noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
+    if grad_out is not None and _underflows_before_float32(case):
+        lost = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
+        noise = {name: lost[name] + noise[name] for name in lost}
     return noise or None
 
 
@@ -168,6 +173,51 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
     to_dtype_units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
     found = (("out", o),) if grad_out is None else (("out", o), ("dq", dq), ("dk", dk), ("dv", dv))
     return {name: (to_dtype_units * var.sqrt()).float() for name, var in found}
+
+
+def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
+                         lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per row of dQ and dK, the RMS over the head dim of what the rounding of dS to a case
+    dtype whose exponent range is narrower than float32's (float16) loses to underflow
+    (``{"dq": [B, Hq, Sq], "dk": [Bkv, Hkv, Skv]}``, in units of the case dtype's unit
+    roundoff). Every fused backward rounds dS to the case dtype before its dQ and dK products,
+    some times a factor c: c = 1 in flex_attention's Triton template and FlashAttention, which
+    scale dQ and dK afterwards; c = the softmax scale in eager flex_attention. Where c dS_ij is
+    below the smallest normal number it is rounded to a fixed spacing, 2^-24 in float16, an
+    absolute error that no relative rounding (the dtype term) models: about min(|dS_ij|,
+    2^-24 / (c sqrt(12))) RMS, with c the softmax scale, the coarser of the two. With inputs
+    x4 the dS of a key that no row attends are all that small, and its dK row is made of them:
+    eager's dK failed such rows by up to 3.4x (docs/oracle.md). dQ_i = scale sum_j dS_ij k_j
+    and dK_j = scale sum_i dS_ij q_i sum the roundings in quadrature; _DRAWS_COVERED RMS of
+    each, as in the other sizes (tests/test_float16_underflow.py holds the model against the
+    rounding itself: one RMS is a median 0.25 of the size)."""
+    s = case.shape
+    dtype = torch_dtype(case.dtype)
+    scale = 1.0 / math.sqrt(s.D)
+    tiny = torch.finfo(dtype).tiny
+    spacing = tiny * torch.finfo(dtype).eps / scale  # of dS, where c dS is subnormal
+    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+    group = s.Hq // s.Hkv
+    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+        size = t.d_scores.abs()
+        var = size.clamp_max(spacing / math.sqrt(12.0)).square_() \
+            .masked_fill_(size * scale >= tiny, 0.0)  # normal numbers: the dtype term's
+        dq[t.b, :, t.rows] = torch.bmm(var, _mean_square(t.k).repeat_interleave(group, 0)) \
+            .squeeze(-1)
+        full = torch.zeros_like(dk[t.kv_batch])
+        full[:, t.keys] = torch.bmm(var.transpose(1, 2), _mean_square(t.q)).squeeze(-1) \
+            .unflatten(0, (-1, group)).sum(1)
+        dk[t.kv_batch] += full
+        del t, var, size
+    to_dtype_units = _DRAWS_COVERED * scale / (torch.finfo(dtype).eps / 2)  # u = eps / 2
+    return {name: (to_dtype_units * var.sqrt()).float() for name, var in (("dq", dq), ("dk", dk))}
+
+
+def _underflows_before_float32(case: Case) -> bool:
+    """Whether the case dtype's normal numbers end above float32's (float16): its dS can
+    underflow where a float32 kernel's does not."""
+    return torch.finfo(torch_dtype(case.dtype)).tiny > torch.finfo(torch.float32).tiny
 
 
 def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tensor:

@@ -5,7 +5,8 @@ flex_attention's Triton template follows), not what our baseline computes.
 P is recomputed in float32 from the log-sum-exp; dV = P^T dO with P rounded to the case dtype;
 dP = dO V^T; delta = rowsum(dO * O) with O the forward's output as stored, in the case dtype;
 dS = P (dP - delta), through the score mod's derivative, rounded to the dtype for dQ = dS K and
-dK = dS^T Q; float32 accumulation, one rounding at the end. Key/value heads shared by a group
+dK = dS^T Q (or, as eager flex_attention does, dS times the softmax scale rounded: ``ds_scaled``);
+float32 accumulation, one rounding at the end. Key/value heads shared by a group
 of query heads (GQA) sum their group's gradients. Key/value batches are not broadcast here.
 """
 from __future__ import annotations
@@ -26,7 +27,8 @@ LOSSES = ("dp_tf32", "products_tf32", "p_bf16", "ds_bf16")
 
 
 def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
-                       loss: str | None = None) -> dict[str, torch.Tensor]:
+                       loss: str | None = None, ds_scaled: bool = False
+                       ) -> dict[str, torch.Tensor]:
     s = case.shape
     assert s.Bkv == s.B, "key/value batch broadcast is not written out here"
     dtype, group, scale = torch_dtype(case.dtype), s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
@@ -51,13 +53,16 @@ def fa_style_gradients(case, inputs, grad_out: torch.Tensor, out: torch.Tensor,
     d_modded = probs * (d_probs - delta)
     d_scores = d_modded if mods.score_mod is None else \
         torch.autograd.grad(modded, scores, d_modded)[0]
-    d_scores = d_scores.masked_fill(~seen, 0).to(dtype).float()
+    # fused kernels round dS and scale dQ and dK after their products; eager flex_attention
+    # (sdpa_dense_backward) rounds dS times the scale
+    scale_before, scale_after = (scale, 1.0) if ds_scaled else (1.0, scale)
+    d_scores = (d_scores.masked_fill(~seen, 0) * scale_before).to(dtype).float()
     if loss == "ds_bf16":
         d_scores = d_scores.bfloat16().float()
     if loss == "products_tf32":
         d_scores, k, q = tf32(d_scores), tf32(k), tf32(q)
-    dq = d_scores @ k * scale
-    dk = d_scores.transpose(-1, -2) @ q * scale
+    dq = d_scores @ k * scale_after
+    dk = d_scores.transpose(-1, -2) @ q * scale_after
 
     def per_kv_head(grad: torch.Tensor) -> torch.Tensor:
         return grad.unflatten(1, (s.Hkv, group)).sum(2)

@@ -24,10 +24,11 @@ from tests.fa_style_backward import LOSSES, fa_style_gradients
 SHAPE = Shape(2, 4, 2, 129, 200, 16)
 
 
-def correct_backward(case: Case, seed: int, loss: str | None = None):
+def correct_backward(case: Case, seed: int, loss: str | None = None, ds_scaled: bool = False):
     """The golden, the baseline and a correct backend's answer: eager flex_attention's output
     and the FlashAttention-style gradients computed from it (with ``loss``, one of the
-    precision losses of tests/fa_style_backward.py: not a correct answer)."""
+    precision losses of tests/fa_style_backward.py: not a correct answer; with ``ds_scaled``,
+    dS rounded as eager flex_attention rounds it)."""
     inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
     golden, baseline = reference_pair(case, inputs, grad_out)
     s = case.shape
@@ -36,7 +37,7 @@ def correct_backward(case: Case, seed: int, loss: str | None = None):
         create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
     out = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
                            block_mask, enable_gqa=s.Hq != s.Hkv)
-    grads = fa_style_gradients(case, inputs, grad_out, out, loss)
+    grads = fa_style_gradients(case, inputs, grad_out, out, loss, ds_scaled)
     return golden, baseline, Reference(out, None, grads)
 
 

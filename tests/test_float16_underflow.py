@@ -1,0 +1,120 @@
+"""float16 backward with large inputs: dS below float16's normal range. Every backward rounds
+dS to the case dtype before its dQ and dK products, fused kernels dS itself and eager
+flex_attention dS times the softmax scale; where that is below 2^-14 the rounding is to a
+fixed spacing, an error that reference/row_noise.py's underflow_magnitudes sizes. Both
+conventions must pass, and broken gradients must still be caught."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from cases import variants as v
+from cases.inputs import make_grad_output, make_inputs
+from cases.model import Case, Shape
+from cases.variants import build_mods
+from reference.kernel import chunked_attention
+from reference.pair_terms import pair_terms
+from reference.row_noise import cancelling_magnitudes, underflow_magnitudes
+from reference.verdict import judge
+from tests.test_gradient_verdict import correct_backward
+
+#: Shapes where eager's dK failed the row rule with inputs x4 before the underflow sizes: keys
+#: that no query row attends, GQA, D 32 to 128, and a decoding-like pair of rows.
+SHAPES = [Shape(2, 2, 2, 64, 64, 32), Shape(1, 4, 1, 5, 64, 128), Shape(1, 8, 2, 2, 513, 64)]
+FP16_TINY = torch.finfo(torch.float16).tiny
+FP16_U = 2.0 ** -11
+
+
+def _without_underflow(case: Case, seed: int, golden):
+    """The golden with the underflow sizes taken out of its row noise again."""
+    inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
+    lost = underflow_magnitudes(case, inputs, build_mods(case.variant, case.shape), golden.out,
+                                golden.lse, grad_out)
+    noise = dict(golden.row_noise, **{k: golden.row_noise[k] - lost[k] for k in lost})
+    return replace(golden, row_noise=noise)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"s{s.Sq}x{s.Skv}-d{s.D}")
+def test_eager_and_fused_roundings_of_ds_pass_with_large_inputs(shape):
+    failed_without = 0
+    for variant in (v.full(), v.causal()):
+        case = Case(variant, shape, "fp16", "fwd+bwd", input_scale=4)
+        for seed in range(2):
+            for ds_scaled in (False, True):
+                golden, baseline, observed = correct_backward(case, seed, ds_scaled=ds_scaled)
+                verdict = judge(case, golden, baseline, observed)
+                assert verdict.passed, f"{variant.token} seed {seed} ds_scaled={ds_scaled}: " \
+                    f"{verdict.summary}"
+            # eager's rounding (the last one above) without the sizes
+            without = judge(case, _without_underflow(case, seed, golden), baseline, observed)
+            failed_without += not without.passed
+    assert failed_without, "eager's dS rounding failed dK rows here without the sizes"
+
+
+def test_the_sizes_are_four_rms_of_the_rounding_they_model():
+    """Rounded as eager rounds it (dS times the scale, to float16), the dS below float16's
+    normal range move each dQ and dK row by about 1/4 of the size (one RMS of four), never
+    more than all of it."""
+    case = Case(v.alibi(), Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd", input_scale=4)
+    s = case.shape
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    mods = build_mods(case.variant, s)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    sizes = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
+    scale, group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
+    err_dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=torch.float64)
+    err_dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=torch.float64)
+    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+        scaled = t.d_scores * scale
+        lost = (scaled.half().double() - scaled).masked_fill_(scaled.abs() >= FP16_TINY, 0.0)
+        err_dq[t.b, :, t.rows] = lost @ t.k.repeat_interleave(group, 0)
+        full = torch.zeros_like(err_dk[t.kv_batch])
+        full[:, t.keys] = (lost.transpose(1, 2) @ t.q).unflatten(0, (-1, group)).sum(1)
+        err_dk[t.kv_batch] += full
+    for name, err in (("dq", err_dq), ("dk", err_dk)):
+        size = sizes[name].double() * FP16_U
+        rows = size > 0
+        assert rows.sum() > 100, name
+        ratio = err.pow(2).mean(-1).sqrt()[rows] / size[rows]
+        assert float(ratio.max()) < 1.0, name
+        assert 0.15 < float(ratio.median()) < 0.4, name
+
+
+def test_nothing_is_added_where_nothing_underflows():
+    """bf16 has float32's exponent range: its rows carry the cancelling sizes alone. fp16 with
+    inputs x1 gets sizes far below each row's own magnitude."""
+    bf16 = Case(v.causal(), SHAPES[0], "bf16", "fwd+bwd", input_scale=4)
+    golden, _, _ = correct_backward(bf16, 0)
+    inputs, grad_out = make_inputs(bf16, 0), make_grad_output(bf16, 0)
+    cancelling = cancelling_magnitudes(bf16, inputs, build_mods(bf16.variant, bf16.shape),
+                                       grad_out, golden.out)
+    assert all(torch.equal(golden.row_noise[k], cancelling[k]) for k in ("dq", "dk"))
+    fp16 = Case(v.causal(), SHAPES[0], "fp16", "fwd+bwd")
+    golden, _, _ = correct_backward(fp16, 0)
+    lost = golden.row_noise["dk"] - _without_underflow(fp16, 0, golden).row_noise["dk"]
+    magnitude = golden.grads["dk"].pow(2).mean(-1).sqrt()
+    assert float(lost.max()) > 0
+    assert float((lost * FP16_U / magnitude).max()) < 1e-3
+
+
+@pytest.mark.parametrize("ds_scaled", [False, True])
+def test_broken_float16_gradients_are_still_caught_with_large_inputs(ds_scaled):
+    case = Case(v.causal(), SHAPES[0], "fp16", "fwd+bwd", input_scale=4)
+    golden, baseline, observed = correct_backward(case, 0, ds_scaled=ds_scaled)
+    grads = observed.grads
+    busiest_key = int(golden.grads["dk"][0, 0].pow(2).sum(-1).argmax())
+    off = grads["dk"].float().clone()
+    off[0, 0, busiest_key] *= 1.03
+    broken = {
+        "dq without its scale": dict(grads, dq=grads["dq"] * 4),
+        "dk of one head from the other": dict(grads, dk=grads["dk"][:, [0, 0]]),
+        "one dq row zeroed": dict(grads, dq=grads["dq"].index_fill(2, torch.tensor([40]), 0)),
+        "the busiest dk row 3% off": dict(grads, dk=off.half()),
+        "dv rows shifted by one key": dict(grads, dv=grads["dv"].roll(1, dims=2)),
+    }
+    for name, bad in broken.items():
+        verdict = judge(case, golden, baseline, replace(observed, grads=bad))
+        assert not verdict.passed, f"{name} was not caught"
