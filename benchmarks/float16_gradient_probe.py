@@ -6,7 +6,7 @@ this probe lifts its device check for the call; where eager raises, as on soft-c
 torch 2.13, the run is counted as skipped), and the FlashAttention-style backward of
 tests/fa_style_backward.py rounding dS as fused kernels do (``fused``) and as eager does,
 times the softmax scale (``eager_rounding``). Broken ones, from the fused backward: P or dS
-rounded to bfloat16 in a float16 case, the busiest dQ or dK row 1% or 3% off, all of dQ 1%
+rounded to bfloat16 in a float16 case, the busiest dQ row 1% off, dK row 1% or 3% off, all of dQ 1%
 off. Edge shapes x full, causal, ALiBi, bf16 and fp16, inputs x1 and x4. For each: runs, how
 many fail (correct) or are caught (broken) with the sizes and without them, and the largest
 margin of any rule with them (correct: the worst; broken: the weakest over the runs caught).

@@ -38,7 +38,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 10: those roundings sized as 4 RMS of a dot product's rounding, float32 cases only.
 #: 11: ... and carried into the rows of a float32 case's output as well.
 #: 12: float16 gradient rows also carry what dS loses below float16's normal range.
-REFERENCE_VERSION = 12
+#: 13: what cancels in dQ and dK rows carries the score mod's slope, summed exactly per pair.
+REFERENCE_VERSION = 13
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ template, eager flex_attention) takes delta_i from O as stored in the case dtype
 of O move delta_i by about u w_i (w_i below), and dQ_i by u scale w_i (P K)_i, whatever the
 golden's size. dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many
 rows at once, independent of each other: by about u scale sqrt(sum_i (P_ij w_i)^2 |q_i|^2).
+(Under a score mod each P_ij there is times the mod's slope.)
 Those sizes (without u, which the verdict's dtype term supplies) are
 the magnitude of what cancels in each row, beside the golden's own, which the row's error is
 measured against. Where rows see many keys they are a fraction of the gradient (medians of
@@ -38,12 +39,10 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
-from reference.kernel import chunked_attention, chunked_gradients, stacked_product
+from reference.kernel import stacked_product
 from reference.pair_terms import PairTerms, pair_terms
 
 
-#: Signed draws that estimate the size of the dK term (see cancelling_magnitudes).
-_DK_DRAWS = 2
 #: How many roundings of O a correct backend's delta may carry (see cancelling_magnitudes).
 _ROUNDINGS_OF_O = 2.0
 #: A row of one term holds one draw of each rounding: its limit allows this many RMS of it.
@@ -62,43 +61,46 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
     moved no margin). The verdict adds it to the row's magnitude. None: nothing to add (a
     16-bit forward)."""
-    noise = {} if grad_out is None else cancelling_magnitudes(case, inputs, mods, grad_out, out)
+    noise = {} if grad_out is None else \
+        cancelling_magnitudes(case, inputs, mods, out, lse, grad_out)
     if case.dtype == "fp32":
         rounding = float32_rounding_magnitudes(case, inputs, mods, out, lse, grad_out)
         noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
     if grad_out is not None and _underflows_before_float32(case):
         lost = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
-        noise = {name: lost[name] + noise[name] for name in lost}
+        noise = dict(noise, **{name: lost[name] + noise[name] for name in lost})
     return noise or None
 
 
-def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, grad_out: torch.Tensor,
-                          out: torch.Tensor) -> dict[str, torch.Tensor]:
+def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
+                          lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per row, the RMS over the head dim of the term a rounding of O moves: ``{"dq": [B, Hq,
-    Sq], "dk": [Bkv, Hkv, Skv]}`` (float32: a size, not a value). ``out`` is the golden O."""
-    scale = 1.0 / math.sqrt(case.shape.D)
-    # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
-    # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output a
-    # few roundings off, as eager's is), not the sum of their sizes (sqrt(D) times larger)
-    weight = _ROUNDINGS_OF_O * (grad_out.to(out.dtype) * out).pow(2).sum(-1, keepdim=True) \
-        .sqrt().float()
-    # dQ_i moves by scale * e_i * (P K)_i: the same attention with the keys as its values
-    keys_attended, _ = chunked_attention(case, Inputs(inputs.q, inputs.k, inputs.k), mods,
-                                         torch.float32)
-    # dK_j moves by scale * sum_i P_ij e_i q_i, whose e_i are roundings of different rows, so
-    # its size is sqrt(sum_i (P_ij w_i)^2 |q_i|^2), not the sum of the terms' sizes (which
-    # grows with the rows: with the worst-case w_i, 4-25x |dK| at S1024). That is the mean
-    # square of P^T (s_i w_i q_i) over random signs s_i (the gradient of V for that dO),
-    # estimated from fixed draws; with one query row it is the term itself.
-    generator = torch.Generator().manual_seed(0)
-    squares = 0.0
-    for _ in range(_DK_DRAWS):
-        signs = torch.randint(0, 2, weight.shape, generator=generator).float() * 2 - 1
-        signed = signs.to(weight.device) * weight * inputs.q.float()
-        draw = chunked_gradients(case, inputs, mods, signed, torch.float32)["dv"]
-        squares = squares + _mean_square(draw).squeeze(-1)
-    return {"dq": scale * weight.squeeze(-1) * _rms(keys_attended),
-            "dk": scale * (squares / _DK_DRAWS).sqrt()}
+    Sq], "dk": [Bkv, Hkv, Skv]}`` (float32: a size, not a value), from the golden's ``out``
+    and ``lse``. A rounding e_i of delta_i moves dS_ij = slope_ij P_ij (dP_ij - delta_i) by
+    slope_ij P_ij e_i (slope: the score mod's derivative, 1 without one), so dQ_i by
+    scale e_i sum_j slope_ij P_ij k_j and dK_j by scale sum_i slope_ij P_ij e_i q_i. The e_i
+    of different rows are independent: dK_j's size is sqrt(sum_i (slope_ij P_ij w_i)^2
+    |q_i|^2), not the sum of the terms' sizes (which grows with the rows: with the
+    worst-case w_i, 4-25x |dK| at S1024); with one query row it is the term itself."""
+    s = case.shape
+    scale, group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
+    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+        # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
+        # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output
+        # a few roundings off, as eager's is), not the sum of their sizes (sqrt(D) larger)
+        weight = _ROUNDINGS_OF_O * (t.d_out * t.out).square().sum(-1, keepdim=True).sqrt()
+        moved = t.probs if t.slope is None else t.probs * t.slope  # [Hq, n, m]
+        attended = torch.bmm(moved.reshape(s.Hkv, -1, moved.shape[-1]), t.k).view_as(t.q)
+        dq[t.b, :, t.rows] = scale * weight.squeeze(-1) * _rms(attended)
+        var = (moved * weight).square_()  # (slope P w)^2
+        full = torch.zeros_like(dk[t.kv_batch])
+        full[:, t.keys] = torch.bmm(var.transpose(1, 2), _mean_square(t.q)).squeeze(-1) \
+            .unflatten(0, (-1, group)).sum(1)
+        dk[t.kv_batch] += full
+        del t, moved, var
+    return {"dq": dq.float(), "dk": (scale * dk.sqrt()).float()}
 
 
 def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -180,8 +182,8 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     """Per row of dQ and dK, the RMS over the head dim of what the rounding of dS to a case
     dtype whose exponent range is narrower than float32's (float16) loses to underflow
     (``{"dq": [B, Hq, Sq], "dk": [Bkv, Hkv, Skv]}``, in units of the case dtype's unit
-    roundoff). Every fused backward rounds dS to the case dtype before its dQ and dK products,
-    some times a factor c: c = 1 in flex_attention's Triton template and FlashAttention, which
+    roundoff). Every backward rounds dS to the case dtype before its dQ and dK products, some
+    times a factor c: c = 1 in flex_attention's Triton template and FlashAttention, which
     scale dQ and dK afterwards; c = the softmax scale in eager flex_attention. Where c dS_ij is
     below the smallest normal number it is rounded to a fixed spacing, 2^-24 in float16, an
     absolute error that no relative rounding (the dtype term) models: about min(|dS_ij|,

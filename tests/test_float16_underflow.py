@@ -51,7 +51,7 @@ def test_eager_and_fused_roundings_of_ds_pass_with_large_inputs(shape):
             # eager's rounding (the last one above) without the sizes
             without = judge(case, _without_underflow(case, seed, golden), baseline, observed)
             failed_without += not without.passed
-    assert failed_without, "eager's dS rounding failed dK rows here without the sizes"
+    assert failed_without, "expected eager's dS rounding to fail a dK row without the sizes"
 
 
 def test_the_sizes_are_four_rms_of_the_rounding_they_model():
@@ -90,7 +90,7 @@ def test_nothing_is_added_where_nothing_underflows():
     golden, _, _ = correct_backward(bf16, 0)
     inputs, grad_out = make_inputs(bf16, 0), make_grad_output(bf16, 0)
     cancelling = cancelling_magnitudes(bf16, inputs, build_mods(bf16.variant, bf16.shape),
-                                       grad_out, golden.out)
+                                       golden.out, golden.lse, grad_out)
     assert all(torch.equal(golden.row_noise[k], cancelling[k]) for k in ("dq", "dk"))
     fp16 = Case(v.causal(), SHAPES[0], "fp16", "fwd+bwd")
     golden, _, _ = correct_backward(fp16, 0)

@@ -11,6 +11,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from cases import variants as v
+from cases.composed import And, Atom, Not, composed
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
@@ -92,8 +93,9 @@ def test_float32_rows_of_few_terms_pass_a_correct_backward_by_the_size_of_its_ro
         verdict = judge(case, golden, baseline, observed)
         assert verdict.passed, f"{case.id} seed {seed}: {verdict.summary}"
         inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
-        without = replace(golden, row_noise={"out": golden.row_noise["out"], **cancelling_magnitudes(
-            case, inputs, build_mods(variant, shape), grad_out, golden.out)})
+        cancelling = cancelling_magnitudes(case, inputs, build_mods(variant, shape),
+                                           golden.out, golden.lse, grad_out)
+        without = replace(golden, row_noise={"out": golden.row_noise["out"], **cancelling})
         if not judge(case, without, baseline, observed).passed:
             failed_without.append((case.id, seed))
     assert len(failed_without) >= 8, failed_without  # 13 of 32 on this machine's BLAS
@@ -129,6 +131,28 @@ def test_a_float32_gradient_row_one_part_in_ten_thousand_off_is_caught(name):
                                                                          **{name: scaled})))
     assert f"{name}:row" in verdict.metrics["failed_rules"]
     assert verdict.metrics[name]["worst_row_margin"] > 4
+
+
+def test_rows_that_cancel_pass_under_a_score_mod_that_scales_the_score():
+    """delta's rounding moves dS_ij by the mod's slope times P_ij: a fuzzed mod that scales
+    the score by 3 failed correct float16 backwards at up to 1.49x while the cancelling sizes
+    left the slope out (a review's case, b2-h4x2-s48x48-d32); for this mod the slope is 3
+    everywhere, so the old sizes are a third of the new ones."""
+    variant = composed(And(Atom("causal", 0), Not(Atom("win", 8))),
+                       [Atom("scale", 3.0), Atom("alibi", 8)])
+    failed_without_slope = 0
+    for input_scale, seed in itertools.product((1, 4), range(2)):
+        case = Case(variant, Shape(2, 4, 2, 48, 48, 32), "fp16", "fwd+bwd", input_scale)
+        golden, baseline, observed = correct_backward(case, seed)
+        verdict = judge(case, golden, baseline, observed)
+        assert verdict.passed, f"x{input_scale} seed {seed}: {verdict.summary}"
+        inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
+        cancelling = cancelling_magnitudes(case, inputs, build_mods(variant, case.shape),
+                                           golden.out, golden.lse, grad_out)
+        without_slope = replace(golden, row_noise=dict(golden.row_noise, **{
+            name: golden.row_noise[name] - cancelling[name] * 2 / 3 for name in cancelling}))
+        failed_without_slope += not judge(case, without_slope, baseline, observed).passed
+    assert failed_without_slope, "expected a correct backward to fail with the slope left out"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

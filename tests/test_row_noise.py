@@ -1,5 +1,5 @@
 """The float32 rounding magnitudes of the golden (reference/row_noise.py), of the output's
-rows and of the gradients', equal the same formula evaluated densely over every query-key pair at once, on the shapes where the chunked
+rows and of the gradients', and the sizes of what cancels in gradient rows, equal the same formula evaluated densely over every query-key pair at once, on the shapes where the chunked
 evaluation has the most to get wrong: grouped heads, a key/value batch shared by all batches,
 kept keys given as an index tensor, many small chunks, rows that see nothing, and score mods
 that return -inf or ignore the score."""
@@ -46,6 +46,13 @@ def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict
     probs = torch.where(live, (modded - row_lse).exp(), 0.0)
     slope = torch.where(live, slope, 0.0)
 
+    def mean_square(x):
+        return x.square().mean(-1)
+
+    def per_kv_head(x):  # [B, Hq, Skv] -> [Bkv, Hkv, Skv]
+        x = x.unflatten(1, (s.Hkv, group)).sum(2)
+        return x.sum(0, keepdim=True) if s.Bkv != s.B else x
+
     def dot_rounding(a, b, dots):  # D/6 t^2 + D/9 s^2, t^2 the sum of the squared terms
         return (s.D / 6 * (a.square() @ b.square().transpose(-1, -2)) + s.D / 9 * dots ** 2).sqrt()
 
@@ -62,19 +69,19 @@ def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict
     d_scores = slope * probs * (d_probs - (d_out * out.double()).sum(-1, keepdim=True))
     var_ds = (in_p * d_scores) ** 2 + (in_dp * slope * probs) ** 2
 
-    def mean_square(x):
-        return x.square().mean(-1)
-
-    def per_kv_head(x):  # [B, Hq, Skv] -> [Bkv, Hkv, Skv]
-        x = x.unflatten(1, (s.Hkv, group)).sum(2)
-        return x.sum(0, keepdim=True) if s.Bkv != s.B else x
-
+    # what cancels: delta's rounding w_i moves dS_ij by slope P_ij w_i
+    weight = row_noise._ROUNDINGS_OF_O * (d_out * out.double()).square().sum(-1).sqrt()
+    moved = slope * probs
+    cancel_dq = scale * weight * mean_square(moved @ k).sqrt()
+    cancel_dk = per_kv_head(scale ** 2 * ((moved * weight.unsqueeze(-1)) ** 2
+                                          * mean_square(q).unsqueeze(-1)).sum(-2)).sqrt()
     dq = scale ** 2 * (var_ds * mean_square(k).unsqueeze(-2)).sum(-1)
     dk = per_kv_head(scale ** 2 * (var_ds * mean_square(q).unsqueeze(-1)).sum(-2))
     dv = per_kv_head(((in_p * probs) ** 2 * mean_square(d_out).unsqueeze(-1)).sum(-2))
     units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
-    return {name: units * var.sqrt() for name, var in
-            (("out", out_var), ("dq", dq), ("dk", dk), ("dv", dv))}
+    sizes = {name: units * var.sqrt() for name, var in
+             (("out", out_var), ("dq", dq), ("dk", dk), ("dv", dv))}
+    return dict(sizes, cancel_dq=cancel_dq, cancel_dk=cancel_dk)
 
 
 def striped(b, h, q_idx, kv_idx):  # kept keys that are not one range: an index tensor
@@ -128,5 +135,9 @@ def test_the_chunked_magnitudes_equal_a_dense_evaluation_of_the_formula(monkeypa
     assert (off <= 1e-6 * want["out"] + 1e-6 * row_size).all(), float((off / row_size).max())
     assert (want["dv"] > 0).any() and (want["out"] > 0).any()  # (dQ and dK are 0 where the
     # mod ignores the score)
+    cancelling = row_noise.cancelling_magnitudes(case, inputs, mods, out, lse, grad_out)
+    for name in ("dq", "dk"):
+        torch.testing.assert_close(cancelling[name].double(), want["cancel_" + name],
+                                   rtol=1e-6, atol=0.0)
     forward_only = row_noise.float32_rounding_magnitudes(case, inputs, mods, out, lse)
     assert list(forward_only) == ["out"] and torch.equal(forward_only["out"], got["out"])
