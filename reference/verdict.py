@@ -8,7 +8,8 @@ implementation in the case dtype achieves on the same inputs), at three scales:
    rows is not a stable statistic (u/16 of mean|G| at 1,024 rows);
 2. per head (b, h): the same rule over the head's elements, so one wrong head cannot hide in
    the mean over all heads (a head of one row, as in decoding, gets the row rule's floor; a
-   head whose rows carry noise sizes may also carry its noisiest row's allowance, NOISE_SHARE);
+   head's mean leaves out its noisiest row's error up to that row's noise allowance,
+   NOISE_SHARE);
 3. per query row (b, h, q): RMS over the head dim of (O - G) <= row_factor * RMS of (R - G)
    + u * RMS(G row), u the dtype's unit roundoff, so one wrong row, a dropped key block or an
    off-by-one at a mask boundary cannot hide in a mean.
@@ -125,7 +126,8 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
-    stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise)
+    stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
+                                tol.unit_roundoff)
     return _decide(stats, tol)
 
 
@@ -179,7 +181,7 @@ class _ErrorStats:
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
     head_sum_golden: torch.Tensor  # sum of |G| (plus D times each row's row_noise)
-    head_max_noise: torch.Tensor  # the largest row_noise among each head's rows (0 without)
+    head_excused: torch.Tensor  # what the head rule leaves out of head_sum_obs (NOISE_SHARE)
     rows_per_head: int
     elements_per_head: int
     max_abs_err: float
@@ -191,9 +193,10 @@ class _ErrorStats:
 
     @classmethod
     def collect(cls, golden: torch.Tensor, baseline: torch.Tensor, observed: torch.Tensor,
-                row_noise: torch.Tensor | None = None) -> "_ErrorStats":
+                row_noise: torch.Tensor | None = None,
+                unit_roundoff: float = 0.0) -> "_ErrorStats":
         B, H, S, D = golden.shape
-        rows_obs, rows_base, rows_gold, heads_obs, heads_base, heads_gold, heads_noise = \
+        rows_obs, rows_base, rows_gold, heads_obs, heads_base, heads_gold, excused = \
             [], [], [], [], [], [], []
         max_err, max_place = -1.0, (0, 0, 0, 0)
         nan_count = inf_count = 0
@@ -213,17 +216,17 @@ class _ErrorStats:
             rows_base.append(err_base.pow(2).mean(-1).sqrt())
             magnitude = g.pow(2).mean(-1).sqrt()
             magnitude_sum = g.abs().sum((-1, -2))
-            noise_max = torch.zeros(H, dtype=torch.float64)
+            head_excused = torch.zeros(H, dtype=torch.float64)
             if row_noise is not None:
                 noise = row_noise[b].to(torch.float64)
                 magnitude = magnitude + noise
                 magnitude_sum = magnitude_sum + D * noise.sum(-1)
-                noise_max = noise.amax(-1)
+                head_excused = _noisiest_row_excused(err_obs, noise, D, unit_roundoff)
             rows_gold.append(magnitude)
             heads_obs.append(err_obs.sum((-1, -2)))
+            excused.append(head_excused)
             heads_base.append(err_base.sum((-1, -2)))
             heads_gold.append(magnitude_sum)
-            heads_noise.append(noise_max)
             finite_err = torch.where(torch.isfinite(err_obs), err_obs, -1.0)
             flat = int(finite_err.argmax())
             if finite_err.flatten()[flat] > max_err:
@@ -232,7 +235,7 @@ class _ErrorStats:
         return cls(
             torch.stack(rows_obs), torch.stack(rows_base), torch.stack(rows_gold),
             torch.stack(heads_obs), torch.stack(heads_base), torch.stack(heads_gold),
-            torch.stack(heads_noise), S, S * D,
+            torch.stack(excused), S, S * D,
             max(max_err, 0.0), tuple(int(x) for x in max_place),
             nan_count + inf_count, nan_count, inf_count, first_bad,
         )
@@ -255,20 +258,26 @@ def _sampling_floor(mean_abs_golden, rows: int, tol: Tolerance):
     return tol.atol + SAMPLING_FLOOR_ULPS * tol.unit_roundoff * mean_abs_golden / math.sqrt(rows)
 
 
-#: How much of one row's noise (reference/row_noise.py) the per-head rule lets its mean
-#: carry, beside the sampling floor (which counts the noise with mean|G|, over sqrt(rows)):
+#: How much of its noisiest row's error (reference/row_noise.py) a head's mean leaves out:
 #: the row rule allows a row u * row_noise of RMS error beside its baseline's, and an error of
-#: RMS r has a mean absolute value of about 0.8 r, so a head is allowed the row of largest
-#: noise at its full allowance, spread over the head's rows. Without it, one key's dK row,
-#: within its row limit by its noise, failed its head at 1.55x (a correct fp16 backward,
-#: softcap 5, inputs x4: docs/oracle.md). The global rule, over every head, has no need of it.
+#: RMS r has a mean absolute value of about 0.8 r, so the head's error sum leaves out that
+#: row's own error up to 0.8 u row_noise per element, and the rest of the head is judged as
+#: before. Without it, one key's dK row, within its row limit by its noise, failed its head
+#: at 1.55x (a correct fp16 backward, softcap 5, inputs x4: docs/oracle.md). A review found
+#: that raising the head's limit by the same amount instead let a dK head 1% off pass where
+#: that noisy row lent its allowance to the others. The global rule, over every head, has no
+#: need of it.
 NOISE_SHARE = 0.8
 
 
-def _noise_floor(max_noise, rows: int, tol: Tolerance):
-    """What the per-head limit allows for its noisiest row: that row's allowance over the
-    head's rows (see NOISE_SHARE)."""
-    return NOISE_SHARE * tol.unit_roundoff * max_noise / rows
+def _noisiest_row_excused(err: torch.Tensor, noise: torch.Tensor, D: int,
+                          unit_roundoff: float) -> torch.Tensor:
+    """[H]: the error sum of each head's noisiest row ([H, S, D] errors, [H, S] noise sizes),
+    up to that row's allowance (see NOISE_SHARE)."""
+    noisiest = noise.argmax(-1, keepdim=True)
+    row_err = err.sum(-1).gather(-1, noisiest).squeeze(-1)
+    allowance = NOISE_SHARE * unit_roundoff * D * noise.gather(-1, noisiest).squeeze(-1)
+    return torch.minimum(row_err, allowance)
 
 
 def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
@@ -280,10 +289,9 @@ def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
     global_floor = _sampling_floor(mean_gold, n_heads * st.rows_per_head, tol)
     global_margin = mean_obs / (factor * mean_base + global_floor)
 
-    head_obs = st.head_sum_obs / st.elements_per_head
+    head_obs = (st.head_sum_obs - st.head_excused) / st.elements_per_head
     head_base = st.head_sum_base / st.elements_per_head
-    head_floor = _sampling_floor(st.head_sum_golden / st.elements_per_head, st.rows_per_head,
-                                 tol) + _noise_floor(st.head_max_noise, st.rows_per_head, tol)
+    head_floor = _sampling_floor(st.head_sum_golden / st.elements_per_head, st.rows_per_head, tol)
     head_margins = head_obs / (factor * head_base + head_floor)
     worst_head = _argmax(head_margins)
 

@@ -100,6 +100,10 @@ def score_ignored(score, b, h, q_idx, kv_idx):
     return (q_idx - kv_idx).float() * 0.1
 
 
+def score_negated(score, b, h, q_idx, kv_idx):  # slopes of both signs in a row: -0.5 and 1
+    return score * ((kv_idx % 2) * 1.5 - 0.5)
+
+
 CASES = {
     "causal, shared kv batch": (v.causal(), Shape(3, 4, 2, 9, 13, 8, Bkv=1), None),
     "alibi, one kv head": (v.alibi(), Shape(2, 4, 1, 9, 13, 8), None),
@@ -108,6 +112,7 @@ CASES = {
     "-inf scores, empty rows": (v.full(), Shape(2, 2, 1, 9, 13, 8, Bkv=1),
                                 Mods(first_rows_only, some_scores_minus_inf)),
     "score ignored": (v.full(), Shape(2, 4, 2, 9, 13, 8), Mods(None, score_ignored)),
+    "score negated": (v.causal(), Shape(2, 4, 2, 9, 13, 8), Mods(None, score_negated)),
 }
 
 
