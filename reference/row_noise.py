@@ -95,10 +95,7 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Ten
         attended = torch.bmm(moved.reshape(s.Hkv, -1, moved.shape[-1]), t.k).view_as(t.q)
         dq[t.b, :, t.rows] = scale * weight.squeeze(-1) * _rms(attended)
         var = (moved * weight).square_()  # (slope P w)^2
-        full = torch.zeros_like(dk[t.kv_batch])
-        full[:, t.keys] = torch.bmm(var.transpose(1, 2), _mean_square(t.q)).squeeze(-1) \
-            .unflatten(0, (-1, group)).sum(1)
-        dk[t.kv_batch] += full
+        _add_key_rows(dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
         del t, moved, var
     return {"dq": dq.float(), "dk": (scale * dk.sqrt()).float()}
 
@@ -167,10 +164,8 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
         ms_k = _mean_square(t.k).repeat_interleave(group, 0)  # [Hq, m, 1]
         dq[t.b, :, t.rows] = scale ** 2 * torch.bmm(var_ds, ms_k).squeeze(-1)
         dk_keys = scale ** 2 * torch.bmm(var_ds.transpose(1, 2), _mean_square(t.q))
-        for acc, keys in ((dk, dk_keys), (dv, dv_keys)):
-            full = torch.zeros_like(acc[t.kv_batch])
-            full[:, t.keys] = keys.squeeze(-1).unflatten(0, (-1, group)).sum(1)
-            acc[t.kv_batch] += full
+        _add_key_rows(dk, t, dk_keys, group)
+        _add_key_rows(dv, t, dv_keys, group)
         del t, var_ds
     to_dtype_units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
     found = (("out", o),) if grad_out is None else (("out", o), ("dq", dq), ("dk", dk), ("dv", dv))
@@ -207,10 +202,7 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
             .masked_fill_(size * scale >= tiny, 0.0)  # normal numbers: the dtype term's
         dq[t.b, :, t.rows] = torch.bmm(var, _mean_square(t.k).repeat_interleave(group, 0)) \
             .squeeze(-1)
-        full = torch.zeros_like(dk[t.kv_batch])
-        full[:, t.keys] = torch.bmm(var.transpose(1, 2), _mean_square(t.q)).squeeze(-1) \
-            .unflatten(0, (-1, group)).sum(1)
-        dk[t.kv_batch] += full
+        _add_key_rows(dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
         del t, var, size
     to_dtype_units = _DRAWS_COVERED * scale / (torch.finfo(dtype).eps / 2)  # u = eps / 2
     return {name: (to_dtype_units * var.sqrt()).float() for name, var in (("dq", dq), ("dk", dk))}
@@ -220,6 +212,15 @@ def _underflows_before_float32(case: Case) -> bool:
     """Whether the case dtype's normal numbers end above float32's (float16): its dS can
     underflow where a float32 kernel's does not."""
     return torch.finfo(torch_dtype(case.dtype)).tiny > torch.finfo(torch.float32).tiny
+
+
+def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,
+                  group: int) -> None:
+    """Add one chunk's [Hq, m, 1] sums over its rows to ``acc`` ([Bkv, Hkv, Skv]) at its kept
+    keys, summed over the query heads that share each key/value head."""
+    full = torch.zeros_like(acc[t.kv_batch])
+    full[:, t.keys] = per_query_head.squeeze(-1).unflatten(0, (-1, group)).sum(1)
+    acc[t.kv_batch] += full
 
 
 def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tensor:
