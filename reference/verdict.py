@@ -128,7 +128,7 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
                                 tol.unit_roundoff)
-    return _decide(stats, tol)
+    return _decide(stats, tol, key_rows=what in ("dk", "dv"))
 
 
 def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> Verdict:
@@ -280,7 +280,9 @@ def _noisiest_row_excused(err: torch.Tensor, noise: torch.Tensor, D: int,
     return torch.minimum(row_err, allowance)
 
 
-def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
+def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
+    """The three rules' verdict; ``key_rows``: rows are keys (dK, dV), which the summary says
+    (the metrics' places keep the key ``q`` for the row index either way)."""
     factor = 1.0 + tol.fudge
     n_heads = st.head_sum_obs.numel()
     mean_obs = float(st.head_sum_obs.sum()) / (n_heads * st.elements_per_head)
@@ -337,8 +339,10 @@ def _decide(st: _ErrorStats, tol: Tolerance) -> Verdict:
     if failing_rows:
         failed.append("row")
         b, h, q = worst_row
-        summary.append(f"{failing_rows} query row(s) off, worst b={b} h={h} q={q}: rms error "
-                       f"{float(st.row_rms_obs[b, h, q]):.3g} vs limit {float(row_limit[b, h, q]):.3g}")
+        row, index = ("key", "k") if key_rows else ("query", "q")
+        summary.append(f"{failing_rows} {row} row(s) off, worst b={b} h={h} {index}={q}: rms "
+                       f"error {float(st.row_rms_obs[b, h, q]):.3g} vs limit "
+                       f"{float(row_limit[b, h, q]):.3g}")
     metrics["failed_rules"] = failed
     return Verdict(not failed, "; ".join(summary), metrics)
 
