@@ -39,7 +39,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 11: ... and carried into the rows of a float32 case's output as well.
 #: 12: float16 gradient rows also carry what dS loses below float16's normal range.
 #: 13: what cancels in dQ and dK rows carries the score mod's slope, summed exactly per pair.
-REFERENCE_VERSION = 13
+#: 14: ... and what P loses there in dV rows (fused and eager backwards round the normalized P).
+REFERENCE_VERSION = 14
 
 
 @dataclass(frozen=True)

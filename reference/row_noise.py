@@ -1,8 +1,8 @@
 """How much rounding noise a correct kernel leaves in each row of a float32 output, and of
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
 those rows by what a careful kernel can do. Three sources, summed per row
-(row_noise_magnitudes); the third, dS below float16's normal range (underflow_magnitudes),
-is described there:
+(row_noise_magnitudes); the third, dS and P below float16's normal range
+(underflow_magnitudes), is described there:
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -55,7 +55,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
-    loses below float16's normal range (underflow_magnitudes, float16 gradients), plus a
+    and P lose below float16's normal range (underflow_magnitudes, float16 gradients), plus a
     float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases only:
     in bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own
     roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
@@ -68,7 +68,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
     if grad_out is not None and _underflows_before_float32(case):
         lost = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
-        noise = dict(noise, **{name: lost[name] + noise[name] for name in lost})
+        noise = dict(noise, **{name: lost[name] + noise.get(name, 0.0) for name in lost})
     return noise or None
 
 
@@ -174,38 +174,62 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
 
 def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
                          lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per row of dQ and dK, the RMS over the head dim of what the rounding of dS to a case
-    dtype whose exponent range is narrower than float32's (float16) loses to underflow
-    (``{"dq": [B, Hq, Sq], "dk": [Bkv, Hkv, Skv]}``, in units of the case dtype's unit
-    roundoff). Every backward rounds dS to the case dtype before its dQ and dK products, some
-    times a factor c: c = 1 in flex_attention's Triton template and FlashAttention, which
-    scale dQ and dK afterwards; c = the softmax scale in eager flex_attention. Where c dS_ij is
-    below the smallest normal number it is rounded to a fixed spacing, 2^-24 in float16, an
-    absolute error that no relative rounding (the dtype term) models: about min(|dS_ij|,
-    2^-24 / (c sqrt(12))) RMS, with c the softmax scale, the coarser of the two. With inputs
-    x4 the dS of a key that no row attends are all that small, and its dK row is made of them:
-    eager's dK failed such rows by up to 3.4x (docs/oracle.md). dQ_i = scale sum_j dS_ij k_j
-    and dK_j = scale sum_i dS_ij q_i sum the roundings in quadrature; _DRAWS_COVERED RMS of
-    each, as in the other sizes (tests/test_float16_underflow.py holds the model against the
-    rounding itself: one RMS is a median 0.25 of the size)."""
+    """Per row of dQ, dK and dV, the RMS over the head dim of what the roundings of dS and P
+    to a case dtype whose exponent range is narrower than float32's (float16) lose to
+    underflow (``{"dq": [B, Hq, Sq], "dk"/"dv": [Bkv, Hkv, Skv]}``, in units of the case
+    dtype's unit roundoff). Below the smallest normal number a rounding is to a fixed spacing,
+    2^-24 in float16, an absolute error that no relative rounding (the dtype term) models:
+    about min(|x|, spacing / sqrt(12)) RMS for a value x.
+
+    dS: every backward rounds dS to the case dtype before its dQ and dK products, some times a
+    factor c: c = 1 in flex_attention's Triton template and FlashAttention, which scale dQ and
+    dK afterwards; c = the softmax scale in eager flex_attention. Sized with the coarser
+    spacing of the two, 2^-24 / scale, where c dS is subnormal. With inputs x4 the dS of a key
+    that no row attends are all that small, and its dK row is made of them: eager's dK failed
+    such rows by up to 3.4x (docs/oracle.md). dQ_i = scale sum_j dS_ij k_j and
+    dK_j = scale sum_i dS_ij q_i sum the roundings in quadrature.
+
+    P: every backward (fused kernels and eager alike) recomputes the normalized P_ij =
+    exp(s_ij - lse_i) and rounds it to the case dtype for dV_j = sum_i P_ij dO_i. The baseline
+    rounds its forward's unnormalized P (largest 1 in each row) instead, whose spacing is its
+    row's normalizer times finer: where a key is attended by no row, dV_j is made of P below
+    2^-14, and correct backwards failed such dV rows by up to 1.93x (ALiBi with slopes on
+    k - q both ways, inputs x1; docs/oracle.md).
+
+    _DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
+    model against the roundings themselves: one RMS is a median 0.25 of the size)."""
     s = case.shape
     dtype = torch_dtype(case.dtype)
     scale = 1.0 / math.sqrt(s.D)
     tiny = torch.finfo(dtype).tiny
-    spacing = tiny * torch.finfo(dtype).eps / scale  # of dS, where c dS is subnormal
+    spacing = tiny * torch.finfo(dtype).eps  # of a subnormal number: 2^-24 in float16
     dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
     dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+    dv = torch.zeros_like(dk)
     group = s.Hq // s.Hkv
     for t in pair_terms(case, inputs, mods, out, lse, grad_out):
-        size = t.d_scores.abs()
-        var = size.clamp_max(spacing / math.sqrt(12.0)).square_() \
-            .masked_fill_(size * scale >= tiny, 0.0)  # normal numbers: the dtype term's
+        # dS's rounding times the softmax scale, which dQ and dK carry
+        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, spacing / scale) \
+            .mul_(scale ** 2)
         dq[t.b, :, t.rows] = torch.bmm(var, _mean_square(t.k).repeat_interleave(group, 0)) \
             .squeeze(-1)
         _add_key_rows(dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
-        del t, var, size
-    to_dtype_units = _DRAWS_COVERED * scale / (torch.finfo(dtype).eps / 2)  # u = eps / 2
-    return {name: (to_dtype_units * var.sqrt()).float() for name, var in (("dq", dq), ("dk", dk))}
+        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, spacing)
+        _add_key_rows(dv, t, torch.bmm(var.transpose(1, 2), _mean_square(t.d_out)), group)
+        del t, var
+    to_dtype_units = _DRAWS_COVERED / (torch.finfo(dtype).eps / 2)  # u = eps / 2
+    return {name: (to_dtype_units * var.sqrt()).float()
+            for name, var in (("dq", dq), ("dk", dk), ("dv", dv))}
+
+
+def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
+                                 spacing: float) -> torch.Tensor:
+    """Per value x, the variance of its rounding where ``factor`` x is below the dtype's
+    smallest normal number ``tiny`` (``spacing``: x's spacing there): min(|x|, spacing /
+    sqrt(12))^2; 0 for normal numbers, whose rounding the dtype term covers."""
+    size = values.abs()
+    return size.clamp_max(spacing / math.sqrt(12.0)).square_() \
+        .masked_fill_(size * factor >= tiny, 0.0)
 
 
 def _underflows_before_float32(case: Case) -> bool:

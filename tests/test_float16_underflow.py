@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cases import variants as v
+from cases.composed import Atom, composed
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
@@ -54,33 +55,87 @@ def test_eager_and_fused_roundings_of_ds_pass_with_large_inputs(shape):
     assert failed_without, "expected eager's dS rounding to fail a dK row without the sizes"
 
 
-def test_the_sizes_are_four_rms_of_the_rounding_they_model():
-    """Rounded as eager rounds it (dS times the scale, to float16), the dS below float16's
-    normal range move each dQ and dK row by about 1/4 of the size (one RMS of four), never
-    more than all of it."""
-    case = Case(v.alibi(), Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd", input_scale=4)
+#: ALiBi with slopes on k - q both ways: keys past a row weigh most, so the keys that few rows
+#: attend have dV rows made of P below float16's normal range.
+ALIBI_BOTH_WAYS = composed(None, [Atom("alibi", 8)])
+
+
+@pytest.mark.parametrize("variant, input_scale", [(v.alibi(), 4), (ALIBI_BOTH_WAYS, 1)],
+                         ids=["alibi-x4", "alibi-both-ways-x1"])
+def test_the_sizes_are_four_rms_of_the_rounding_they_model(variant, input_scale):
+    """Rounded as eager rounds them (dS times the scale, and the normalized P, to float16),
+    the dS and P below float16's normal range move each dQ, dK and dV row by about 1/4 of the
+    size (one RMS of four), never more than all of it."""
+    case = Case(variant, Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd",
+                input_scale=input_scale)
     s = case.shape
     inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
     mods = build_mods(case.variant, s)
     out, lse = chunked_attention(case, inputs, mods, torch.float64)
     sizes = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
     scale, group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
-    err_dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=torch.float64)
-    err_dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=torch.float64)
+    err = {"dq": torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=torch.float64),
+           "dk": torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=torch.float64)}
+    err["dv"] = torch.zeros_like(err["dk"])
+
+    def add_key_rows(name, t, per_query_head):
+        full = torch.zeros_like(err[name][t.kv_batch])
+        full[:, t.keys] = per_query_head.unflatten(0, (-1, group)).sum(1)
+        err[name][t.kv_batch] += full
+
     for t in pair_terms(case, inputs, mods, out, lse, grad_out):
-        scaled = t.d_scores * scale
-        lost = (scaled.half().double() - scaled).masked_fill_(scaled.abs() >= FP16_TINY, 0.0)
-        err_dq[t.b, :, t.rows] = lost @ t.k.repeat_interleave(group, 0)
-        full = torch.zeros_like(err_dk[t.kv_batch])
-        full[:, t.keys] = (lost.transpose(1, 2) @ t.q).unflatten(0, (-1, group)).sum(1)
-        err_dk[t.kv_batch] += full
-    for name, err in (("dq", err_dq), ("dk", err_dk)):
+        lost_ds = _subnormal_rounding(t.d_scores * scale)
+        err["dq"][t.b, :, t.rows] = lost_ds @ t.k.repeat_interleave(group, 0)
+        add_key_rows("dk", t, lost_ds.transpose(1, 2) @ t.q)
+        add_key_rows("dv", t, _subnormal_rounding(t.probs).transpose(1, 2) @ t.d_out)
+    checked = {"dq": 0, "dk": 0, "dv": 0}
+    for name, e in err.items():
         size = sizes[name].double() * FP16_U
         rows = size > 0
-        assert rows.sum() > 100, name
-        ratio = err.pow(2).mean(-1).sqrt()[rows] / size[rows]
+        if rows.sum() < 100:
+            continue
+        ratio = e.pow(2).mean(-1).sqrt()[rows] / size[rows]
         assert float(ratio.max()) < 1.0, name
         assert 0.15 < float(ratio.median()) < 0.4, name
+        checked[name] = int(rows.sum())
+    assert checked["dv"] if variant is ALIBI_BOTH_WAYS else checked["dq"] and checked["dk"], \
+        checked
+
+
+def _subnormal_rounding(values: torch.Tensor) -> torch.Tensor:
+    """What rounding to float16 loses where the value is below its normal range (0 above)."""
+    return (values.half().double() - values).masked_fill_(values.abs() >= FP16_TINY, 0.0)
+
+
+def test_dv_rows_made_of_p_below_the_normal_range_pass_and_broken_ones_are_caught():
+    """Where no row attends a key, its dV row is made of normalized P below 2^-14, which every
+    backward rounds at float16's fixed spacing; the baseline's forward rounds the unnormalized
+    P, up to its row's normalizer finer. Correct backwards failed those rows by up to 1.93x
+    without the sizes; dV rows 3% off, or P rounded to bf16, must still be caught."""
+    case = Case(ALIBI_BOTH_WAYS, Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd")
+    failed_without = 0
+    for seed in range(2):
+        for ds_scaled in (False, True):
+            golden, baseline, observed = correct_backward(case, seed, ds_scaled=ds_scaled)
+            assert judge(case, golden, baseline, observed).passed, f"seed {seed}"
+            without = judge(case, _without_underflow(case, seed, golden), baseline, observed)
+            if "dv:row" in without.metrics["failed_rules"]:
+                failed_without += 1
+                assert "dv: " in without.summary and "key row(s) off" in without.summary
+    assert failed_without, "expected dV rows to fail without the sizes"
+    grads = observed.grads
+    rows = golden.grads["dv"].pow(2).mean(-1)
+    off = grads["dv"].float().clone()
+    off[torch.unravel_index(rows.argmax(), rows.shape)] *= 1.03
+    quiet = grads["dv"].float().clone()
+    quiet[torch.unravel_index(rows.argmin(), rows.shape)] *= 1.5  # a row of P below 2^-14
+    broken = {"the busiest dv row 3% off": dict(grads, dv=off.half()),
+              "the quietest dv row 50% off": dict(grads, dv=quiet.half()),
+              "dv of one head from the other": dict(grads, dv=grads["dv"][:, [0, 0]])}
+    for name, bad in broken.items():
+        assert not judge(case, golden, baseline, replace(observed, grads=bad)).passed, name
+    _, _, p_bf16 = correct_backward(case, 1, loss="p_bf16")
+    assert "dv:row" in judge(case, golden, baseline, p_bf16).metrics["failed_rules"]
 
 
 def test_nothing_is_added_where_nothing_underflows():
