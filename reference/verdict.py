@@ -333,7 +333,9 @@ def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
     if not head_margins[worst_head] <= 1:
         failed.append("head")
         b, h = worst_head
-        summary.append(f"head b={b} h={h}: mean error " + _against_baseline(
+        excused = float(st.head_excused[b, h]) / st.elements_per_head
+        left_out = f" (its noisiest row's {excused:.3g} left out)" if excused else ""
+        summary.append(f"head b={b} h={h}: mean error{left_out} " + _against_baseline(
             float(head_obs[b, h]), float(head_base[b, h]), float(head_floor[b, h]), tol,
             "its baseline's"))
     if failing_rows:
