@@ -61,15 +61,43 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
     moved no margin). The verdict adds it to the row's magnitude. None: nothing to add (a
     16-bit forward)."""
-    noise = {} if grad_out is None else \
-        cancelling_magnitudes(case, inputs, mods, out, lse, grad_out)
+    parts: list[_RowSizes] = []
+    if grad_out is not None:
+        parts.append(_Cancelling(case, inputs))
     if case.dtype == "fp32":
-        rounding = float32_rounding_magnitudes(case, inputs, mods, out, lse, grad_out)
-        noise = {name: rounding[name] + noise.get(name, 0.0) for name in rounding}
+        parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
     if grad_out is not None and _underflows_before_float32(case):
-        lost = underflow_magnitudes(case, inputs, mods, out, lse, grad_out)
-        noise = dict(noise, **{name: lost[name] + noise.get(name, 0.0) for name in lost})
+        parts.append(_Underflow(case, inputs))
+    noise: dict[str, torch.Tensor] = {}
+    for sizes in _over_pairs(case, inputs, mods, out, lse, grad_out, parts):
+        noise = dict(noise, **{name: size + noise.get(name, 0.0)
+                               for name, size in sizes.items()})
     return noise or None
+
+
+def _over_pairs(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: torch.Tensor,
+                grad_out: torch.Tensor | None, parts: list["_RowSizes"]
+                ) -> list[dict[str, torch.Tensor]]:
+    """Each part's sizes, from one pass over the golden's pair terms (pair_terms), which every
+    part reads and none changes."""
+    if not parts:
+        return []
+    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+        for part in parts:
+            part.add(t)
+        del t  # freed before the next chunk's terms are made
+    return [part.result() for part in parts]
+
+
+class _RowSizes:
+    """One kind of row size, summed chunk by chunk: ``add`` each chunk's PairTerms, then
+    ``result``."""
+
+    def add(self, t: PairTerms) -> None:
+        raise NotImplementedError
+
+    def result(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -82,22 +110,33 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Ten
     of different rows are independent: dK_j's size is sqrt(sum_i (slope_ij P_ij w_i)^2
     |q_i|^2), not the sum of the terms' sizes (which grows with the rows: with the
     worst-case w_i, 4-25x |dK| at S1024); with one query row it is the term itself."""
-    s = case.shape
-    scale, group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
-    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
-    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
-    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_Cancelling(case, inputs)])[0]
+
+
+class _Cancelling(_RowSizes):
+    """cancelling_magnitudes, chunk by chunk."""
+
+    def __init__(self, case: Case, inputs: Inputs):
+        s = case.shape
+        self.scale, self.group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
+        self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+        self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+
+    def add(self, t: PairTerms) -> None:
         # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
         # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output
         # a few roundings off, as eager's is), not the sum of their sizes (sqrt(D) larger)
         weight = _ROUNDINGS_OF_O * (t.d_out * t.out).square().sum(-1, keepdim=True).sqrt()
         moved = t.probs if t.slope is None else t.probs * t.slope  # [Hq, n, m]
-        attended = torch.bmm(moved.reshape(s.Hkv, -1, moved.shape[-1]), t.k).view_as(t.q)
-        dq[t.b, :, t.rows] = scale * weight.squeeze(-1) * _rms(attended)
+        attended = torch.bmm(moved.reshape(t.k.shape[0], -1, moved.shape[-1]), t.k) \
+            .view_as(t.q)
+        self.dq[t.b, :, t.rows] = self.scale * weight.squeeze(-1) * _rms(attended)
         var = (moved * weight).square_()  # (slope P w)^2
-        _add_key_rows(dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
-        del t, moved, var
-    return {"dq": dq.float(), "dk": (scale * dk.sqrt()).float()}
+        _add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)),
+                      self.group)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {"dq": self.dq.float(), "dk": (self.scale * self.dk.sqrt()).float()}
 
 
 def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -132,24 +171,37 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
     ``n_ij slope P_ij``, independent from pair to pair, and dQ_i = scale sum_j dS_ij k_j,
     dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i sum them in quadrature. In the case
     dtype's units these are u_float32 / u_dtype of that (2^-16 of it in bfloat16)."""
-    s = case.shape
-    device = inputs.q.device
-    o = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=device)
-    dq = torch.zeros_like(o)
-    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
-    dv = torch.zeros_like(dk)
-    group, scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
-    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+    sizes = _Float32Rounding(case, inputs, backward=grad_out is not None)
+    return _over_pairs(case, inputs, mods, out, lse, grad_out, [sizes])[0]
+
+
+class _Float32Rounding(_RowSizes):
+    """float32_rounding_magnitudes, chunk by chunk (``backward``: dQ, dK and dV too)."""
+
+    def __init__(self, case: Case, inputs: Inputs, backward: bool):
+        s = case.shape
+        device = inputs.q.device
+        self.backward = backward
+        self.o = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=device)
+        self.dq = torch.zeros_like(self.o)
+        self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
+        self.dv = torch.zeros_like(self.dk)
+        self.group, self.scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
+        self.to_dtype_units = torch.finfo(torch.float32).eps / \
+            torch.finfo(torch_dtype(case.dtype)).eps
+
+    def add(self, t: PairTerms) -> None:
+        group, scale = self.group, self.scale
         dot = _dot_rounding(t.q * scale, t.k, t.scores).mul_(_DRAWS_COVERED)
         if t.slope is not None:
             dot.mul_(t.slope.abs())
         dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
         lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
         in_p_forward = (t.modded - lse_i).abs_().add_(2.0).add_(dot)
-        o[t.b, :, t.rows] = _output_variance(t, in_p_forward, group)
+        self.o[t.b, :, t.rows] = _output_variance(t, in_p_forward, group)
         del in_p_forward
-        if t.d_out is None:
-            continue
+        if not self.backward:
+            return
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
         in_p = dot.add_(lse_i.abs() + 2.0)
         var_p = (in_p * t.probs).square_()
@@ -162,14 +214,15 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
         var_ds.add_(in_dp.square_())  # dP's rounding in dS
         del in_dp
         ms_k = _mean_square(t.k).repeat_interleave(group, 0)  # [Hq, m, 1]
-        dq[t.b, :, t.rows] = scale ** 2 * torch.bmm(var_ds, ms_k).squeeze(-1)
+        self.dq[t.b, :, t.rows] = scale ** 2 * torch.bmm(var_ds, ms_k).squeeze(-1)
         dk_keys = scale ** 2 * torch.bmm(var_ds.transpose(1, 2), _mean_square(t.q))
-        _add_key_rows(dk, t, dk_keys, group)
-        _add_key_rows(dv, t, dv_keys, group)
-        del t, var_ds
-    to_dtype_units = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
-    found = (("out", o),) if grad_out is None else (("out", o), ("dq", dq), ("dk", dk), ("dv", dv))
-    return {name: (to_dtype_units * var.sqrt()).float() for name, var in found}
+        _add_key_rows(self.dk, t, dk_keys, group)
+        _add_key_rows(self.dv, t, dv_keys, group)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        found = (("out", self.o), ("dq", self.dq), ("dk", self.dk), ("dv", self.dv)) \
+            if self.backward else (("out", self.o),)
+        return {name: (self.to_dtype_units * var.sqrt()).float() for name, var in found}
 
 
 def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -198,28 +251,38 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
 
     _DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
     model against the roundings themselves: one RMS is a median 0.25 of the size)."""
-    s = case.shape
-    dtype = torch_dtype(case.dtype)
-    scale = 1.0 / math.sqrt(s.D)
-    tiny = torch.finfo(dtype).tiny
-    spacing = tiny * torch.finfo(dtype).eps  # of a subnormal number: 2^-24 in float16
-    dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
-    dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
-    dv = torch.zeros_like(dk)
-    group = s.Hq // s.Hkv
-    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
+    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_Underflow(case, inputs)])[0]
+
+
+class _Underflow(_RowSizes):
+    """underflow_magnitudes, chunk by chunk."""
+
+    def __init__(self, case: Case, inputs: Inputs):
+        s = case.shape
+        dtype = torch_dtype(case.dtype)
+        self.scale, self.group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
+        self.tiny = torch.finfo(dtype).tiny
+        self.spacing = self.tiny * torch.finfo(dtype).eps  # of a subnormal: 2^-24 in float16
+        self.to_dtype_units = _DRAWS_COVERED / (torch.finfo(dtype).eps / 2)  # u = eps / 2
+        self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+        self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
+        self.dv = torch.zeros_like(self.dk)
+
+    def add(self, t: PairTerms) -> None:
+        scale, group, tiny = self.scale, self.group, self.tiny
         # dS's rounding times the softmax scale, which dQ and dK carry
-        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, spacing / scale) \
+        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, self.spacing / scale) \
             .mul_(scale ** 2)
-        dq[t.b, :, t.rows] = torch.bmm(var, _mean_square(t.k).repeat_interleave(group, 0)) \
-            .squeeze(-1)
-        _add_key_rows(dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
-        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, spacing)
-        _add_key_rows(dv, t, torch.bmm(var.transpose(1, 2), _mean_square(t.d_out)), group)
-        del t, var
-    to_dtype_units = _DRAWS_COVERED / (torch.finfo(dtype).eps / 2)  # u = eps / 2
-    return {name: (to_dtype_units * var.sqrt()).float()
-            for name, var in (("dq", dq), ("dk", dk), ("dv", dv))}
+        self.dq[t.b, :, t.rows] = torch.bmm(
+            var, _mean_square(t.k).repeat_interleave(group, 0)).squeeze(-1)
+        _add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
+        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, self.spacing)
+        _add_key_rows(self.dv, t, torch.bmm(var.transpose(1, 2), _mean_square(t.d_out)),
+                      group)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {name: (self.to_dtype_units * var.sqrt()).float()
+                for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
 
 
 def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
