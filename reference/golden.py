@@ -40,7 +40,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 12: float16 gradient rows also carry what dS loses below float16's normal range.
 #: 13: what cancels in dQ and dK rows carries the score mod's slope, summed exactly per pair.
 #: 14: ... and what P loses there in dV rows (fused and eager backwards round the normalized P).
-REFERENCE_VERSION = 14
+#: 15: delta's rounding sized from O's spacing and P's roundings (3 RMS); the float16 sizes
+#:     count only what the fixed spacing adds to a relative rounding.
+REFERENCE_VERSION = 15
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,16 @@ What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
 In a row that sees few keys, dP_ij and delta_i nearly cancel and the golden dQ_i is small (0
 when the row sees one key), while every fused kernel (FlashAttention, flex_attention's Triton
-template, eager flex_attention) takes delta_i from O as stored in the case dtype: roundings
-of O move delta_i by about u w_i (w_i below), and dQ_i by u scale w_i (P K)_i, whatever the
-golden's size. dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many
+template, eager flex_attention) takes delta_i from O as stored in the case dtype: the
+roundings of O, and of the P it was made from, move delta_i by about u w_i (_delta_rounding),
+and dQ_i by u scale w_i (P K)_i, whatever the golden's size. dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many
 rows at once, independent of each other: by about u scale sqrt(sum_i (P_ij w_i)^2 |q_i|^2).
 (Under a score mod each P_ij there is times the mod's slope.)
 Those sizes (without u, which the verdict's dtype term supplies) are
 the magnitude of what cancels in each row, beside the golden's own, which the row's error is
 measured against. Where rows see many keys they are a fraction of the gradient (medians of
-0.28-0.34 of rms(dQ) and 0.15-0.20 of rms(dK) at S512), so a row 2-3% off is still caught
+0.31-0.35 of rms(dQ) and 0.17-0.22 of rms(dK) at S512, full and causal, bf16; ALiBi 0.57 and
+0.52), so a row 2-3% off is still caught
 there (tests/test_gradient_verdict.py); where a row sees few keys they are most of its limit
 (docs/oracle.md: a correct FlashAttention-style backward failed the dQ row rule by up to 18x
 in rows whose golden was 1/100 of that noise).
@@ -43,10 +44,12 @@ from reference.kernel import stacked_product
 from reference.pair_terms import PairTerms, pair_terms
 
 
-#: How many roundings of O a correct backend's delta may carry (see cancelling_magnitudes).
-_ROUNDINGS_OF_O = 2.0
 #: A row of one term holds one draw of each rounding: its limit allows this many RMS of it.
 _DRAWS_COVERED = 4.0
+#: delta's rounding (_delta_rounding) is a sum of D + m independent roundings, close to normal:
+#: its size is this many RMS of it, beside the row's other terms. Measured (docs/oracle.md):
+#: at 4, 1-15% fewer gradient faults caught than at 3; at 2.5 a correct backward failed.
+_DELTA_DRAWS_COVERED = 3.0
 
 
 def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -119,14 +122,12 @@ class _Cancelling(_RowSizes):
     def __init__(self, case: Case, inputs: Inputs):
         s = case.shape
         self.scale, self.group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
+        self.dtype = torch_dtype(case.dtype)
         self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
         self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
 
     def add(self, t: PairTerms) -> None:
-        # w_i: the size of delta_i's rounding, in units of u: its D terms dO_id O_id carry
-        # independent roundings, so sqrt(sum_d (dO_id O_id)^2) times two roundings (an output
-        # a few roundings off, as eager's is), not the sum of their sizes (sqrt(D) larger)
-        weight = _ROUNDINGS_OF_O * (t.d_out * t.out).square().sum(-1, keepdim=True).sqrt()
+        weight = _delta_rounding(t, self.dtype)
         moved = t.probs if t.slope is None else t.probs * t.slope  # [Hq, n, m]
         attended = torch.bmm(moved.reshape(t.k.shape[0], -1, moved.shape[-1]), t.k) \
             .view_as(t.q)
@@ -232,7 +233,8 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     underflow (``{"dq": [B, Hq, Sq], "dk"/"dv": [Bkv, Hkv, Skv]}``, in units of the case
     dtype's unit roundoff). Below the smallest normal number a rounding is to a fixed spacing,
     2^-24 in float16, an absolute error that no relative rounding (the dtype term) models:
-    about min(|x|, spacing / sqrt(12)) RMS for a value x.
+    about min(|x|, spacing / sqrt(12)) RMS for a value x, of which the part beyond a relative
+    rounding's is sized (_subnormal_rounding_variance).
 
     dS: every backward rounds dS to the case dtype before its dQ and dK products, some times a
     factor c: c = 1 in flex_attention's Triton template and FlashAttention, which scale dQ and
@@ -244,10 +246,11 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
 
     P: every backward (fused kernels and eager alike) recomputes the normalized P_ij =
     exp(s_ij - lse_i) and rounds it to the case dtype for dV_j = sum_i P_ij dO_i. The baseline
-    rounds its forward's unnormalized P (largest 1 in each row) instead, whose spacing is its
-    row's normalizer times finer: where a key is attended by no row, dV_j is made of P below
-    2^-14, and correct backwards failed such dV rows by up to 1.93x (ALiBi with slopes on
-    k - q both ways, inputs x1; docs/oracle.md).
+    rounds its forward's unnormalized P (largest 1 in each row) instead, its row's normalizer
+    times larger, so below 2^-14 less often and there at a spacing that many times finer
+    relative to it: where a key is attended by no row, dV_j is made of P below 2^-14, and
+    correct backwards failed such dV rows by up to 4.4x (ALiBi with slopes on k - q both ways,
+    inputs x1; docs/oracle.md).
 
     _DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
     model against the roundings themselves: one RMS is a median 0.25 of the size)."""
@@ -262,7 +265,8 @@ class _Underflow(_RowSizes):
         dtype = torch_dtype(case.dtype)
         self.scale, self.group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
         self.tiny = torch.finfo(dtype).tiny
-        self.spacing = self.tiny * torch.finfo(dtype).eps  # of a subnormal: 2^-24 in float16
+        self.eps = torch.finfo(dtype).eps
+        self.spacing = self.tiny * self.eps  # of a subnormal number: 2^-24 in float16
         self.to_dtype_units = _DRAWS_COVERED / (torch.finfo(dtype).eps / 2)  # u = eps / 2
         self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
         self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
@@ -271,12 +275,12 @@ class _Underflow(_RowSizes):
     def add(self, t: PairTerms) -> None:
         scale, group, tiny = self.scale, self.group, self.tiny
         # dS's rounding times the softmax scale, which dQ and dK carry
-        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, self.spacing / scale) \
-            .mul_(scale ** 2)
+        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, self.spacing / scale,
+                                           self.eps).mul_(scale ** 2)
         self.dq[t.b, :, t.rows] = torch.bmm(
             var, _mean_square(t.k).repeat_interleave(group, 0)).squeeze(-1)
         _add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
-        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, self.spacing)
+        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, self.spacing, self.eps)
         _add_key_rows(self.dv, t, torch.bmm(var.transpose(1, 2), _mean_square(t.d_out)),
                       group)
 
@@ -286,12 +290,16 @@ class _Underflow(_RowSizes):
 
 
 def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
-                                 spacing: float) -> torch.Tensor:
-    """Per value x, the variance of its rounding where ``factor`` x is below the dtype's
-    smallest normal number ``tiny`` (``spacing``: x's spacing there): min(|x|, spacing /
-    sqrt(12))^2; 0 for normal numbers, whose rounding the dtype term covers."""
+                                 spacing: float, eps: float) -> torch.Tensor:
+    """Per value x, what the variance of its rounding where ``factor`` x is below the dtype's
+    smallest normal number ``tiny`` (``spacing``: x's spacing there), min(|x|, spacing /
+    sqrt(12))^2, adds to that of a rounding relative to x, (|x| eps)^2 / 12, which the dtype
+    term covers (at least 0: just below ``tiny`` the two are the same); 0 for normal
+    numbers. Without the subtraction, P around 2^-14 (full attention over 16,384 keys) gave
+    dV rows a size of 1.3x u rms(G) that a correct backward did not need (a review)."""
     size = values.abs()
-    return size.clamp_max(spacing / math.sqrt(12.0)).square_() \
+    relative = (size * eps).square_().div_(12.0)
+    return size.clamp_max(spacing / math.sqrt(12.0)).square_().sub_(relative).clamp_min_(0.0) \
         .masked_fill_(size * factor >= tiny, 0.0)
 
 
@@ -299,6 +307,33 @@ def _underflows_before_float32(case: Case) -> bool:
     """Whether the case dtype's normal numbers end above float32's (float16): its dS can
     underflow where a float32 kernel's does not."""
     return torch.finfo(torch_dtype(case.dtype)).tiny > torch.finfo(torch.float32).tiny
+
+
+def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
+    """[Hq, n, 1]: w_i, the size of delta_i's rounding in units of u (_DELTA_DRAWS_COVERED
+    RMS of it). Fused backwards and eager take delta_i = dO_i . O_i from O as a correct
+    forward stored it in ``dtype``: rounded once at the end, an RMS of spacing(O_id) / sqrt(12)
+    per element, after each P_ij was rounded for the P V product (FlashAttention,
+    flex_attention's Triton template and eager alike: eager rounds the normalized P, fused
+    kernels the unnormalized, each at most a spacing of 2u P_ij in the normalized scale, an
+    RMS e_ij of at most u P_ij / sqrt(3)), which moves O_i by sum_j e_ij v_j and so delta_i by
+    sum_j e_ij dP_ij. The D and the m roundings are independent: in quadrature. (In float32,
+    P's own roundings are of the same order.) Until REFERENCE_VERSION 14 w_i was
+    2 sqrt(sum_d (dO_id O_id)^2), which left P's roundings out: in a row of a few keys they
+    are as large as O's, and a correct backward failed such a dQ row (docs/oracle.md)."""
+    u = torch.finfo(dtype).eps / 2
+    of_out = (t.d_out * _spacing(t.out, dtype)).square_().sum(-1, keepdim=True).div_(12 * u * u)
+    of_probs = (t.probs * t.d_probs).square_().sum(-1, keepdim=True).div_(3.0)
+    return of_out.add_(of_probs).sqrt_().mul_(_DELTA_DRAWS_COVERED)
+
+
+def _spacing(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype``'s numbers at each value of ``x`` (float64): 2^(e-1) eps for
+    |x| in [2^(e-1), 2^e), the subnormal spacing below the normal range, 0 at 0 (exact)."""
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(x)
+    spacing = torch.ldexp(torch.full_like(x, info.eps / 2), exponent)
+    return spacing.clamp_min_(info.tiny * info.eps).masked_fill_(x == 0, 0.0)
 
 
 def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,

@@ -1,8 +1,9 @@
-"""float16 backward with large inputs: dS below float16's normal range. Every backward rounds
-dS to the case dtype before its dQ and dK products, fused kernels dS itself and eager
-flex_attention dS times the softmax scale; where that is below 2^-14 the rounding is to a
-fixed spacing, an error that reference/row_noise.py's underflow_magnitudes sizes. Both
-conventions must pass, and broken gradients must still be caught."""
+"""float16 backward: dS and P below float16's normal range. Every backward rounds dS to the
+case dtype before its dQ and dK products, fused kernels dS itself and eager flex_attention dS
+times the softmax scale, and the normalized P for dV; where that is below 2^-14 the rounding
+is to a fixed spacing, an error that reference/row_noise.py's underflow_magnitudes sizes
+(with inputs x4 for dS; for P, where a key is attended by no row). Both conventions must
+pass, and broken gradients must still be caught."""
 from __future__ import annotations
 
 import math
@@ -18,7 +19,8 @@ from cases.model import Case, Shape
 from cases.variants import build_mods
 from reference.kernel import chunked_attention
 from reference.pair_terms import pair_terms
-from reference.row_noise import cancelling_magnitudes, underflow_magnitudes
+from reference.row_noise import (_subnormal_rounding_variance, cancelling_magnitudes,
+                                 underflow_magnitudes)
 from reference.verdict import judge
 from tests.test_gradient_verdict import correct_backward
 
@@ -65,7 +67,9 @@ ALIBI_BOTH_WAYS = composed(None, [Atom("alibi", 8)])
 def test_the_sizes_are_four_rms_of_the_rounding_they_model(variant, input_scale):
     """Rounded as eager rounds them (dS times the scale, and the normalized P, to float16),
     the dS and P below float16's normal range move each dQ, dK and dV row by about 1/4 of the
-    size (one RMS of four), never more than all of it."""
+    size (one RMS of four), never more than all of it. The size is what that rounding adds to
+    a relative one (which the verdict's dtype term covers): here the two are put together
+    again, 4 RMS of a relative rounding of the same values beside the size, in quadrature."""
     case = Case(variant, Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd",
                 input_scale=input_scale)
     s = case.shape
@@ -77,20 +81,32 @@ def test_the_sizes_are_four_rms_of_the_rounding_they_model(variant, input_scale)
     err = {"dq": torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=torch.float64),
            "dk": torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=torch.float64)}
     err["dv"] = torch.zeros_like(err["dk"])
+    relative = {name: torch.zeros(e.shape[:-1], dtype=torch.float64) for name, e in err.items()}
 
-    def add_key_rows(name, t, per_query_head):
-        full = torch.zeros_like(err[name][t.kv_batch])
+    def add_key_rows(acc, t, per_query_head):
+        full = torch.zeros_like(acc[t.kv_batch])
         full[:, t.keys] = per_query_head.unflatten(0, (-1, group)).sum(1)
-        err[name][t.kv_batch] += full
+        acc[t.kv_batch] += full
+
+    def mean_square(x):
+        return x.square().mean(-1, keepdim=True)
 
     for t in pair_terms(case, inputs, mods, out, lse, grad_out):
-        lost_ds = _subnormal_rounding(t.d_scores * scale)
+        scaled = t.d_scores * scale
+        lost_ds, rel_ds = _subnormal_rounding(scaled), _relative_variance(scaled)
         err["dq"][t.b, :, t.rows] = lost_ds @ t.k.repeat_interleave(group, 0)
-        add_key_rows("dk", t, lost_ds.transpose(1, 2) @ t.q)
-        add_key_rows("dv", t, _subnormal_rounding(t.probs).transpose(1, 2) @ t.d_out)
+        relative["dq"][t.b, :, t.rows] = \
+            (rel_ds @ mean_square(t.k).repeat_interleave(group, 0)).squeeze(-1)
+        add_key_rows(err["dk"], t, lost_ds.transpose(1, 2) @ t.q)
+        add_key_rows(relative["dk"], t, (rel_ds.transpose(1, 2) @ mean_square(t.q)).squeeze(-1))
+        add_key_rows(err["dv"], t, _subnormal_rounding(t.probs).transpose(1, 2) @ t.d_out)
+        add_key_rows(relative["dv"], t, (_relative_variance(t.probs).transpose(1, 2)
+                                         @ mean_square(t.d_out)).squeeze(-1))
     checked = {"dq": 0, "dk": 0, "dv": 0}
     for name, e in err.items():
-        size = sizes[name].double() * FP16_U
+        size = (sizes[name].double() * FP16_U).square() + 16 * relative[name]
+        size = size.sqrt()
+        assert (sizes[name] > 0).any(), name
         rows = size > 0
         if rows.sum() < 100:
             continue
@@ -100,6 +116,12 @@ def test_the_sizes_are_four_rms_of_the_rounding_they_model(variant, input_scale)
         checked[name] = int(rows.sum())
     assert checked["dv"] if variant is ALIBI_BOTH_WAYS else checked["dq"] and checked["dk"], \
         checked
+
+
+def _relative_variance(values: torch.Tensor) -> torch.Tensor:
+    """Where the value is below float16's normal range, the variance of a rounding relative to
+    it, (|x| eps)^2 / 12 (0 above)."""
+    return (values * 2 * FP16_U).square().div(12).masked_fill_(values.abs() >= FP16_TINY, 0.0)
 
 
 def _subnormal_rounding(values: torch.Tensor) -> torch.Tensor:
@@ -147,12 +169,30 @@ def test_nothing_is_added_where_nothing_underflows():
     cancelling = cancelling_magnitudes(bf16, inputs, build_mods(bf16.variant, bf16.shape),
                                        golden.out, golden.lse, grad_out)
     assert all(torch.equal(golden.row_noise[k], cancelling[k]) for k in ("dq", "dk"))
+    assert "dv" not in golden.row_noise
     fp16 = Case(v.causal(), SHAPES[0], "fp16", "fwd+bwd")
     golden, _, _ = correct_backward(fp16, 0)
-    lost = golden.row_noise["dk"] - _without_underflow(fp16, 0, golden).row_noise["dk"]
-    magnitude = golden.grads["dk"].pow(2).mean(-1).sqrt()
-    assert float(lost.max()) > 0
-    assert float((lost * FP16_U / magnitude).max()) < 1e-3
+    without = _without_underflow(fp16, 0, golden).row_noise
+    for name in ("dk", "dv"):
+        lost = golden.row_noise[name] - without.get(name, 0.0)
+        magnitude = golden.grads[name].pow(2).mean(-1).sqrt()
+        assert float(lost.max()) > 0 or name == "dv", name  # (no P below 2^-14 here)
+        assert float((lost * FP16_U / magnitude).max()) < 1e-3, name
+
+
+def test_only_what_the_fixed_spacing_adds_to_a_relative_rounding_is_sized():
+    """Just below float16's smallest normal number its fixed spacing is a relative rounding's
+    (nothing to add); further down it adds up to all of the rounding (min(|x|, 2^-24 /
+    sqrt(12)) RMS); normal numbers get nothing."""
+    spacing = FP16_TINY * 2 * FP16_U
+    x = torch.tensor([0.999, 0.5, 0.1, 1e-3, 1e-6, 1.0, 2.0], dtype=torch.float64) * FP16_TINY
+    var = _subnormal_rounding_variance(x, 1.0, FP16_TINY, spacing, 2 * FP16_U)
+    full = x.clamp_max(spacing / math.sqrt(12)).square()
+    assert float(var[0]) < 0.01 * float(full[0])
+    assert float(var[1]) == pytest.approx(0.75 * float(full[1]))
+    assert float(var[3]) == pytest.approx(float(full[3]), rel=1e-5)
+    assert float(var[4]) == pytest.approx(float(full[4]) - float((x[4] * 2 * FP16_U) ** 2 / 12))
+    assert var[-2:].tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("ds_scaled", [False, True])

@@ -17,6 +17,7 @@ from cases.model import Case, Shape
 from cases.variants import build_mods
 from conformance import compat
 from reference.golden import Reference, reference_pair
+from reference import row_noise
 from reference.row_noise import cancelling_magnitudes
 from reference import verdict as verdict_module
 from reference.verdict import judge
@@ -132,6 +133,24 @@ def test_a_float32_gradient_row_one_part_in_ten_thousand_off_is_caught(name):
                                                                          **{name: scaled})))
     assert f"{name}:row" in verdict.metrics["failed_rules"]
     assert verdict.metrics[name]["worst_row_margin"] > 4
+
+
+def test_delta_carries_the_roundings_of_p_as_well_as_those_of_o(monkeypatch):
+    """In a row of a few keys (ALiBi, fp16, inputs x4: two keys hold 95% and 4.5% of it),
+    eager's O is off by its P's roundings (P V is not renormalized after them) as much as by
+    its own rounding: delta's rounding sized from O's alone (REFERENCE_VERSION 14:
+    2 sqrt(sum_d (dO_id O_id)^2)) failed a dQ row of this correct backward at 1.01x."""
+    case = Case(v.alibi(), Shape(2, 4, 2, 129, 200, 16), "fp16", "fwd+bwd", input_scale=4)
+    golden, baseline, observed = correct_backward(case, 1)
+    verdict = judge(case, golden, baseline, observed)
+    assert verdict.passed, verdict.summary
+
+    def of_o_only(t, dtype):
+        return 2.0 * (t.d_out * t.out).square().sum(-1, keepdim=True).sqrt()
+
+    monkeypatch.setattr(row_noise, "_delta_rounding", of_o_only)
+    o_only, _ = reference_pair(case, make_inputs(case, 1), make_grad_output(case, 1))
+    assert "dq:row" in judge(case, o_only, baseline, observed).metrics["failed_rules"]
 
 
 def test_rows_that_cancel_pass_under_a_score_mod_that_scales_the_score():

@@ -69,8 +69,15 @@ def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict
     d_scores = slope * probs * (d_probs - (d_out * out.double()).sum(-1, keepdim=True))
     var_ds = (in_p * d_scores) ** 2 + (in_dp * slope * probs) ** 2
 
-    # what cancels: delta's rounding w_i moves dS_ij by slope P_ij w_i
-    weight = row_noise._ROUNDINGS_OF_O * (d_out * out.double()).square().sum(-1).sqrt()
+    # what cancels: delta's rounding w_i moves dS_ij by slope P_ij w_i; w_i from O's own
+    # rounding (the dtype's spacing at O / sqrt(12) per element) and P's for its P V product
+    u = torch.finfo(torch_dtype(case.dtype)).eps / 2
+    o = out.double()
+    spacing = (2.0 ** o.abs().log2().floor() * 2 * u).clamp_min(
+        torch.finfo(torch_dtype(case.dtype)).tiny * 2 * u).where(o != 0, 0.0)
+    weight = row_noise._DELTA_DRAWS_COVERED * (
+        (d_out * spacing).square().sum(-1) / (12 * u * u)
+        + (probs * d_probs).square().sum(-1) / 3).sqrt()
     moved = slope * probs
     cancel_dq = scale * weight * mean_square(moved @ k).sqrt()
     cancel_dk = per_kv_head(scale ** 2 * ((moved * weight.unsqueeze(-1)) ** 2
