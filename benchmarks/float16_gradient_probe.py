@@ -2,15 +2,16 @@
 (reference/row_noise.py, underflow_magnitudes), for docs/oracle.md ("Float16 gradient rows").
 
 Correct backwards: eager flex_attention's own (``eager``: torch refuses a CPU backward, so
-this probe lifts its device check for the call; where eager raises, as on soft-capping in
-torch 2.13, the run is counted as skipped), and the FlashAttention-style backward of
+this probe lifts its device check for the call, and resets Dynamo before it: eager's backward
+traces the mods, and state left by one variant made the next raise; where eager raises, the
+run is counted as skipped), and the FlashAttention-style backward of
 tests/fa_style_backward.py rounding dS as fused kernels do (``fused``) and as eager does,
 times the softmax scale (``eager_rounding``). Broken ones, from the fused backward: P or dS
 rounded to bfloat16 in a float16 case, the busiest dQ row 1% off, dK or dV row 1% or 3% off,
-all of dQ 1% off. Edge shapes x full, causal, ALiBi and two ALiBi-like composed mods (VARIANTS),
-bf16 and fp16, inputs x1 and x4. For each: runs, how
-many fail (correct) or are caught (broken) with the sizes and without them, and the largest
-margin of any rule with them (correct: the worst; broken: the weakest over the runs caught).
+all of dQ 1% off. Edge shapes x full, causal, ALiBi, soft-capping and two ALiBi-like composed
+mods (VARIANTS), bf16 and fp16, inputs x1 and x4. For each: runs, how many fail (correct) or
+are caught (broken) with the sizes and without them, and the largest margin of any rule with
+them (correct: the worst; broken: the weakest over the runs caught).
 
     python benchmarks/float16_gradient_probe.py --seeds 5
 """
@@ -49,7 +50,7 @@ SHAPES = [Shape(1, 2, 2, 1, 67, 16), Shape(2, 4, 4, 7, 300, 64), Shape(1, 4, 2, 
 #: ALiBi with slopes 2^-8h/H on k - q both ways (keys past a row weigh most: a key that few rows
 #: attend has a dV row made of P below float16's normal range), and the same nearly ignoring
 #: the score (scaled by 0.01 first).
-VARIANTS = [v.full(), v.causal(), v.alibi(), composed(None, [Atom("alibi", 8)]),
+VARIANTS = [v.full(), v.causal(), v.alibi(), v.softcap(5.0), composed(None, [Atom("alibi", 8)]),
             composed(None, [Atom("scale", 0.01), Atom("alibi", 8)])]
 CORRECT = ("eager", "fused", "eager_rounding")
 #: The verdict's margins (error over limit) on each of dQ, dK and dV: a run fails on any.
@@ -67,6 +68,7 @@ def eager_backward(case: Case, seed: int) -> Reference | None:
         create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
     check = getattr(flex_module, "_validate_device", None)
     flex_module._validate_device = lambda *args, **kwargs: None
+    torch._dynamo.reset()  # eager's backward traces the mods: one variant's state broke the next
     try:
         out = compat.attention(flex_attention, q, k, val, mods.score_mod, block_mask,
                                enable_gqa=s.Hq != s.Hkv)
