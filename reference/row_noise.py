@@ -10,8 +10,9 @@ In a row that sees few keys, dP_ij and delta_i nearly cancel and the golden dQ_i
 when the row sees one key), while every fused kernel (FlashAttention, flex_attention's Triton
 template, eager flex_attention) takes delta_i from O as stored in the case dtype: the
 roundings of O, and of the P it was made from, move delta_i by about u w_i (_delta_rounding),
-and dQ_i by u scale w_i (P K)_i, whatever the golden's size. dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many
-rows at once, independent of each other: by about u scale sqrt(sum_i (P_ij w_i)^2 |q_i|^2).
+and dQ_i by u scale w_i (P K)_i, whatever the golden's size.
+dK_j = scale sum_i P_ij (dP_ij - delta_i) q_i is moved by the roundings of many rows at once,
+independent of each other: by about u scale sqrt(sum_i (P_ij w_i)^2 |q_i|^2).
 (Under a score mod each P_ij there is times the mod's slope.)
 Those sizes (without u, which the verdict's dtype term supplies) are
 the magnitude of what cancels in each row, beside the golden's own, which the row's error is
@@ -69,7 +70,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Cancelling(case, inputs))
     if case.dtype == "fp32":
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
-    if grad_out is not None and _underflows_before_float32(case):
+    if grad_out is not None and _underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(_Underflow(case, inputs))
     noise: dict[str, torch.Tensor] = {}
     for sizes in _over_pairs(case, inputs, mods, out, lse, grad_out, parts):
@@ -303,10 +304,10 @@ def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: floa
         .masked_fill_(size * factor >= tiny, 0.0)
 
 
-def _underflows_before_float32(case: Case) -> bool:
-    """Whether the case dtype's normal numbers end above float32's (float16): its dS can
-    underflow where a float32 kernel's does not."""
-    return torch.finfo(torch_dtype(case.dtype)).tiny > torch.finfo(torch.float32).tiny
+def _underflows_before_float32(dtype: torch.dtype) -> bool:
+    """Whether ``dtype``'s normal numbers end above float32's (float16): its dS and P can
+    underflow where a float32 kernel's do not."""
+    return torch.finfo(dtype).tiny > torch.finfo(torch.float32).tiny
 
 
 def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
@@ -317,19 +318,28 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     flex_attention's Triton template and eager alike: eager rounds the normalized P, fused
     kernels the unnormalized, each at most a spacing of 2u P_ij in the normalized scale, an
     RMS e_ij of at most u P_ij / sqrt(3)), which moves O_i by sum_j e_ij v_j and so delta_i by
-    sum_j e_ij dP_ij. The D and the m roundings are independent: in quadrature. (In float32,
-    P's own roundings are of the same order.) Until REFERENCE_VERSION 14 w_i was
+    sum_j e_ij dP_ij; below float16's normal range, P_ij's rounding is to the fixed spacing
+    instead (_subnormal_rounding_variance adds what that spacing adds). The D and the m
+    roundings are independent: in quadrature. (In float32 there is no P to round: the forward's
+    roundings of P, about u |s_ij| each with large scores, are not sized here; docs/oracle.md,
+    Limits.) Until REFERENCE_VERSION 14 w_i was
     2 sqrt(sum_d (dO_id O_id)^2), which left P's roundings out: in a row of a few keys they
     are as large as O's, and a correct backward failed such a dQ row (docs/oracle.md)."""
-    u = torch.finfo(dtype).eps / 2
+    info = torch.finfo(dtype)
+    u = info.eps / 2
     of_out = (t.d_out * _spacing(t.out, dtype)).square_().sum(-1, keepdim=True).div_(12 * u * u)
-    of_probs = (t.probs * t.d_probs).square_().sum(-1, keepdim=True).div_(3.0)
+    var_p = t.probs.square().div_(3.0)  # in units of u^2
+    if _underflows_before_float32(dtype):  # float16: P below 2^-14
+        var_p.add_(_subnormal_rounding_variance(t.probs, 1.0, info.tiny, info.tiny * info.eps,
+                                                info.eps).div_(u * u))
+    of_probs = var_p.mul_(t.d_probs.square()).sum(-1, keepdim=True)
     return of_out.add_(of_probs).sqrt_().mul_(_DELTA_DRAWS_COVERED)
 
 
 def _spacing(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The spacing of ``dtype``'s numbers at each value of ``x`` (float64): 2^(e-1) eps for
-    |x| in [2^(e-1), 2^e), the subnormal spacing below the normal range, 0 at 0 (exact)."""
+    """The spacing of ``dtype``'s numbers at each finite value of ``x`` (float64, the
+    golden's): 2^(e-1) eps for |x| in [2^(e-1), 2^e), the subnormal spacing below the normal
+    range, 0 at 0 (exact)."""
     info = torch.finfo(dtype)
     _, exponent = torch.frexp(x)
     spacing = torch.ldexp(torch.full_like(x, info.eps / 2), exponent)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
 from reference.kernel import chunked_attention
+from reference import row_noise
 from reference.pair_terms import pair_terms
 from reference.row_noise import (_subnormal_rounding_variance, cancelling_magnitudes,
                                  underflow_magnitudes)
@@ -193,6 +195,26 @@ def test_only_what_the_fixed_spacing_adds_to_a_relative_rounding_is_sized():
     assert float(var[3]) == pytest.approx(float(full[3]), rel=1e-5)
     assert float(var[4]) == pytest.approx(float(full[4]) - float((x[4] * 2 * FP16_U) ** 2 / 12))
     assert var[-2:].tolist() == [0.0, 0.0]
+
+
+def test_delta_counts_the_fixed_spacing_of_p_below_the_normal_range():
+    """delta's rounding (what cancels in dQ and dK rows) carries the forward's rounding of each
+    P_ij for P V: u P / sqrt(3) RMS for a normal number, the fixed spacing's share beside it
+    below 2^-14 (P about 2^-16 everywhere: a row over 65,536 keys), 15x more there."""
+    p = torch.full((1, 1, 4), 2.0 ** -16, dtype=torch.float64)
+    d_probs = torch.tensor([[[1.0, -2.0, 0.5, 3.0]]], dtype=torch.float64)
+    terms = SimpleNamespace(probs=p, d_probs=d_probs, out=torch.zeros(1, 1, 8, dtype=torch.float64),
+                            d_out=torch.ones(1, 1, 8, dtype=torch.float64))
+    spacing = FP16_TINY * 2 * FP16_U
+    fixed = (spacing ** 2 - (p * 2 * FP16_U) ** 2) / 12 / FP16_U ** 2  # in units of u^2
+    relative = p ** 2 / 3
+    want = row_noise._DELTA_DRAWS_COVERED * ((relative + fixed) * d_probs ** 2).sum().sqrt()
+    got = row_noise._delta_rounding(terms, torch.float16)
+    assert float(got) == pytest.approx(float(want), rel=1e-9)
+    assert float(fixed.min()) > 10 * float(relative.max())
+    bf16 = row_noise._delta_rounding(terms, torch.bfloat16)  # float32's range: relative only
+    want_bf16 = row_noise._DELTA_DRAWS_COVERED * (relative * d_probs ** 2).sum().sqrt()
+    assert float(bf16) == pytest.approx(float(want_bf16), rel=1e-9)
 
 
 @pytest.mark.parametrize("ds_scaled", [False, True])
