@@ -268,7 +268,7 @@ class _Underflow(_RowSizes):
         self.tiny = torch.finfo(dtype).tiny
         self.eps = torch.finfo(dtype).eps
         self.spacing = self.tiny * self.eps  # of a subnormal number: 2^-24 in float16
-        self.to_dtype_units = _DRAWS_COVERED / (torch.finfo(dtype).eps / 2)  # u = eps / 2
+        self.to_dtype_units = _DRAWS_COVERED / (self.eps / 2)  # u = eps / 2
         self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
         self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
         self.dv = torch.zeros_like(self.dk)

@@ -193,8 +193,7 @@ class _ErrorStats:
 
     @classmethod
     def collect(cls, golden: torch.Tensor, baseline: torch.Tensor, observed: torch.Tensor,
-                row_noise: torch.Tensor | None = None,
-                unit_roundoff: float = 0.0) -> "_ErrorStats":
+                row_noise: torch.Tensor | None, unit_roundoff: float) -> "_ErrorStats":
         B, H, S, D = golden.shape
         rows_obs, rows_base, rows_gold, heads_obs, heads_base, heads_gold, excused = \
             [], [], [], [], [], [], []
