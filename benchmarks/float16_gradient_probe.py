@@ -29,18 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
-import torch.nn.attention.flex_attention as flex_module  # noqa: E402
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
 
 from cases import variants as v  # noqa: E402
 from cases.composed import Atom, composed  # noqa: E402
 from cases.inputs import make_grad_output, make_inputs  # noqa: E402
 from cases.model import Case, Shape  # noqa: E402
 from cases.variants import build_mods  # noqa: E402
-from conformance import compat  # noqa: E402
 from reference.golden import Reference  # noqa: E402
 from reference.row_noise import underflow_magnitudes  # noqa: E402
 from reference.verdict import judge  # noqa: E402
+from tests.fa_style_backward import eager_backward  # noqa: E402
 from tests.test_gradient_verdict import correct_backward  # noqa: E402
 
 #: Decoding, few keys, GQA, odd lengths, head dims 8 to 256 (the eager probes' shapes).
@@ -59,28 +57,8 @@ BROKEN = ("p_bf16", "ds_bf16", "dq_row_1pct", "dk_row_1pct", "dk_row_3pct", "dq_
           "dv_row_1pct", "dv_row_3pct")
 
 
-def eager_backward(case: Case, seed: int) -> Reference | None:
-    """Eager flex_attention's output and gradients, or None where it raises."""
-    s, mods = case.shape, build_mods(case.variant, case.shape)
-    inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
-    q, k, val = (t.clone().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
-    block_mask = None if mods.mask_mod is None else \
-        create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
-    check = getattr(flex_module, "_validate_device", None)
-    flex_module._validate_device = lambda *args, **kwargs: None
-    torch._dynamo.reset()  # eager's backward traces the mods: one variant's state broke the next
-    try:
-        out = compat.attention(flex_attention, q, k, val, mods.score_mod, block_mask,
-                               enable_gqa=s.Hq != s.Hkv)
-        grads = torch.autograd.grad(out, (q, k, val), grad_out)
-    except Exception:  # noqa: BLE001 - counted as skipped
-        return None
-    finally:
-        flex_module._validate_device = check
-    return Reference(out.detach(), None, dict(zip(("dq", "dk", "dv"), grads)))
-
-
-def _busiest_row_off(grads: dict, name: str, factor: float) -> dict:
+def busiest_row_off(grads: dict, name: str, factor: float) -> dict:
+    """``grads`` with the row of ``name`` (dq, dk or dv) of the largest RMS times ``factor``."""
     grad = grads[name].float().clone()
     rows = grad.pow(2).mean(-1)
     grad[torch.unravel_index(rows.argmax(), rows.shape)] *= factor
@@ -101,17 +79,21 @@ def observed(case: Case, seed: int, kind: str, fused: Reference) -> Reference | 
         return replace(fused, grads=dict(grads, dq=(grads["dq"].float() * 1.01)
                                          .to(grads["dq"].dtype)))
     name, percent = kind[:2], float(kind.split("_")[2].rstrip("pct"))
-    return replace(fused, grads=_busiest_row_off(grads, name, 1 + percent / 100))
+    return replace(fused, grads=busiest_row_off(grads, name, 1 + percent / 100))
 
 
 def without_sizes(case: Case, seed: int, golden: Reference) -> Reference:
-    """The golden with the underflow sizes taken out of its row noise (bf16: nothing to take)."""
+    """The golden with the underflow sizes taken out of its row noise, and their share out
+    of the noise the global and head rules add (one RMS, a quarter of the size; bf16: nothing
+    to take)."""
     if case.dtype != "fp16":
         return golden
     inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
     lost = underflow_magnitudes(case, inputs, build_mods(case.variant, case.shape), golden.out,
                                 golden.lse, grad_out)
-    return replace(golden, row_noise=dict(
+    unshared = {name: (golden.unshared_noise[name].square() - (size / 4).square())
+                .clamp_min(0.0).sqrt() for name, size in lost.items()}
+    return replace(golden, unshared_noise=unshared, row_noise=dict(
         golden.row_noise, **{name: golden.row_noise[name] - lost[name] for name in lost}))
 
 
@@ -125,15 +107,22 @@ def main() -> None:
     if not variants:
         parser.error(f"--variants: none of {args.variants} is one of "
                      f"{', '.join(var.token for var in VARIANTS)}")
-    # (dtype, scale, kind) -> [runs, failed with, failed without, extreme margin, skipped]
+    print_table(probe(SHAPES, variants, args.seeds, CORRECT, BROKEN, observed, without_sizes))
+
+
+def probe(shapes, variants, seeds: int, correct: tuple, broken: tuple, observed, without):
+    """Every shape x variant x bf16/fp16 x inputs x1/x4 x seed, judged with the golden and
+    with ``without(case, seed, golden)``: ``{(dtype, scale, kind): [runs, failed with,
+    failed without, extreme margin, skipped]}`` (``observed(case, seed, kind, fused)`` gives
+    each kind's answer, None to skip it)."""
     table: dict = defaultdict(lambda: [0, 0, 0, None, 0])
-    for shape, variant, dtype, scale in itertools.product(SHAPES, variants, ("bf16", "fp16"),
+    for shape, variant, dtype, scale in itertools.product(shapes, variants, ("bf16", "fp16"),
                                                           (1, 4)):
         case = Case(variant, shape, dtype, "fwd+bwd", scale)
-        for seed in range(args.seeds):
+        for seed in range(seeds):
             golden, baseline, fused = correct_backward(case, seed)
-            without = without_sizes(case, seed, golden)
-            for kind in CORRECT + BROKEN:
+            golden_without = without(case, seed, golden)
+            for kind in correct + broken:
                 row = table[(dtype, scale, kind)]
                 answer = observed(case, seed, kind, fused)
                 if answer is None:
@@ -144,11 +133,15 @@ def main() -> None:
                              for rule in MARGINS)
                 row[0] += 1
                 row[1] += not verdict.passed
-                row[2] += not judge(case, without, baseline, answer).passed
-                if kind in CORRECT:
+                row[2] += not judge(case, golden_without, baseline, answer).passed
+                if kind in correct:
                     row[3] = max(row[3] or 0.0, margin)
                 elif not verdict.passed:
                     row[3] = margin if row[3] is None else min(row[3], margin)
+    return table
+
+
+def print_table(table: dict) -> None:
     print("| dtype | inputs | backward | runs (skipped) | failed (correct) or caught (broken): "
           "with / without the sizes | margin with them, any rule: worst (correct) or weakest "
           "caught (broken) |")
@@ -159,7 +152,6 @@ def main() -> None:
         shown = "-" if margin is None else f"{margin:.3g}"
         runs_shown = f"{runs} ({skipped})" if skipped else str(runs)
         print(f"| {dtype} | x{scale} | {kind} | {runs_shown} | {with_} / {without_} | {shown} |")
-
 
 if __name__ == "__main__":
     main()

@@ -42,7 +42,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 14: ... and what P loses there in dV rows (fused and eager backwards round the normalized P).
 #: 15: delta's rounding sized from O's spacing and P's roundings (3 RMS); the float16 sizes
 #:     count only what the fixed spacing adds to a relative rounding.
-REFERENCE_VERSION = 15
+#: 16: 16-bit dK and dV rows of shared key/value heads carry the partial sums' roundings; the
+#:     noise the baseline does not draw (those, and float16's underflow) is kept apart.
+REFERENCE_VERSION = 16
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,15 @@ class Reference:
     gradients ``{"dq", "dk", "dv"}`` of one computation (golden, baseline or observed); the
     golden's also carries, per row of the output (float32) and of dQ, dK and dV, the size of
     the noise a correct kernel leaves there (a float32 kernel's roundings, and what cancels in
-    gradients: reference/row_noise.py), which the verdict adds to the row's own magnitude."""
+    gradients: reference/row_noise.py), which the verdict adds to the row's own magnitude, and
+    the RMS of the part of it the baseline does not draw (``unshared_noise``), which the
+    verdict adds to the baseline's error in quadrature (row_noise.RowNoise)."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] | None = None
     row_noise: dict[str, torch.Tensor] | None = None
+    unshared_noise: dict[str, torch.Tensor] | None = None
 
 
 def reference_pair(case: Case, inputs: Inputs,
@@ -72,8 +77,9 @@ def reference_pair(case: Case, inputs: Inputs,
     backward = case.mode == "fwd+bwd"
     if backward and grad_out is None:
         raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
-    golden = Reference(out, lse, row_noise=row_noise_magnitudes(
-        case, inputs, mods, out, lse, grad_out if backward else None))
+    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out if backward else None)
+    golden = Reference(out, lse, row_noise=noise.sizes if noise else None,
+                       unshared_noise=noise.unshared if noise else None)
     if backward:
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64))

@@ -105,13 +105,15 @@ def reference_to_dict(ref: Reference) -> dict:
         return {k: _cpu(t) for k, t in tensors.items()} if tensors else None
 
     return {"out": _cpu(ref.out), "lse": None if ref.lse is None else _cpu(ref.lse),
-            "grads": on_cpu(ref.grads), "row_noise": on_cpu(ref.row_noise)}
+            "grads": on_cpu(ref.grads), "row_noise": on_cpu(ref.row_noise),
+            "unshared_noise": on_cpu(ref.unshared_noise)}
 
 
 def reference_from_dict(data: dict) -> Reference:
     """The Reference of ``reference_to_dict``."""
     noise = data.get("row_noise", data.get("cancelling"))  # its name before 2026-12-03
-    return Reference(data["out"], data.get("lse"), data.get("grads"), noise)
+    return Reference(data["out"], data.get("lse"), data.get("grads"), noise,
+                     data.get("unshared_noise"))
 
 
 def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
@@ -124,4 +126,5 @@ def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
             found.append(ref.lse)
         found += list((ref.grads or {}).values())
         found += list((ref.row_noise or {}).values())
+        found += list((ref.unshared_noise or {}).values())
     return found

@@ -35,6 +35,7 @@ fails a row 1e-4 off), more with larger scores, as the roundings grow (docs/orac
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -51,20 +52,38 @@ _DRAWS_COVERED = 4.0
 #: its size is this many RMS of it, beside the row's other terms. Measured (docs/oracle.md):
 #: at 4, 1-15% fewer gradient faults caught than at 3; at 2.5 a correct backward failed.
 _DELTA_DRAWS_COVERED = 3.0
+#: The partial sums' roundings (_PartialSums) are a sum of at least two independent roundings:
+#: their size is this many RMS of it.
+_PARTIAL_DRAWS_COVERED = 3.0
+
+
+@dataclass(frozen=True)
+class RowNoise:
+    """What row_noise_magnitudes finds, per row of each tensor it names (float32, in units of
+    the case dtype's unit roundoff): ``sizes``, the noise a correct kernel may leave there,
+    which the row rule adds to the row's magnitude; ``unshared``, one RMS of the part of it
+    that the baseline's own computation does not draw (the roundings below float16's normal
+    range and of partial sums), which the global and head rules add to the baseline's error
+    in quadrature (reference/verdict.py). The rest, what cancels and a float32 kernel's
+    roundings, the baseline draws too, once: its error already holds it there."""
+
+    sizes: dict[str, torch.Tensor]
+    unshared: dict[str, torch.Tensor]
 
 
 def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
                          lse: torch.Tensor, grad_out: torch.Tensor | None = None
-                         ) -> dict[str, torch.Tensor] | None:
+                         ) -> RowNoise | None:
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
-    and P lose below float16's normal range (underflow_magnitudes, float16 gradients), plus a
-    float32 kernel's roundings of P and dP (float32_rounding_magnitudes, float32 cases only:
-    in bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own
-    roundings set those limits; added to fp16 runs with inputs x4, where it is largest, it
-    moved no margin). The verdict adds it to the row's magnitude. None: nothing to add (a
-    16-bit forward)."""
+    and P lose below float16's normal range (underflow_magnitudes, float16 gradients), what
+    rounding partial sums adds to dK and dV rows where heads or batches share a key/value
+    head (partial_sum_magnitudes, 16-bit gradients), plus a float32 kernel's roundings of P
+    and dP (float32_rounding_magnitudes, float32 cases only: in bfloat16 and float16 units it
+    is 2^-16 and 2^-13 of itself, and the dtype's own roundings set those limits; added to
+    fp16 runs with inputs x4, where it is largest, it moved no margin). None: nothing to add
+    (a 16-bit forward)."""
     parts: list[_RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
@@ -72,11 +91,20 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
     if grad_out is not None and _underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(_Underflow(case, inputs))
+    if grad_out is not None and _PartialSums.applies(case):
+        parts.append(_PartialSums(case, inputs))
     noise: dict[str, torch.Tensor] = {}
-    for sizes in _over_pairs(case, inputs, mods, out, lse, grad_out, parts):
+    unshared_var: dict[str, torch.Tensor] = {}
+    for part, sizes in zip(parts, _over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
         noise = dict(noise, **{name: size + noise.get(name, 0.0)
                                for name, size in sizes.items()})
-    return noise or None
+        if part.unshared:
+            unshared_var = dict(unshared_var, **{
+                name: (size / part.draws).square() + unshared_var.get(name, 0.0)
+                for name, size in sizes.items()})
+    if not noise:
+        return None
+    return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()})
 
 
 def _over_pairs(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: torch.Tensor,
@@ -95,7 +123,11 @@ def _over_pairs(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: 
 
 class _RowSizes:
     """One kind of row size, summed chunk by chunk: ``add`` each chunk's PairTerms, then
-    ``result``."""
+    ``result``. A size is ``draws`` RMS of the noise; ``unshared``: the baseline's own
+    computation does not draw that noise (RowNoise)."""
+
+    draws: float = _DRAWS_COVERED
+    unshared: bool = False
 
     def add(self, t: PairTerms) -> None:
         raise NotImplementedError
@@ -259,7 +291,10 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
 
 
 class _Underflow(_RowSizes):
-    """underflow_magnitudes, chunk by chunk."""
+    """underflow_magnitudes, chunk by chunk (the baseline keeps dS in float32 and rounds its
+    unnormalized P: it does not draw these roundings)."""
+
+    unshared = True
 
     def __init__(self, case: Case, inputs: Inputs):
         s = case.shape
@@ -288,6 +323,77 @@ class _Underflow(_RowSizes):
     def result(self) -> dict[str, torch.Tensor]:
         return {name: (self.to_dtype_units * var.sqrt()).float()
                 for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
+
+
+def partial_sum_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
+                           lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per key row of dK and dV, the RMS over the head dim of what rounding partial sums to
+    the case dtype adds where a key/value head is shared (GQA groups, or one key/value batch
+    for all batches): ``{"dk"/"dv": [Bkv, Hkv, Skv]}`` in units of the case dtype's unit
+    roundoff, _PARTIAL_DRAWS_COVERED RMS of it; empty where nothing is shared or the dtype is
+    float32.
+
+    Such a row is a sum over the query heads and batches that read the key. flex_attention's
+    Triton template sums them in float32 and rounds once, as the baseline does; eager
+    flex_attention's backward (sdpa_dense_backward) computes dK and dV per query head and
+    batch in the case dtype, rounds each, sums each group and rounds again, then sums the
+    batches (FlashAttention 2's GQA backward also rounds per query head before its sum). Each
+    of those roundings is one draw of spacing(x) / sqrt(12) RMS per element, independent of
+    the others: their variances add. The last rounding, of the whole sum, is the baseline's
+    own and is not counted. With B4 Bkv1 and groups of 16, eager's correct float16 dV failed a
+    key row at 1.11x and dV's global rule at 1.02x without it (docs/oracle.md)."""
+    if not _PartialSums.applies(case):
+        return {}
+    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_PartialSums(case, inputs)])[0]
+
+
+class _PartialSums(_RowSizes):
+    """partial_sum_magnitudes: the per query head and batch sums of dK and dV are gathered
+    chunk by chunk ([B, Hq, Skv, D] each, float64: the size of dQ), and their roundings
+    sized once all are complete (the baseline sums in float32: it does not draw them)."""
+
+    draws = _PARTIAL_DRAWS_COVERED
+    unshared = True
+
+    def __init__(self, case: Case, inputs: Inputs):
+        s = case.shape
+        self.shape, self.dtype = s, torch_dtype(case.dtype)
+        self.scale = 1.0 / math.sqrt(s.D)
+        self.dk = torch.zeros(s.B, s.Hq, s.Skv, s.D, dtype=torch.float64,
+                              device=inputs.q.device)
+        self.dv = torch.zeros_like(self.dk)
+
+    @staticmethod
+    def applies(case: Case) -> bool:
+        """Whether a dK or dV row of ``case`` sums more than one query head or batch, in a
+        16-bit dtype (in float32 the partial sums' roundings are the float32 sum's own)."""
+        s = case.shape
+        return case.dtype != "fp32" and (s.Hq > s.Hkv or s.B > s.Bkv)
+
+    def add(self, t: PairTerms) -> None:
+        self.dv[t.b][:, t.keys] += torch.bmm(t.probs.transpose(1, 2), t.d_out)
+        self.dk[t.b][:, t.keys] += torch.bmm(t.d_scores.transpose(1, 2), t.q).mul_(self.scale)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {"dk": self._rounded_partials(self.dk), "dv": self._rounded_partials(self.dv)}
+
+    def _rounded_partials(self, per_head: torch.Tensor) -> torch.Tensor:
+        """[Bkv, Hkv, Skv]: _PARTIAL_DRAWS_COVERED RMS of the roundings of the per query head
+        and batch sums and, where batches share a key/value batch too, of each group's sum,
+        in units of u."""
+        s, dtype = self.shape, self.dtype
+        u = torch.finfo(dtype).eps / 2
+        group = s.Hq // s.Hkv
+
+        def variance(x: torch.Tensor) -> torch.Tensor:  # [.., Skv, D] -> [.., Skv]
+            return _spacing(x, dtype).square_().mean(-1).div_(12.0)
+
+        per_group = per_head.unflatten(1, (s.Hkv, group))  # [B, Hkv, G, Skv, D]
+        var = variance(per_group).sum(2)  # [B, Hkv, Skv]
+        if group > 1 and s.B > s.Bkv:  # each group's sum is rounded before the batches'
+            var = var + variance(per_group.sum(2))
+        var = var.unflatten(0, (s.Bkv, s.B // s.Bkv)).sum(1)  # [Bkv, Hkv, Skv]
+        return (var.sqrt_() * (_PARTIAL_DRAWS_COVERED / u)).float()
 
 
 def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
+from torch.nn.attention.flex_attention import flex_attention
 
 from cases import variants as v
 from cases.catalog import matrix
@@ -18,18 +18,14 @@ from conformance import compat
 from reference.faults import FAULTS
 from reference.golden import Reference, reference_pair
 from reference.verdict import judge
+from tests.fa_style_backward import block_mask_of
 
 
 def eager(case: Case, inputs) -> Reference:
     s = case.shape
-    mods = build_mods(case.variant, s)
-    mask_mod = mods.mask_mod or (noop_mask if s.Bkv != s.B else None)
-    block_mask = None
-    if mask_mod is not None:
-        block_mask = create_block_mask(mask_mod, s.B if s.Bkv != s.B else None, None,
-                                       s.Sq, s.Skv, "cpu")
-    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
-                                block_mask, enable_gqa=s.Hq != s.Hkv, return_lse=True)
+    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v,
+                                build_mods(case.variant, s).score_mod, block_mask_of(case),
+                                enable_gqa=s.Hq != s.Hkv, return_lse=True)
     return Reference(out, lse)
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 
 from cases import variants as v
 from cases.composed import And, Atom, Not, composed
@@ -21,26 +21,26 @@ from reference import row_noise
 from reference.row_noise import cancelling_magnitudes
 from reference import verdict as verdict_module
 from reference.verdict import judge
-from tests.fa_style_backward import LOSSES, fa_style_gradients
+from tests.fa_style_backward import LOSSES, block_mask_of, fa_style_gradients
 
 #: GQA, lengths off the 128 grid, and causal rows 0 and 1 that see one and two keys.
 SHAPE = Shape(2, 4, 2, 129, 200, 16)
 
 
-def correct_backward(case: Case, seed: int, loss: str | None = None, ds_scaled: bool = False):
+def correct_backward(case: Case, seed: int, loss: str | None = None, ds_scaled: bool = False,
+                     partials_rounded: bool = False):
     """The golden, the baseline and a correct backend's answer: eager flex_attention's output
     and the FlashAttention-style gradients computed from it (with ``loss``, one of the
     precision losses of tests/fa_style_backward.py: not a correct answer; with ``ds_scaled``,
-    dS rounded as eager flex_attention rounds it)."""
+    dS rounded as eager flex_attention rounds it; with ``partials_rounded``, dK and dV summed
+    over shared heads and batches as eager rounds them)."""
     inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
     golden, baseline = reference_pair(case, inputs, grad_out)
     s = case.shape
-    mods = build_mods(case.variant, s)
-    block_mask = None if mods.mask_mod is None else \
-        create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
-    out = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
-                           block_mask, enable_gqa=s.Hq != s.Hkv)
-    grads = fa_style_gradients(case, inputs, grad_out, out, loss, ds_scaled)
+    out = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v,
+                           build_mods(case.variant, s).score_mod, block_mask_of(case),
+                           enable_gqa=s.Hq != s.Hkv)
+    grads = fa_style_gradients(case, inputs, grad_out, out, loss, ds_scaled, partials_rounded)
     return golden, baseline, Reference(out, None, grads)
 
 
