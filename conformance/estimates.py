@@ -10,6 +10,7 @@ of B and H the grid has follows what the mask depends on (``block_mask_batch_hea
 from __future__ import annotations
 
 from cases.model import Case, Shape
+from reference.row_noise import partial_sums_sized
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -64,7 +65,13 @@ def child_peak_bytes(case: Case, compiled: bool,
 def parent_peak_bytes(case: Case) -> int:
     q, kv, _ = tensor_bytes(case)
     # float64 copies of q, k, v and the golden output, the float32 baseline, observed output
-    return (2 * q + kv) * 8 + q * (4 + _DTYPE_BYTES[case.dtype]) + _REFERENCE_WORKSPACE
+    total = (2 * q + kv) * 8 + q * (4 + _DTYPE_BYTES[case.dtype]) + _REFERENCE_WORKSPACE
+    if case.mode == "fwd+bwd":  # dO, and dQ, dK, dV: golden (float64), baseline, observed
+        total += q * _DTYPE_BYTES[case.dtype] + (q + kv) * (8 + 4 + _DTYPE_BYTES[case.dtype])
+        if partial_sums_sized(case):  # dK's and dV's per query head and batch, float64
+            s = case.shape
+            total += 2 * s.B * s.Hq * s.Skv * s.D * 8
+    return total
 
 
 def case_peak_bytes(case: Case, compiled: bool,

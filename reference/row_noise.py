@@ -91,7 +91,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
     if grad_out is not None and _underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(_Underflow(case, inputs))
-    if grad_out is not None and _PartialSums.applies(case):
+    if grad_out is not None and partial_sums_sized(case):
         parts.append(_PartialSums(case, inputs))
     noise: dict[str, torch.Tensor] = {}
     unshared_var: dict[str, torch.Tensor] = {}
@@ -325,6 +325,14 @@ class _Underflow(_RowSizes):
                 for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
 
 
+def partial_sums_sized(case: Case) -> bool:
+    """Whether ``case``'s golden sizes partial sums (partial_sum_magnitudes): a backward whose
+    dK or dV rows sum more than one query head or batch, in a 16-bit dtype (in float32 the
+    partial sums' roundings are the float32 sum's own)."""
+    s = case.shape
+    return case.mode == "fwd+bwd" and case.dtype != "fp32" and (s.Hq > s.Hkv or s.B > s.Bkv)
+
+
 def partial_sum_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
                            lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per key row of dK and dV, the RMS over the head dim of what rounding partial sums to
@@ -342,15 +350,15 @@ def partial_sum_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Te
     the others: their variances add. The last rounding, of the whole sum, is the baseline's
     own and is not counted. With B4 Bkv1 and groups of 16, eager's correct float16 dV failed a
     key row at 1.11x and dV's global rule at 1.02x without it (docs/oracle.md)."""
-    if not _PartialSums.applies(case):
+    if not partial_sums_sized(case):
         return {}
     return _over_pairs(case, inputs, mods, out, lse, grad_out, [_PartialSums(case, inputs)])[0]
 
 
 class _PartialSums(_RowSizes):
     """partial_sum_magnitudes: the per query head and batch sums of dK and dV are gathered
-    chunk by chunk ([B, Hq, Skv, D] each, float64: the size of dQ), and their roundings
-    sized once all are complete (the baseline sums in float32: it does not draw them)."""
+    chunk by chunk ([B, Hq, Skv, D] each, float64: the size of dQ where Sq = Skv;
+    conformance/estimates.py counts them), and their roundings sized once all are complete (the baseline sums in float32: it does not draw them)."""
 
     draws = _PARTIAL_DRAWS_COVERED
     unshared = True
@@ -362,13 +370,6 @@ class _PartialSums(_RowSizes):
         self.dk = torch.zeros(s.B, s.Hq, s.Skv, s.D, dtype=torch.float64,
                               device=inputs.q.device)
         self.dv = torch.zeros_like(self.dk)
-
-    @staticmethod
-    def applies(case: Case) -> bool:
-        """Whether a dK or dV row of ``case`` sums more than one query head or batch, in a
-        16-bit dtype (in float32 the partial sums' roundings are the float32 sum's own)."""
-        s = case.shape
-        return case.dtype != "fp32" and (s.Hq > s.Hkv or s.B > s.Bkv)
 
     def add(self, t: PairTerms) -> None:
         self.dv[t.b][:, t.keys] += torch.bmm(t.probs.transpose(1, 2), t.d_out)

@@ -19,6 +19,7 @@ from cases.model import Case, Shape
 from cases.variants import build_mods
 from reference.row_noise import _PARTIAL_DRAWS_COVERED as PARTIAL_DRAWS, _spacing
 from reference.row_noise import partial_sum_magnitudes, row_noise_magnitudes
+from conformance.estimates import parent_peak_bytes
 from reference.golden import golden_attention, reference_pair
 from reference.verdict import judge
 from tests.fa_style_backward import PARTIALS_BF16, eager_backward, fa_style_gradients
@@ -156,3 +157,13 @@ def test_eager_passes_a_score_mod_of_slope_one_thousandth_where_ds_underflows():
         failed_before += not judge(case, replace(golden, unshared_noise=None), baseline,
                                    observed).passed
     assert failed_before == 2, "eager failed dK's global rule without the underflow's share"
+
+
+def test_the_memory_estimate_counts_the_partial_sums():
+    """The partial sums are [B, Hq, Skv, D] float64 twice: decoding over 8,192 keys with one
+    key/value batch for 4 batches holds 512 MiB of them, where dQ is 32 KiB and dK and dV
+    with their baseline and observed copies about 235 MB."""
+    decode = Shape(4, 8, 8, 1, 8192, 128, Bkv=1)
+    backward = parent_peak_bytes(Case(v.full(), decode, "bf16", "fwd+bwd"))
+    forward = parent_peak_bytes(Case(v.full(), decode, "bf16", "fwd"))
+    assert backward - forward >= 2 * 4 * 8 * 8192 * 128 * 8
