@@ -68,9 +68,9 @@ def parent_peak_bytes(case: Case) -> int:
     total = (2 * q + kv) * 8 + q * (4 + _DTYPE_BYTES[case.dtype]) + _REFERENCE_WORKSPACE
     if case.mode == "fwd+bwd":  # dO, and dQ, dK, dV: golden (float64), baseline, observed
         total += q * _DTYPE_BYTES[case.dtype] + (q + kv) * (8 + 4 + _DTYPE_BYTES[case.dtype])
-        if partial_sums_sized(case):  # dK's and dV's per query head and batch, float64
+        if partial_sums_sized(case):  # one batch's dK and dV per query head, float64
             s = case.shape
-            total += 2 * s.B * s.Hq * s.Skv * s.D * 8
+            total += 2 * s.Hq * s.Skv * s.D * 8
     return total
 
 

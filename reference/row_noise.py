@@ -356,9 +356,11 @@ def partial_sum_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Te
 
 
 class _PartialSums(_RowSizes):
-    """partial_sum_magnitudes: the per query head and batch sums of dK and dV are gathered
-    chunk by chunk ([B, Hq, Skv, D] each, float64: the size of dQ where Sq = Skv;
-    conformance/estimates.py counts them), and their roundings sized once all are complete (the baseline sums in float32: it does not draw them)."""
+    """partial_sum_magnitudes: each batch's per query head sums of dK and dV are gathered
+    chunk by chunk ([Hq, Skv, D] each, float64; conformance/estimates.py counts them) and,
+    once the batch's chunks are done (query_chunks yields them batch by batch), their
+    roundings are sized into the key/value batch's rows (the baseline sums in float32: it
+    does not draw them)."""
 
     draws = _PARTIAL_DRAWS_COVERED
     unshared = True
@@ -367,34 +369,48 @@ class _PartialSums(_RowSizes):
         s = case.shape
         self.shape, self.dtype = s, torch_dtype(case.dtype)
         self.scale = 1.0 / math.sqrt(s.D)
-        self.dk = torch.zeros(s.B, s.Hq, s.Skv, s.D, dtype=torch.float64,
-                              device=inputs.q.device)
-        self.dv = torch.zeros_like(self.dk)
+        device = inputs.q.device
+        self.batch: int | None = None  # the batch whose sums are being gathered
+        self.kv_batch = 0
+        self.sums = {name: torch.zeros(s.Hq, s.Skv, s.D, dtype=torch.float64, device=device)
+                     for name in ("dk", "dv")}
+        self.var = {name: torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
+                    for name in ("dk", "dv")}
 
     def add(self, t: PairTerms) -> None:
-        self.dv[t.b][:, t.keys] += torch.bmm(t.probs.transpose(1, 2), t.d_out)
-        self.dk[t.b][:, t.keys] += torch.bmm(t.d_scores.transpose(1, 2), t.q).mul_(self.scale)
+        if t.b != self.batch:
+            self._fold_batch()
+            self.batch, self.kv_batch = t.b, t.kv_batch
+        self.sums["dv"][:, t.keys] += torch.bmm(t.probs.transpose(1, 2), t.d_out)
+        self.sums["dk"][:, t.keys] += torch.bmm(t.d_scores.transpose(1, 2), t.q) \
+            .mul_(self.scale)
 
     def result(self) -> dict[str, torch.Tensor]:
-        return {"dk": self._rounded_partials(self.dk), "dv": self._rounded_partials(self.dv)}
+        self._fold_batch()
+        u = torch.finfo(self.dtype).eps / 2
+        return {name: (var.sqrt() * (_PARTIAL_DRAWS_COVERED / u)).float()
+                for name, var in self.var.items()}
 
-    def _rounded_partials(self, per_head: torch.Tensor) -> torch.Tensor:
-        """[Bkv, Hkv, Skv]: _PARTIAL_DRAWS_COVERED RMS of the roundings of the per query head
-        and batch sums and, where batches share a key/value batch too, of each group's sum,
-        in units of u."""
+    def _fold_batch(self) -> None:
+        """Add the variance of the gathered batch's roundings to its key/value batch's rows:
+        each query head's sum and, where batches share a key/value batch too, each group's
+        sum (rounded before the batches' sum); then start the next batch from 0."""
+        if self.batch is None:
+            return
         s, dtype = self.shape, self.dtype
-        u = torch.finfo(dtype).eps / 2
         group = s.Hq // s.Hkv
 
         def variance(x: torch.Tensor) -> torch.Tensor:  # [.., Skv, D] -> [.., Skv]
             return _spacing(x, dtype).square_().mean(-1).div_(12.0)
 
-        per_group = per_head.unflatten(1, (s.Hkv, group))  # [B, Hkv, G, Skv, D]
-        var = variance(per_group).sum(2)  # [B, Hkv, Skv]
-        if group > 1 and s.B > s.Bkv:  # each group's sum is rounded before the batches'
-            var = var + variance(per_group.sum(2))
-        var = var.unflatten(0, (s.Bkv, s.B // s.Bkv)).sum(1)  # [Bkv, Hkv, Skv]
-        return (var.sqrt_() * (_PARTIAL_DRAWS_COVERED / u)).float()
+        for name, sums in self.sums.items():
+            per_group = sums.unflatten(0, (s.Hkv, group))  # [Hkv, G, Skv, D]
+            var = self.var[name][self.kv_batch]
+            var += variance(per_group).sum(1)
+            if group > 1 and s.B > s.Bkv:
+                var += variance(per_group.sum(1))
+            sums.zero_()
+        self.batch = None
 
 
 def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
@@ -443,14 +459,20 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     return of_out.add_(of_probs).sqrt_().mul_(_DELTA_DRAWS_COVERED)
 
 
+_FLOAT64_EXPONENT_BITS = 0x7FF0000000000000
+
+
 def _spacing(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The spacing of ``dtype``'s numbers at each finite value of ``x`` (float64, the
     golden's): 2^(e-1) eps for |x| in [2^(e-1), 2^e), the subnormal spacing below the normal
     range, 0 at 0 (exact)."""
+    assert x.dtype == torch.float64, "the golden's values"
     info = torch.finfo(dtype)
-    _, exponent = torch.frexp(x)
-    spacing = torch.ldexp(torch.full_like(x, info.eps / 2), exponent)
-    return spacing.clamp_min_(info.tiny * info.eps).masked_fill_(x == 0, 0.0)
+    # float64's exponent bits alone, mantissa 0: 2^(e-1) exactly (0 at 0; a float64 subnormal
+    # gives 0 too, and the clamp the dtype's subnormal spacing, as for any value that small);
+    # a quarter of frexp and ldexp's time over the partial sums of a decoding case
+    power = (x.view(torch.int64) & _FLOAT64_EXPONENT_BITS).view(torch.float64)
+    return power.mul_(info.eps).clamp_min_(info.tiny * info.eps).masked_fill_(x == 0, 0.0)
 
 
 def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,

@@ -160,10 +160,10 @@ def test_eager_passes_a_score_mod_of_slope_one_thousandth_where_ds_underflows():
 
 
 def test_the_memory_estimate_counts_the_partial_sums():
-    """The partial sums are [B, Hq, Skv, D] float64 twice: decoding over 8,192 keys with one
-    key/value batch for 4 batches holds 512 MiB of them, where dQ is 32 KiB and dK and dV
-    with their baseline and observed copies about 235 MB."""
-    decode = Shape(4, 8, 8, 1, 8192, 128, Bkv=1)
+    """One batch's partial sums are [Hq, Skv, D] float64 twice: decoding over 32,768 keys
+    with 32 query heads and D 128, 2 GiB, where dQ is 32 KiB and one key/value head's dK and
+    dV with their baseline and observed copies about 230 MB."""
+    decode = Shape(1, 32, 1, 1, 32768, 128)
     backward = parent_peak_bytes(Case(v.full(), decode, "bf16", "fwd+bwd"))
     forward = parent_peak_bytes(Case(v.full(), decode, "bf16", "fwd"))
-    assert backward - forward >= 2 * 4 * 8 * 8192 * 128 * 8
+    assert backward - forward >= 2 * 32 * 32768 * 128 * 8
