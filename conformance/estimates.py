@@ -10,7 +10,7 @@ of B and H the grid has follows what the mask depends on (``block_mask_batch_hea
 from __future__ import annotations
 
 from cases.model import Case, Shape
-from reference.row_noise import partial_sums_sized
+from reference.partial_sums import partial_sums_sized
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -43,18 +43,15 @@ from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
 from reference.kernel import stacked_product
-from reference.pair_terms import PairTerms, pair_terms
+from reference.pair_terms import PairTerms
+from reference.partial_sums import PartialSums, partial_sums_sized
+from reference.row_sizes import DRAWS_COVERED, RowSizes, over_pairs, spacing
 
 
-#: A row of one term holds one draw of each rounding: its limit allows this many RMS of it.
-_DRAWS_COVERED = 4.0
 #: delta's rounding (_delta_rounding) is a sum of D + m independent roundings, close to normal:
 #: its size is this many RMS of it, beside the row's other terms. Measured (docs/oracle.md):
 #: at 4, 1-15% fewer gradient faults caught than at 3; at 2.5 a correct backward failed.
 _DELTA_DRAWS_COVERED = 3.0
-#: The partial sums' roundings (_PartialSums) are a sum of at least two independent roundings:
-#: their size is this many RMS of it.
-_PARTIAL_DRAWS_COVERED = 3.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     is 2^-16 and 2^-13 of itself, and the dtype's own roundings set those limits; added to
     fp16 runs with inputs x4, where it is largest, it moved no margin). None: nothing to add
     (a 16-bit forward)."""
-    parts: list[_RowSizes] = []
+    parts: list[RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
     if case.dtype == "fp32":
@@ -92,10 +89,10 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     if grad_out is not None and _underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(_Underflow(case, inputs))
     if grad_out is not None and partial_sums_sized(case):
-        parts.append(_PartialSums(case, inputs))
+        parts.append(PartialSums(case, inputs))
     noise: dict[str, torch.Tensor] = {}
     unshared_var: dict[str, torch.Tensor] = {}
-    for part, sizes in zip(parts, _over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
+    for part, sizes in zip(parts, over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
         noise = dict(noise, **{name: size + noise.get(name, 0.0)
                                for name, size in sizes.items()})
         if part.unshared:
@@ -105,35 +102,6 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     if not noise:
         return None
     return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()})
-
-
-def _over_pairs(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: torch.Tensor,
-                grad_out: torch.Tensor | None, parts: list["_RowSizes"]
-                ) -> list[dict[str, torch.Tensor]]:
-    """Each part's sizes, from one pass over the golden's pair terms (pair_terms), which every
-    part reads and none changes."""
-    if not parts:
-        return []
-    for t in pair_terms(case, inputs, mods, out, lse, grad_out):
-        for part in parts:
-            part.add(t)
-        del t  # freed before the next chunk's terms are made
-    return [part.result() for part in parts]
-
-
-class _RowSizes:
-    """One kind of row size, summed chunk by chunk: ``add`` each chunk's PairTerms, then
-    ``result``. A size is ``draws`` RMS of the noise; ``unshared``: the baseline's own
-    computation does not draw that noise (RowNoise)."""
-
-    draws: float = _DRAWS_COVERED
-    unshared: bool = False
-
-    def add(self, t: PairTerms) -> None:
-        raise NotImplementedError
-
-    def result(self) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -146,10 +114,10 @@ def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Ten
     of different rows are independent: dK_j's size is sqrt(sum_i (slope_ij P_ij w_i)^2
     |q_i|^2), not the sum of the terms' sizes (which grows with the rows: with the
     worst-case w_i, 4-25x |dK| at S1024); with one query row it is the term itself."""
-    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_Cancelling(case, inputs)])[0]
+    return over_pairs(case, inputs, mods, out, lse, grad_out, [_Cancelling(case, inputs)])[0]
 
 
-class _Cancelling(_RowSizes):
+class _Cancelling(RowSizes):
     """cancelling_magnitudes, chunk by chunk."""
 
     def __init__(self, case: Case, inputs: Inputs):
@@ -195,7 +163,7 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
     is one rounding of a D-term dot product and a few more, and where a row holds one or a few
     terms (decoding, a causal row that sees one key) that one rounding is the row's whole
     error: the baseline's own draw of it can be 30x smaller than a correct backend's
-    (docs/oracle.md). Sizes, each _DRAWS_COVERED (4) times a rounding's RMS, as a row of one
+    (docs/oracle.md). Sizes, each DRAWS_COVERED (4) times a rounding's RMS, as a row of one
     term holds one draw of it:
     - P_ij is off by a relative ``u c_ij``: the score's dot product (_dot_rounding), carried
       through the score mod's slope; the mod's result, ``|s'_ij|``; the stored lse,
@@ -206,10 +174,10 @@ def float32_rounding_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: tor
     dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i sum them in quadrature. In the case
     dtype's units these are u_float32 / u_dtype of that (2^-16 of it in bfloat16)."""
     sizes = _Float32Rounding(case, inputs, backward=grad_out is not None)
-    return _over_pairs(case, inputs, mods, out, lse, grad_out, [sizes])[0]
+    return over_pairs(case, inputs, mods, out, lse, grad_out, [sizes])[0]
 
 
-class _Float32Rounding(_RowSizes):
+class _Float32Rounding(RowSizes):
     """float32_rounding_magnitudes, chunk by chunk (``backward``: dQ, dK and dV too)."""
 
     def __init__(self, case: Case, inputs: Inputs, backward: bool):
@@ -226,7 +194,7 @@ class _Float32Rounding(_RowSizes):
 
     def add(self, t: PairTerms) -> None:
         group, scale = self.group, self.scale
-        dot = _dot_rounding(t.q * scale, t.k, t.scores).mul_(_DRAWS_COVERED)
+        dot = _dot_rounding(t.q * scale, t.k, t.scores).mul_(DRAWS_COVERED)
         if t.slope is not None:
             dot.mul_(t.slope.abs())
         dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
@@ -242,7 +210,7 @@ class _Float32Rounding(_RowSizes):
         dv_keys = torch.bmm(var_p.transpose(1, 2), _mean_square(t.d_out))
         del var_p
         var_ds = in_p.mul_(t.d_scores).square_()  # in_p's memory: P's rounding in dS
-        in_dp = _dot_rounding(t.d_out, t.v, t.d_probs).mul_(_DRAWS_COVERED).mul_(t.probs)
+        in_dp = _dot_rounding(t.d_out, t.v, t.d_probs).mul_(DRAWS_COVERED).mul_(t.probs)
         if t.slope is not None:
             in_dp.mul_(t.slope)
         var_ds.add_(in_dp.square_())  # dP's rounding in dS
@@ -285,12 +253,12 @@ def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     correct backwards failed such dV rows by up to 4.4x (ALiBi with slopes on k - q both ways,
     inputs x1; docs/oracle.md).
 
-    _DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
+    DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
     model against the roundings themselves: one RMS is a median 0.25 of the size)."""
-    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_Underflow(case, inputs)])[0]
+    return over_pairs(case, inputs, mods, out, lse, grad_out, [_Underflow(case, inputs)])[0]
 
 
-class _Underflow(_RowSizes):
+class _Underflow(RowSizes):
     """underflow_magnitudes, chunk by chunk (the baseline keeps dS in float32 and rounds its
     unnormalized P: it does not draw these roundings)."""
 
@@ -303,7 +271,7 @@ class _Underflow(_RowSizes):
         self.tiny = torch.finfo(dtype).tiny
         self.eps = torch.finfo(dtype).eps
         self.spacing = self.tiny * self.eps  # of a subnormal number: 2^-24 in float16
-        self.to_dtype_units = _DRAWS_COVERED / (self.eps / 2)  # u = eps / 2
+        self.to_dtype_units = DRAWS_COVERED / (self.eps / 2)  # u = eps / 2
         self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
         self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
         self.dv = torch.zeros_like(self.dk)
@@ -323,94 +291,6 @@ class _Underflow(_RowSizes):
     def result(self) -> dict[str, torch.Tensor]:
         return {name: (self.to_dtype_units * var.sqrt()).float()
                 for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
-
-
-def partial_sums_sized(case: Case) -> bool:
-    """Whether ``case``'s golden sizes partial sums (partial_sum_magnitudes): a backward whose
-    dK or dV rows sum more than one query head or batch, in a 16-bit dtype (in float32 the
-    partial sums' roundings are the float32 sum's own)."""
-    s = case.shape
-    return case.mode == "fwd+bwd" and case.dtype != "fp32" and (s.Hq > s.Hkv or s.B > s.Bkv)
-
-
-def partial_sum_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
-                           lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per key row of dK and dV, the RMS over the head dim of what rounding partial sums to
-    the case dtype adds where a key/value head is shared (GQA groups, or one key/value batch
-    for all batches): ``{"dk"/"dv": [Bkv, Hkv, Skv]}`` in units of the case dtype's unit
-    roundoff, _PARTIAL_DRAWS_COVERED RMS of it; empty where nothing is shared or the dtype is
-    float32.
-
-    Such a row is a sum over the query heads and batches that read the key. flex_attention's
-    Triton template sums them in float32 and rounds once, as the baseline does; eager
-    flex_attention's backward (sdpa_dense_backward) computes dK and dV per query head and
-    batch in the case dtype, rounds each, sums each group and rounds again, then sums the
-    batches (FlashAttention 2's GQA backward also rounds per query head before its sum). Each
-    of those roundings is one draw of spacing(x) / sqrt(12) RMS per element, independent of
-    the others: their variances add. The last rounding, of the whole sum, is the baseline's
-    own and is not counted. With B4 Bkv1 and groups of 16, eager's correct float16 dV failed a
-    key row at 1.11x and dV's global rule at 1.02x without it (docs/oracle.md)."""
-    if not partial_sums_sized(case):
-        return {}
-    return _over_pairs(case, inputs, mods, out, lse, grad_out, [_PartialSums(case, inputs)])[0]
-
-
-class _PartialSums(_RowSizes):
-    """partial_sum_magnitudes: each batch's per query head sums of dK and dV are gathered
-    chunk by chunk ([Hq, Skv, D] each, float64; conformance/estimates.py counts them) and,
-    once the batch's chunks are done (query_chunks yields them batch by batch), their
-    roundings are sized into the key/value batch's rows (the baseline sums in float32: it
-    does not draw them)."""
-
-    draws = _PARTIAL_DRAWS_COVERED
-    unshared = True
-
-    def __init__(self, case: Case, inputs: Inputs):
-        s = case.shape
-        self.shape, self.dtype = s, torch_dtype(case.dtype)
-        self.scale = 1.0 / math.sqrt(s.D)
-        device = inputs.q.device
-        self.batch: int | None = None  # the batch whose sums are being gathered
-        self.kv_batch = 0
-        self.sums = {name: torch.zeros(s.Hq, s.Skv, s.D, dtype=torch.float64, device=device)
-                     for name in ("dk", "dv")}
-        self.var = {name: torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
-                    for name in ("dk", "dv")}
-
-    def add(self, t: PairTerms) -> None:
-        if t.b != self.batch:
-            self._fold_batch()
-            self.batch, self.kv_batch = t.b, t.kv_batch
-        self.sums["dv"][:, t.keys] += torch.bmm(t.probs.transpose(1, 2), t.d_out)
-        self.sums["dk"][:, t.keys] += torch.bmm(t.d_scores.transpose(1, 2), t.q) \
-            .mul_(self.scale)
-
-    def result(self) -> dict[str, torch.Tensor]:
-        self._fold_batch()
-        u = torch.finfo(self.dtype).eps / 2
-        return {name: (var.sqrt() * (_PARTIAL_DRAWS_COVERED / u)).float()
-                for name, var in self.var.items()}
-
-    def _fold_batch(self) -> None:
-        """Add the variance of the gathered batch's roundings to its key/value batch's rows:
-        each query head's sum and, where batches share a key/value batch too, each group's
-        sum (rounded before the batches' sum); then start the next batch from 0."""
-        if self.batch is None:
-            return
-        s, dtype = self.shape, self.dtype
-        group = s.Hq // s.Hkv
-
-        def variance(x: torch.Tensor) -> torch.Tensor:  # [.., Skv, D] -> [.., Skv]
-            return _spacing(x, dtype).square_().mean(-1).div_(12.0)
-
-        for name, sums in self.sums.items():
-            per_group = sums.unflatten(0, (s.Hkv, group))  # [Hkv, G, Skv, D]
-            var = self.var[name][self.kv_batch]
-            var += variance(per_group).sum(1)
-            if group > 1 and s.B > s.Bkv:
-                var += variance(per_group.sum(1))
-            sums.zero_()
-        self.batch = None
 
 
 def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
@@ -450,29 +330,13 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     are as large as O's, and a correct backward failed such a dQ row (docs/oracle.md)."""
     info = torch.finfo(dtype)
     u = info.eps / 2
-    of_out = (t.d_out * _spacing(t.out, dtype)).square_().sum(-1, keepdim=True).div_(12 * u * u)
+    of_out = (t.d_out * spacing(t.out, dtype)).square_().sum(-1, keepdim=True).div_(12 * u * u)
     var_p = t.probs.square().div_(3.0)  # in units of u^2
     if _underflows_before_float32(dtype):  # float16: P below 2^-14
         var_p.add_(_subnormal_rounding_variance(t.probs, 1.0, info.tiny, info.tiny * info.eps,
                                                 info.eps).div_(u * u))
     of_probs = var_p.mul_(t.d_probs.square()).sum(-1, keepdim=True)
     return of_out.add_(of_probs).sqrt_().mul_(_DELTA_DRAWS_COVERED)
-
-
-_FLOAT64_EXPONENT_BITS = 0x7FF0000000000000
-
-
-def _spacing(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The spacing of ``dtype``'s numbers at each finite value of ``x`` (float64, the
-    golden's): 2^(e-1) eps for |x| in [2^(e-1), 2^e), the subnormal spacing below the normal
-    range, 0 at 0 (exact)."""
-    assert x.dtype == torch.float64, "the golden's values"
-    info = torch.finfo(dtype)
-    # float64's exponent bits alone, mantissa 0: 2^(e-1) exactly (0 at 0; a float64 subnormal
-    # gives 0 too, and the clamp the dtype's subnormal spacing, as for any value that small);
-    # a quarter of frexp and ldexp's time over the partial sums of a decoding case
-    power = (x.view(torch.int64) & _FLOAT64_EXPONENT_BITS).view(torch.float64)
-    return power.mul_(info.eps).clamp_min_(info.tiny * info.eps).masked_fill_(x == 0, 0.0)
 
 
 def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,

@@ -21,8 +21,9 @@ from cases.variants import build_mods
 from reference.kernel import chunked_attention
 from reference import row_noise
 from reference.pair_terms import pair_terms
+from reference.partial_sums import partial_sum_magnitudes
 from reference.row_noise import (_subnormal_rounding_variance, cancelling_magnitudes,
-                                 partial_sum_magnitudes, underflow_magnitudes)
+                                 underflow_magnitudes)
 from reference.verdict import judge
 from tests.test_gradient_verdict import correct_backward
 

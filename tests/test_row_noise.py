@@ -15,14 +15,14 @@ from cases.inputs import make_grad_output, make_inputs, torch_dtype
 from cases.model import Case, Shape
 from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
-from reference import chunk_plan, row_noise
+from reference import chunk_plan, row_noise, row_sizes
 from reference.kernel import chunked_attention
 
 
 def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict:
     """docs/oracle.md's formula over the whole [B, Hq, Sq, Skv] grid, in float64."""
     s = case.shape
-    group, scale, kappa = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D), row_noise._DRAWS_COVERED
+    group, scale, kappa = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D), row_sizes.DRAWS_COVERED
 
     def per_query_head(x):  # [Bkv, Hkv, Skv, D] -> [B, Hq, Skv, D]
         return x.double().expand(s.B, -1, -1, -1).repeat_interleave(group, 1)

@@ -1,7 +1,7 @@
 """16-bit gradients where key/value heads are shared (GQA groups, one key/value batch for every
 batch): eager flex_attention's backward rounds each query head's and batch's dK and dV to the
 case dtype before summing them (so does FlashAttention 2's GQA backward), where the Triton
-template and the baseline round once. reference/row_noise.py's partial_sum_magnitudes sizes
+template and the baseline round once. reference/partial_sums.py's partial_sum_magnitudes sizes
 those roundings, and the verdict's global and head rules add what they would add to the
 baseline's error (reference/verdict.py, _unshared_excess). Both roundings must pass, and
 broken gradients must still be caught."""
@@ -17,8 +17,10 @@ from cases.composed import Atom, composed
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
-from reference.row_noise import _PARTIAL_DRAWS_COVERED as PARTIAL_DRAWS, _spacing
-from reference.row_noise import partial_sum_magnitudes, row_noise_magnitudes
+from reference.partial_sums import PARTIAL_DRAWS_COVERED as PARTIAL_DRAWS
+from reference.partial_sums import partial_sum_magnitudes
+from reference.row_noise import row_noise_magnitudes
+from reference.row_sizes import spacing
 from conformance.estimates import parent_peak_bytes
 from reference.golden import golden_attention, reference_pair
 from reference.verdict import judge
@@ -95,7 +97,7 @@ def test_the_sizes_are_three_rms_of_the_roundings_they_model():
         u = torch.finfo(inputs.q.dtype).eps / 2
         for name in ("dk", "dv"):
             moved = (partials[name].double() - once[name].double()).pow(2).mean(-1)
-            whole_sums = 2 * _spacing(golden.grads[name], inputs.q.dtype).square().mean(-1) / 12
+            whole_sums = 2 * spacing(golden.grads[name], inputs.q.dtype).square().mean(-1) / 12
             model = (u * sizes[name].double() / PARTIAL_DRAWS).square() + whole_sums
             ratio = (moved / model).sqrt().flatten()
             ratio = ratio[torch.isfinite(ratio)]  # rows the golden makes exactly 0
