@@ -55,7 +55,8 @@ class Reference:
     the noise a correct kernel leaves there (a float32 kernel's roundings, and what cancels in
     gradients: reference/row_noise.py), which the verdict adds to the row's own magnitude, and
     the RMS of the part of it the baseline does not draw (``unshared_noise``), which the
-    verdict adds to the baseline's error in quadrature (row_noise.RowNoise)."""
+    verdict's global and head rules add to the baseline's error, element by element in
+    quadrature, beside the factor (row_noise.RowNoise, verdict._unshared_excess)."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None

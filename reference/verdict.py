@@ -129,8 +129,8 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     """The three rules on one tensor; ``row_noise`` (the size of the noise a correct kernel
     leaves in each row, reference/row_noise.py) is added to each row's magnitude, which the
     dtype terms of the limits scale with; ``unshared_noise`` (one RMS of the part of it the
-    baseline does not draw) to the baseline's error of each element, in quadrature, for the
-    global and head rules."""
+    baseline does not draw) enters the global and head limits as what it adds to the
+    baseline's error of each element in quadrature (_unshared_excess)."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
@@ -188,7 +188,7 @@ class _ErrorStats:
     row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus its row_noise
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
-    head_sum_unshared: torch.Tensor  # what unshared noise adds to the baseline's error (UNSHARED)
+    head_sum_unshared: torch.Tensor  # what unshared noise adds to it (_unshared_excess)
     head_sum_golden: torch.Tensor  # sum of |G| (plus D times each row's row_noise)
     head_excused: torch.Tensor  # what the head rule leaves out of head_sum_obs (NOISE_SHARE)
     rows_per_head: int
@@ -300,8 +300,8 @@ def _unshared_excess(err_base: torch.Tensor, unshared_noise: torch.Tensor | None
     global and head limits add it beside the factor times the baseline's error: a backend
     that makes those roundings (eager's per-head partial sums, a float16 dS below the
     normal range) is judged as if the baseline had made them too, without the factor
-    multiplying them (at 2.1 times them, bfloat16 faults of 1% in all of dK were caught on a
-    third fewer runs; docs/oracle.md)."""
+    multiplying them (at 2.1 times them, a bfloat16 fault of 1% in all of dK was caught on
+    45 of 144 probe runs instead of 54; docs/oracle.md)."""
     if unshared_noise is None:
         return torch.zeros(err_base.shape[0], dtype=torch.float64)
     noise = unit_roundoff * unshared_noise[b].to(torch.float64).unsqueeze(-1)
