@@ -1,8 +1,9 @@
 """How much rounding noise a correct kernel leaves in each row of a float32 output, and of
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
-those rows by what a careful kernel can do. Three sources, summed per row
+those rows by what a careful kernel can do. Four sources, summed per row
 (row_noise_magnitudes); the third, dS and P below float16's normal range
-(underflow_magnitudes), is described there:
+(underflow_magnitudes), is described there, and the fourth, partial sums over shared
+key/value heads, in reference/partial_sums.py:
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -61,7 +62,7 @@ class RowNoise:
     which the row rule adds to the row's magnitude; ``unshared``, one RMS of the part of it
     that the baseline's own computation does not draw (the roundings below float16's normal
     range and of partial sums), which the global and head rules add to the baseline's error
-    in quadrature (reference/verdict.py). The rest, what cancels and a float32 kernel's
+    element by element in quadrature, beside the factor (verdict._unshared_excess). The rest, what cancels and a float32 kernel's
     roundings, the baseline draws too, once: its error already holds it there."""
 
     sizes: dict[str, torch.Tensor]
