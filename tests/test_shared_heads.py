@@ -17,11 +17,11 @@ from cases.composed import Atom, composed
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
+from conformance.estimates import parent_peak_bytes
 from reference.partial_sums import PARTIAL_DRAWS_COVERED as PARTIAL_DRAWS
 from reference.partial_sums import partial_sum_magnitudes
 from reference.row_noise import row_noise_magnitudes
 from reference.row_sizes import spacing
-from conformance.estimates import parent_peak_bytes
 from reference.golden import golden_attention, reference_pair
 from reference.verdict import judge
 from tests.fa_style_backward import PARTIALS_BF16, eager_backward, fa_style_gradients
@@ -34,7 +34,7 @@ BATCHES = Shape(8, 8, 1, 4, 256, 16, Bkv=1)
 GQA = Shape(2, 4, 2, 129, 200, 16)
 
 #: Runs where a backward rounding its partial sums as eager does failed a rule before the
-#: sizes (REFERENCE_VERSION 15; docs/oracle.md): dV's row rule at 1.14x, 1.11x and 1.15x.
+#: sizes (REFERENCE_VERSION 15; docs/oracle.md): a dK or dV rule at 1.14x, 1.11x and 1.15x.
 FAILED_BEFORE = [(Case(v.full(), MANY, "bf16", "fwd+bwd", 4), 0),
                  (Case(v.full(), MANY, "fp16", "fwd+bwd", 4), 1),
                  (Case(v.causal(), BATCHES, "bf16", "fwd+bwd"), 2)]
