@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -196,9 +197,41 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
         session.exitstatus = pytest.ExitCode.OK
 
 
+def pytest_keyboard_interrupt(excinfo) -> None:
+    """The run is stopping (Ctrl-C, or SIGTERM or SIGHUP through _interrupt_on_termination),
+    and this interrupt was not lost: until the run's results are written
+    (_restore_termination_handlers), another Ctrl-C, SIGTERM or SIGHUP is ignored with a line
+    saying so. The stop under way (children killed, xdist's teardown, what finished written:
+    5-8 s) is what it asks for; a second Ctrl-C that landed in xdist's teardown raised there,
+    and the run ended with a traceback and without its results.json (an audit, 2026-12-04).
+    Only where this run set the handlers (an active run: _REPLACED_HANDLERS)."""
+    if _REPLACED_HANDLERS:
+        _ignore_signals_while_stopping()
+
+
+def _ignore_signals_while_stopping() -> None:
+    said: list[bool] = []
+
+    def stopping(signum, _frame):
+        if not said:
+            said.append(True)
+            print(f"\nflexconf: {signal.Signals(signum).name} ignored: the run is already "
+                  "stopping and writing what finished", file=sys.stderr, flush=True)
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(number)
+        if previous is signal.SIG_IGN:
+            continue
+        try:
+            signal.signal(number, stopping)
+        except ValueError:  # not the main thread
+            return
+        _REPLACED_HANDLERS.setdefault(number, signal.SIG_DFL if previous is None else previous)
+
+
 def _restore_termination_handlers() -> None:
-    """Once the run's results are written, SIGTERM and SIGHUP get back what they did before
-    the run: nothing is left to keep, and pytest's own exit (its garbage collection passes,
+    """Once the run's results are written, SIGTERM and SIGHUP (and Ctrl-C, where the run
+    stopped on a signal) get back what they did before the run: nothing is left to keep, and pytest's own exit (its garbage collection passes,
     seconds with torch loaded) is no place for a KeyboardInterrupt and its traceback."""
     while _REPLACED_HANDLERS:
         number, previous = _REPLACED_HANDLERS.popitem()

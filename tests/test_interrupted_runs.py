@@ -298,6 +298,31 @@ def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_ec
     assert not results.complete and results.selected_count == 2
 
 
+def test_a_second_ctrl_c_while_the_run_stops_is_ignored_and_the_results_are_written(tmp_path):
+    """Stopping takes seconds (children killed, xdist's teardown, the results written); a
+    second Ctrl-C in that window raised a KeyboardInterrupt inside the teardown, and the run
+    ended with a traceback and no results.json (an audit). Here the first Ctrl-C comes as the
+    second case starts, the second as the session finishes, before the results are written."""
+    (tmp_path / "ctrl_c_twice.py").write_text(
+        "import os, signal\n"
+        "import pytest\n"
+        "def pytest_runtest_setup(item):\n"
+        "    if item.nodeid.endswith('" + CASES[1].id + "]'):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_sessionfinish(session):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n")
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-p", "ctrl_c_twice"),
+               env=_env_importing_from(tmp_path), preexec_fn=_stop_signals_delivered)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]  # pytest's "interrupted", not a crash
+    assert "SIGINT ignored: the run is already stopping" in output
+    assert "Traceback" not in output, output[-3000:]
+    results = load_results(tmp_path / "report" / "results.json")
+    assert not results.complete and results.selected_count == 3
+    assert [(r.case_id, r.label) for r in results.records] == [(CASES[0].id, Label.PASS)]
+
+
 def _started_cases(report, when: bool = False) -> list:
     """The case ids the run's workers have started so far (their record store's events); with
     ``when``, (case id, started_at) pairs."""
