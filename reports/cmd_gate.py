@@ -88,6 +88,7 @@ def _judge(args: argparse.Namespace) -> int:
     from records.results import load_results
 
     check_confirm_arguments(args)
+    check_distinct_runs(args)
     baseline = load_results(args.baseline)
     candidate = load_results(args.candidate)
     check_comparable(baseline, candidate, args.baseline, args.candidate)
@@ -116,12 +117,45 @@ def prepare_outputs(args: argparse.Namespace) -> None:
     printed or a case is measured again."""
     from records.text import one_line
 
+    written: dict[Path, str] = {}
     for flag, attribute, example in OUTPUTS:
         path = getattr(args, attribute)
-        problem = _output_problem(Path(path)) if path else None
+        if not path:
+            continue
+        problem = _output_problem(Path(path))
         if problem:
             raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
                              f"write, e.g. {flag} {example}")
+        clash = _read_by(Path(path), args) or written.get(Path(path).resolve())
+        if clash:
+            raise ValueError(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
+                             f"would overwrite; give another path, e.g. {flag} {example}")
+        written[Path(path).resolve()] = flag
+
+
+def _read_by(path: Path, args: argparse.Namespace) -> str | None:
+    """The input flag (--baseline, --candidate, --expectations) whose file ``path`` is."""
+    for flag, given in (("--baseline", args.baseline), ("--candidate", args.candidate),
+                        ("--expectations", args.expectations)):
+        if given and _same_file(path, Path(given)):
+            return flag
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def check_distinct_runs(args: argparse.Namespace) -> None:
+    """A run compared with itself shows nothing: one line (exit 2), not MAY SHIP."""
+    from records.text import one_line
+
+    if _same_file(Path(args.baseline), Path(args.candidate)):
+        raise ValueError(f"--baseline and --candidate are the same file "
+                         f"({one_line(args.candidate)}); give the baseline run's results.json "
+                         "as --baseline and the candidate's as --candidate")
 
 
 def _output_problem(path: Path) -> str | None:

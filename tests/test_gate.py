@@ -383,6 +383,46 @@ def test_an_output_the_gate_cannot_write_is_bad_input_before_judging(tmp_path, c
         "this user can write, e.g. --junit gate.xml"]
 
 
+#: flag -> the example file's extension in the gate's messages.
+OUTPUTS_BY_FLAG = (("--json", "json"), ("--markdown", "md"), ("--junit", "xml"))
+
+
+def test_an_output_that_is_an_input_or_another_output_is_bad_input_and_nothing_is_lost(
+        tmp_path, capsys):
+    """``--candidate new.json --json new.json`` replaced the candidate's results with the
+    gate's decision, and said MAY SHIP (an audit)."""
+    write_results(run([record(A)]), tmp_path / "old.json")
+    write_results(run([record(A)]), tmp_path / "new.json")
+    kept = {name: (tmp_path / name).read_bytes() for name in ("old.json", "new.json")}
+    for flag, output, clash in (("--json", "new.json", "--candidate"),
+                                ("--markdown", "old.json", "--baseline"),
+                                ("--junit", "./new.json", "--candidate")):  # another spelling
+        assert main(["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+                     str(tmp_path / "new.json"), flag, f"{tmp_path}/{output}"]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.splitlines() == [
+            f"flexconf gate: error: {flag} {tmp_path}/{output}: it is the {clash} file, which "
+            f"the gate would overwrite; give another path, e.g. {flag} "
+            f"gate.{dict(OUTPUTS_BY_FLAG)[flag]}"]
+    assert main(["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+                 str(tmp_path / "new.json"), "--json", str(tmp_path / "g"), "--junit",
+                 str(tmp_path / "g")]) == 2
+    assert "--junit " + str(tmp_path / "g") + ": it is the --json file" in capsys.readouterr().err
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_run_gated_against_itself_is_bad_input_not_may_ship(tmp_path, capsys):
+    write_results(run([record(A)]), tmp_path / "new.json")
+    assert main(["gate", "--baseline", str(tmp_path / "new.json"), "--candidate",
+                 f"{tmp_path}/./new.json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: --baseline and --candidate are the same file "
+        f"({tmp_path}/./new.json); give the baseline run's results.json as --baseline "
+        "and the candidate's as --candidate"]
+
+
 def test_missing_directories_of_the_gate_outputs_are_made(tmp_path):
     new = tmp_path / "new" / "dir"
     assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
