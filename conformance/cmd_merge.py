@@ -25,6 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from records.results import load_results, write_results
     from records.store import refuse_if_run_going_on
 
+    from records.files import output_file_problem
+    from records.text import one_line
+
+    problem = output_file_problem(Path(args.output))
+    if problem:
+        raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
+                         "write, e.g. -o results.json")
     refuse_if_run_going_on(Path(args.output).parent, "the merged results.json")
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)

@@ -72,3 +72,16 @@ def directory_problem(directory: Path, make: bool = True) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return "it is not writable"
     return None
+
+
+def output_file_problem(path: Path) -> str | None:
+    """Why a command cannot write the file ``path`` (its directory made when missing), as the
+    words after its name in a one-line error; None when it can."""
+    if path.is_dir():
+        return "it is a directory, not a file"
+    problem = directory_problem(path.parent)
+    if problem:
+        return f"its directory {one_line(str(path.parent))}: {problem}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "it is not writable"
+    return None

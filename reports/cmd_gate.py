@@ -115,6 +115,7 @@ def prepare_outputs(args: argparse.Namespace) -> None:
     """Make the missing directories of the files the gate writes (as ``flexconf merge -o``
     does); ValueError, one line (exit 2), for one it cannot write, before the verdict is
     printed or a case is measured again."""
+    from records.files import output_file_problem
     from records.text import one_line
 
     written: dict[Path, str] = {}
@@ -122,7 +123,7 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         path = getattr(args, attribute)
         if not path:
             continue
-        problem = _output_problem(Path(path))
+        problem = output_file_problem(Path(path))
         if problem:
             raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
                              f"write, e.g. {flag} {example}")
@@ -156,21 +157,6 @@ def check_distinct_runs(args: argparse.Namespace) -> None:
         raise ValueError(f"--baseline and --candidate are the same file "
                          f"({one_line(args.candidate)}); give the baseline run's results.json "
                          "as --baseline and the candidate's as --candidate")
-
-
-def _output_problem(path: Path) -> str | None:
-    """Why the gate cannot write ``path`` (its directory made when missing), None when it can."""
-    from records.files import directory_problem
-    from records.text import one_line
-
-    if path.is_dir():
-        return "it is a directory, not a file"
-    problem = directory_problem(path.parent)
-    if problem:
-        return f"its directory {one_line(str(path.parent))}: {problem}"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "it is not writable"
-    return None
 
 
 def check_confirm_arguments(args: argparse.Namespace) -> None:

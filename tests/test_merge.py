@@ -83,6 +83,23 @@ def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
     assert len(err.splitlines()) == 1 and not out.exists()
 
 
+def test_an_output_that_cannot_be_written_is_one_line_naming_it_not_a_temporary_file(
+        tmp_path, capsys):
+    """A read-only directory gave "[Errno 30] Read-only file system: '.../m.json.tmp'" (an
+    audit): the temporary file's name, and no fix. Checked before any file is read, as the
+    gate checks its outputs."""
+    a = write(tmp_path, "a.json", shard_run(1))
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for output, problem in ((afile / "m.json", f"its directory {afile}: it is a file, not a "
+                                               "directory"),
+                            (tmp_path, "it is a directory, not a file")):
+        assert main(["merge", a, "-o", str(output)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"flexconf merge: error: -o {output}: {problem}; give a path this user can write, "
+            "e.g. -o results.json"]
+
+
 def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, capsys):
     one, two = shard_run(1), shard_run(2)
     again = replace(shard_run(1), records=shard_run(1).records[:2], options={**one.options})
