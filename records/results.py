@@ -147,10 +147,13 @@ def validate_results_json(data: Any, source: str = "results") -> None:
     import jsonschema  # a dependency of the project; imported here to keep import time low
 
     schema = results_schema()
-    if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    number = isinstance(version, (int, float)) and not isinstance(version, bool)
+    if version is not None and (not number or version != SCHEMA_VERSION):
+        wrong_type = "" if number else f", a {type(version).__name__} where a number belongs"
         raise ResultsError(
-            f"{one_line(source)}: schema_version {data.get('schema_version')!r} is not supported "
-            f"(this suite reads version {SCHEMA_VERSION})",
+            f"{one_line(source)}: schema_version {one_line(repr(version))} is not supported "
+            f"(this suite reads version {SCHEMA_VERSION}{wrong_type})",
             "re-run or re-render it with a matching suite")
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
                     key=lambda e: list(e.absolute_path))
@@ -162,6 +165,13 @@ def validate_results_json(data: Any, source: str = "results") -> None:
             problem = problem[:160] + "..."
         raise ResultsError(f"{one_line(source)}: not a valid results file at {where}: "
                            f"{problem}", RESULTS_FILE_FIX)
+    seen: dict[str, int] = {}
+    for index, record in enumerate(data["records"]):
+        first = seen.setdefault(record["case_id"], index)
+        if first != index:
+            raise ResultsError(f"{one_line(source)}: not a valid results file at records/{index}: "
+                               f"case {one_line(record['case_id'])} is also records/{first}; a "
+                               "run records each case once", RESULTS_FILE_FIX)
 
 
 def load_results(path: str | Path) -> RunResults:

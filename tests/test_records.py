@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from records import Label, Record, RunResults, load_results, results_schema, write_results
+from records.results import SCHEMA_VERSION, ResultsError
 from reports.render import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,3 +151,33 @@ def test_only_a_run_that_left_records_and_no_results_of_its_own_is_unreported(tm
     assert unreported_run(tmp_path).started_at == "t1"
     results("t1", "", False)  # flexconf recover's
     assert unreported_run(tmp_path) is None
+
+
+def test_a_schema_version_of_another_type_says_so(tmp_path):
+    """A string "1" read "schema_version '1' is not supported (this suite reads version 1)"
+    (an audit): the same words for two values that look alike."""
+    for version, expected in ((str(SCHEMA_VERSION), f"schema_version '{SCHEMA_VERSION}' is not "
+                               f"supported (this suite reads version {SCHEMA_VERSION}, a str "
+                               "where a number belongs)"),
+                              (SCHEMA_VERSION + 98, f"schema_version {SCHEMA_VERSION + 98} is not "
+                               f"supported (this suite reads version {SCHEMA_VERSION})")):
+        path = tmp_path / "results.json"
+        path.write_text(json.dumps({"schema_version": version}))
+        with pytest.raises(ResultsError) as raised:
+            load_results(path)
+        assert str(raised.value).startswith(f"{path}: {expected}; "), str(raised.value)
+
+
+def test_a_case_recorded_twice_is_not_a_valid_results_file(tmp_path):
+    """A doctored file of 8 cases and one again read "9/9 PASS" in the report and the gate
+    (an audit); no run writes one (a worker records a case once, merge keeps the first)."""
+    records = tuple(Record(case_id=f"case/{i}", label=Label.PASS) for i in range(3))
+    run = RunResults(environment={"backend": "test"}, options={"backend": "test",
+                     "profile": "smoke", "seed": 0}, records=records + records[1:2],
+                     suite_version="t")
+    write_results(run, tmp_path / "results.json")
+    with pytest.raises(ResultsError) as raised:
+        load_results(tmp_path / "results.json")
+    assert str(raised.value).startswith(
+        f"{tmp_path / 'results.json'}: not a valid results file at records/3: case case/1 is "
+        "also records/1; a run records each case once; "), str(raised.value)
