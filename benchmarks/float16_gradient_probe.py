@@ -110,14 +110,14 @@ def main() -> None:
     print_table(probe(SHAPES, variants, args.seeds, CORRECT, BROKEN, observed, without_sizes))
 
 
-def probe(shapes, variants, seeds: int, correct: tuple, broken: tuple, observed, without):
-    """Every shape x variant x bf16/fp16 x inputs x1/x4 x seed, judged with the golden and
+def probe(shapes, variants, seeds: int, correct: tuple, broken: tuple, observed, without,
+          dtypes: tuple = ("bf16", "fp16")):
+    """Every shape x variant x dtype (bf16/fp16) x inputs x1/x4 x seed, judged with the golden and
     with ``without(case, seed, golden)``: ``{(dtype, scale, kind): [runs, failed with,
-    failed without, extreme margin, skipped]}`` (``observed(case, seed, kind, fused)`` gives
-    each kind's answer, None to skip it)."""
-    table: dict = defaultdict(lambda: [0, 0, 0, None, 0])
-    for shape, variant, dtype, scale in itertools.product(shapes, variants, ("bf16", "fp16"),
-                                                          (1, 4)):
+    failed without, extreme margin, skipped, worst margin without (correct kinds)]}``
+    (``observed(case, seed, kind, fused)`` gives each kind's answer, None to skip it)."""
+    table: dict = defaultdict(lambda: [0, 0, 0, None, 0, None])
+    for shape, variant, dtype, scale in itertools.product(shapes, variants, dtypes, (1, 4)):
         case = Case(variant, shape, dtype, "fwd+bwd", scale)
         for seed in range(seeds):
             golden, baseline, fused = correct_backward(case, seed)
@@ -129,29 +129,38 @@ def probe(shapes, variants, seeds: int, correct: tuple, broken: tuple, observed,
                     row[4] += kind == "eager"
                     continue
                 verdict = judge(case, golden, baseline, answer)
-                margin = max(verdict.metrics[name][rule] for name in ("dq", "dk", "dv")
-                             for rule in MARGINS)
+                verdict_without = judge(case, golden_without, baseline, answer)
                 row[0] += 1
                 row[1] += not verdict.passed
-                row[2] += not judge(case, golden_without, baseline, answer).passed
+                row[2] += not verdict_without.passed
+                margin = _largest_margin(verdict)
                 if kind in correct:
                     row[3] = max(row[3] or 0.0, margin)
+                    row[5] = max(row[5] or 0.0, _largest_margin(verdict_without))
                 elif not verdict.passed:
                     row[3] = margin if row[3] is None else min(row[3], margin)
     return table
 
 
+def _largest_margin(verdict) -> float:
+    return max(verdict.metrics[name][rule] for name in ("dq", "dk", "dv") for rule in MARGINS)
+
+
 def print_table(table: dict) -> None:
     print("| dtype | inputs | backward | runs (skipped) | failed (correct) or caught (broken): "
-          "with / without the sizes | margin with them, any rule: worst (correct) or weakest "
-          "caught (broken) |")
+          "with / without the sizes | margin with them, any rule: worst (correct; without "
+          "them in brackets) or weakest caught (broken) |")
     print("|---|---|---|---|---|---|")
-    for (dtype, scale, kind), (runs, with_, without_, margin, skipped) in table.items():
+    for (dtype, scale, kind), (runs, with_, without_, margin, skipped, margin_without) \
+            in table.items():
         if not runs + skipped:  # a loss that does not apply to the dtype
             continue
         shown = "-" if margin is None else f"{margin:.3g}"
+        if margin_without is not None:
+            shown += f" ({margin_without:.3g})"
         runs_shown = f"{runs} ({skipped})" if skipped else str(runs)
         print(f"| {dtype} | x{scale} | {kind} | {runs_shown} | {with_} / {without_} | {shown} |")
+
 
 if __name__ == "__main__":
     main()

@@ -2,8 +2,8 @@
 (reference/row_noise.py), for docs/oracle.md ("Float32 output rows").
 
 Correct float32 forwards whose roundings differ from the baseline's (tests/float32_forward.py:
-reverse-order dot products, scores or the score mod rounded once from float64, eager
-flex_attention), and broken ones (TF32 operands, bfloat16 P, an exp accurate to 16, 18 or 20
+reverse-order dot products, scores or the score mod rounded once from float64, the Triton
+template's order of operations, eager flex_attention), and broken ones (TF32 operands, bfloat16 P, an exp accurate to 16, 18 or 20
 bits, one output row 1e-4 or 1e-5 off), on edge shapes x full, causal, ALiBi, softcap 5 and 50,
 inputs x1 and x4. For each: runs, how many fail (correct) or are caught (broken) with the
 magnitudes and without them (the golden's row_noise dropped), and the worst row margin with
@@ -43,7 +43,7 @@ SHAPES = [Shape(1, 2, 2, 1, 67, 16), Shape(2, 4, 4, 7, 300, 64), Shape(1, 4, 2, 
           Shape(1, 4, 1, 5, 64, 128), Shape(2, 2, 2, 64, 64, 32), Shape(1, 8, 2, 2, 513, 64),
           Shape(1, 1, 1, 127, 127, 24), Shape(1, 4, 4, 256, 256, 64)]
 VARIANTS = [v.full(), v.causal(), v.alibi(), v.softcap(5.0), v.softcap(50.0)]
-CORRECT = ("eager", "reversed_sums", "rounded_scores", "rounded_mod")
+CORRECT = ("eager", "reversed_sums", "rounded_scores", "rounded_mod", "online")
 BROKEN = ("scores_tf32", "pv_tf32", "p_bf16", "exp_16_bits", "exp_18_bits", "exp_20_bits",
           "row_1e-4", "row_1e-5")
 

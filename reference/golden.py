@@ -44,7 +44,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     count only what the fixed spacing adds to a relative rounding.
 #: 16: 16-bit dK and dV rows of shared key/value heads carry the partial sums' roundings; the
 #:     noise the baseline does not draw (those, and float16's underflow) is kept apart.
-REFERENCE_VERSION = 16
+#: 17: float32 delta's rounding also carries the forward's roundings of P, the sum over keys
+#:     of P V and delta's own dot product.
+REFERENCE_VERSION = 17
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ reference/row_noise.py sizes a float32 kernel's roundings. The chunks, the produ
 the mod's evaluation are the golden's own (reference/kernel.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -37,6 +37,9 @@ class PairTerms:
     d_out: torch.Tensor | None = None  # [Hq, n, D]
     d_probs: torch.Tensor | None = None  # dP = dO v^T
     d_scores: torch.Tensor | None = None  # dS = slope * P * (dP - delta): each raw score's
+    #: Terms derived from these that several row sizes read (reference/row_noise.py), made
+    #: once per chunk by the first that needs them; never changed in place.
+    derived: dict[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
 
 def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: torch.Tensor,

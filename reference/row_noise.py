@@ -195,7 +195,7 @@ class _Float32Rounding(RowSizes):
 
     def add(self, t: PairTerms) -> None:
         group, scale = self.group, self.scale
-        dot = _dot_rounding(t.q * scale, t.k, t.scores).mul_(DRAWS_COVERED)
+        dot = _score_rounding(t) * DRAWS_COVERED
         if t.slope is not None:
             dot.mul_(t.slope.abs())
         dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
@@ -324,9 +324,9 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     RMS e_ij of at most u P_ij / sqrt(3)), which moves O_i by sum_j e_ij v_j and so delta_i by
     sum_j e_ij dP_ij; below float16's normal range, P_ij's rounding is to the fixed spacing
     instead (_subnormal_rounding_variance adds what that spacing adds). The D and the m
-    roundings are independent: in quadrature. (In float32 there is no P to round: the forward's
-    roundings of P, about u |s_ij| each with large scores, are not sized here; docs/oracle.md,
-    Limits.) Until REFERENCE_VERSION 14 w_i was
+    roundings are independent: in quadrature. In float32, where O's last rounding is the least
+    of them, a float32 kernel's own arithmetic too (_float32_delta_variance). Until
+    REFERENCE_VERSION 14 w_i was
     2 sqrt(sum_d (dO_id O_id)^2), which left P's roundings out: in a row of a few keys they
     are as large as O's, and a correct backward failed such a dQ row (docs/oracle.md)."""
     info = torch.finfo(dtype)
@@ -337,7 +337,50 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
         var_p.add_(_subnormal_rounding_variance(t.probs, 1.0, info.tiny, info.tiny * info.eps,
                                                 info.eps).div_(u * u))
     of_probs = var_p.mul_(t.d_probs.square()).sum(-1, keepdim=True)
-    return of_out.add_(of_probs).sqrt_().mul_(_DELTA_DRAWS_COVERED)
+    var = of_out.add_(of_probs)
+    if dtype == torch.float32:
+        var.add_(_float32_delta_variance(t))
+    return var.sqrt_().mul_(_DELTA_DRAWS_COVERED)
+
+
+def _float32_delta_variance(t: PairTerms) -> torch.Tensor:
+    """[Hq, n, 1]: the variance, in units of float32's u^2, of what a float32 kernel's own
+    arithmetic moves delta_i = dO_i . O_i by, beyond O's last rounding (_delta_rounding):
+    - the forward's roundings of each P_ij, relative, of RMS^2 slope^2 (c^2 + s^2 / 3) +
+      (2 s'^2 + (s' - lse_i)^2) / 3 + 1 in units of u^2: the score's dot product (c, as in
+      _dot_rounding) and its scaling (s), through the mod's slope; the mod's result and its
+      change to log2 units (s'); the exponent's subtraction; the exponential's own. The same
+      P_ij makes O_i's numerator and its normalizer, so O_i moves by
+      sum_j P_ij e_ij (V_j - O_i) and delta_i by sum_j P_ij e_ij (dP_ij - delta_i);
+    - the sum over keys O_id = sum_j P_ij V_jd, added one key at a time (a fused multiply-add
+      loop, as flex_attention's Triton template runs P V in float32): m_i sum_j (P_ij V_jd)^2 / 6
+      + m_i O_id^2 / 9 per element (_dot_rounding's model over the row's m_i visible keys), each
+      times dO_id^2;
+    - delta's own dot product over the head dim (_dot_rounding's model).
+    Before REFERENCE_VERSION 17 none was sized (in float32 nothing rounds P for P V), and
+    correct forwards moved delta by a median 3.4-9.2 RMS of its size, up to 30-540 RMS
+    (soft-capping, causal and full attention, inputs x1 and x4, S256-1024; docs/oracle.md,
+    "Float32 delta"; tests/test_float32_delta.py). In bfloat16 and
+    float16 they are 2^-32 and 2^-26 of themselves, and O's own rounding sets delta's size."""
+    d = t.q.shape[-1]
+    delta = (t.d_out * t.out).sum(-1, keepdim=True)
+    of_score = _score_rounding(t).square().add_(t.scores.square().div_(3.0))
+    if t.slope is not None:
+        of_score.mul_(t.slope.square())
+    lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
+    in_p = of_score.add_((t.modded - lse_i).square_().add_(t.modded.square().mul_(2.0))
+                         .div_(3.0)).add_(1.0)
+    of_probs = in_p.mul_(((t.d_probs - delta) * t.probs).square_()).sum(-1, keepdim=True)
+    del in_p
+    hkv, m = t.v.shape[0], t.probs.shape[-1]
+    terms = torch.bmm(t.probs.square().view(hkv, -1, m), t.v.square()).view_as(t.out)
+    keys = (t.probs > 0).sum(-1, keepdim=True).to(t.out.dtype)  # each row's visible keys
+    in_sum = terms.div_(6.0).add_(t.out.square().div_(9.0)).mul_(keys)
+    of_sum = in_sum.mul_(t.d_out.square()).sum(-1, keepdim=True)
+    products = t.d_out * t.out
+    of_dot = products.square_().sum(-1, keepdim=True).mul_(d / 6.0) \
+        .add_(delta.square().mul_(d / 9.0))
+    return of_probs.add_(of_sum).add_(of_dot)
 
 
 def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,
@@ -359,6 +402,15 @@ def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tens
     var = torch.bmm(weights, ms_v).sub_(cross, alpha=2.0 / t.q.shape[-1]) \
         .add_(weights.sum(-1, keepdim=True) * _mean_square(t.out))
     return var.clamp_min_(0.0).squeeze(-1)
+
+
+def _score_rounding(t: PairTerms) -> torch.Tensor:
+    """[Hq, n, m]: _dot_rounding of each score q_i . k_j scale, once per chunk for the row
+    sizes that read it (t.derived)."""
+    if "score_rounding" not in t.derived:
+        scale = 1.0 / math.sqrt(t.q.shape[-1])
+        t.derived["score_rounding"] = _dot_rounding(t.q * scale, t.k, t.scores)
+    return t.derived["score_rounding"]
 
 
 def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch.Tensor:

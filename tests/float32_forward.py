@@ -19,10 +19,14 @@ from cases.variants import build_mods
 from tests.fa_style_backward import tf32
 
 #: Correct kernels: the dot products q.k summed from the last term of the head dim to the
-#: first, or computed in float64 and rounded once (more careful than float32 arithmetic).
-#: (Also correct: "plain", the baseline's own operations, and "rounded_mod", the score mod
-#: evaluated in float64 and rounded once.)
-CORRECT = ("reversed_sums", "rounded_scores")
+#: first, or computed in float64 and rounded once (more careful than float32 arithmetic), or
+#: flex_attention's Triton template's order of operations (online_forward). (Also correct:
+#: "plain", the baseline's own operations, and "rounded_mod", the score mod evaluated in
+#: float64 and rounded once.)
+CORRECT = ("reversed_sums", "rounded_scores", "online")
+#: online_forward's blocks of keys (the Triton template's BLOCK_N for float32).
+ONLINE_BLOCK = 64
+_LOG2E = 1.4426950408889634
 #: Precision losses: q and k, or P and V, as TF32's 10-bit mantissa gives them to tensor cores
 #: (round to nearest); P rounded to bfloat16 for the P V product; exp accurate to 2^-16
 #: ("exp_N_bits": a relative error of up to 2^-N on each term).
@@ -30,6 +34,25 @@ LOSSES = ("scores_tf32", "pv_tf32", "p_bf16", "exp_16_bits")
 
 
 def float32_forward(case: Case, inputs: Inputs, kind: str) -> torch.Tensor:
+    if kind == "online":
+        return online_forward(case, inputs)
+    scores, v = _scores(case, inputs, kind)
+    probs = (scores - scores.amax(-1, keepdim=True)).exp()
+    if kind.startswith("exp_") and kind.endswith("_bits"):  # up to 2^-N relative, per term
+        bits = int(kind.split("_")[1])
+        draws = torch.rand(probs.shape, generator=torch.Generator().manual_seed(0))
+        probs = probs * (1 + (draws * 2 - 1) * 2.0 ** -bits)
+    product = probs
+    if kind == "p_bf16":
+        product = probs.bfloat16().float()
+    if kind == "pv_tf32":
+        product, v = tf32(probs), tf32(v)
+    return (product @ v) / probs.sum(-1, keepdim=True)
+
+
+def _scores(case: Case, inputs: Inputs, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores after the score mod and the mask ([B, Hq, Sq, Skv] float32, -inf where
+    masked), rounded as ``kind`` rounds them, and V expanded to the query heads."""
     s = case.shape
     group, scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
     mods = build_mods(case.variant, s)
@@ -52,15 +75,31 @@ def float32_forward(case: Case, inputs: Inputs, kind: str) -> torch.Tensor:
     if mods.mask_mod is not None:
         seen = evaluate_mask(mods.mask_mod, *index).expand(scores.shape)
         scores = scores.masked_fill(~seen, -math.inf)
-    probs = (scores - scores.amax(-1, keepdim=True)).exp()
-    if kind.startswith("exp_") and kind.endswith("_bits"):  # up to 2^-N relative, per term
-        bits = int(kind.split("_")[1])
-        draws = torch.rand(probs.shape, generator=torch.Generator().manual_seed(0))
-        probs = probs * (1 + (draws * 2 - 1) * 2.0 ** -bits)
-    product = probs
-    if kind == "p_bf16":
-        product = probs.bfloat16().float()
-    if kind == "pv_tf32":
-        product, v = tf32(probs), tf32(v)
-    return (product @ v) / probs.sum(-1, keepdim=True)
+    return scores, v
 
+
+def online_forward(case: Case, inputs: Inputs) -> torch.Tensor:
+    """A float32 forward in the order of flex_attention's Triton template with IEEE float32
+    products: scores scaled, modded and masked, then in log2 units; an online softmax over
+    blocks of ONLINE_BLOCK keys (each block's row maximum, exp2 of the shifted scores, the
+    running sum and the accumulator rescaled when the maximum rises); P V accumulated into the
+    running output one key at a time (one rounding per key at the accumulator's size, as a
+    fused multiply-add loop does), divided by the running sum at the end."""
+    scores, v = _scores(case, inputs, "plain")
+    scores = scores * _LOG2E
+    row_max = torch.full(scores.shape[:-1] + (1,), -math.inf)
+    row_sum = torch.zeros_like(row_max)
+    acc = torch.zeros(scores.shape[:-1] + (v.shape[-1],))
+    zero = torch.zeros(())
+    for start in range(0, scores.shape[-1], ONLINE_BLOCK):
+        block = scores[..., start:start + ONLINE_BLOCK]
+        new_max = torch.maximum(row_max, block.amax(-1, keepdim=True))
+        shift = torch.where(torch.isfinite(new_max), new_max, zero)  # a row masked so far
+        probs = torch.exp2(block - shift)
+        alpha = torch.exp2(torch.where(torch.isfinite(row_max), row_max, shift) - shift)
+        row_sum = row_sum * alpha + probs.sum(-1, keepdim=True)
+        acc = acc * alpha
+        for j in range(probs.shape[-1]):
+            acc = torch.addcmul(acc, probs[..., j:j + 1], v[..., start + j:start + j + 1, :])
+        row_max = new_max
+    return torch.where(row_sum > 0, acc / row_sum, zero)

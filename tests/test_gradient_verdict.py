@@ -86,7 +86,9 @@ def test_float32_rows_of_few_terms_pass_a_correct_backward_by_the_size_of_its_ro
     the baseline's own draw of it can be 30x smaller than a correct kernel's. Without the
     float32 rounding magnitudes this backward failed 13 of these 32 runs (up to 4.8x with inputs
     x1: a dQ row that sees one key, dP rounded 4 ulps off by the CPU's float32 matmul; more
-    with inputs x4, whose scores of tens round 16x coarser)."""
+    with inputs x4, whose scores of tens round 16x coarser). Since REFERENCE_VERSION 17 the
+    sizes of delta's float32 arithmetic, in what cancels, cover part of it: 7 of 32 fail
+    without the float32 magnitudes on this machine."""
     failed_without = []
     for shape, variant, scale, seed in itertools.product(FEW_TERM_SHAPES, FEW_TERM_VARIANTS,
                                                          (1, 4), range(2)):
@@ -100,7 +102,7 @@ def test_float32_rows_of_few_terms_pass_a_correct_backward_by_the_size_of_its_ro
         without = replace(golden, row_noise={"out": golden.row_noise["out"], **cancelling})
         if not judge(case, without, baseline, observed).passed:
             failed_without.append((case.id, seed))
-    assert len(failed_without) >= 8, failed_without  # 13 of 32 on this machine's BLAS
+    assert len(failed_without) >= 4, failed_without  # 7 of 32 on this machine's BLAS
 
 
 @pytest.mark.parametrize("loss", LOSSES)
