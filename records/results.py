@@ -8,6 +8,7 @@ record is made (``records.text.clean_text``), so no message can cost a report.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,26 @@ def validate_results_json(data: Any, source: str = "results") -> None:
             raise ResultsError(f"{one_line(source)}: not a valid results file at records/{index}: "
                                f"case {one_line(record['case_id'])} is also records/{first}; a "
                                "run records each case once", RESULTS_FILE_FIX)
+        where = _non_finite_time(record)
+        if where:
+            raise ResultsError(f"{one_line(source)}: not a valid results file at records/{index}/"
+                               f"{where}: not a finite number of seconds", RESULTS_FILE_FIX)
+
+
+#: A record's times (the schema says numbers >= 0, which NaN and Infinity, read by Python's
+#: json, pass); a verdict's metrics may be infinite (an Inf in the output) and are not here.
+_TIME_FIELDS = ("setup_seconds", "compile_seconds", "run_seconds")
+
+
+def _non_finite_time(record: dict) -> str | None:
+    """The path of a record's first time that is NaN or infinite, None when all are finite."""
+    times = [(name, record.get(name)) for name in _TIME_FIELDS]
+    times += [(f"compile_breakdown/{stage}", value)
+              for stage, value in (record.get("compile_breakdown") or {}).items()]
+    for where, value in times:
+        if isinstance(value, float) and not math.isfinite(value):
+            return one_line(where)
+    return None
 
 
 def load_results(path: str | Path) -> RunResults:

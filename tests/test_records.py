@@ -181,3 +181,29 @@ def test_a_case_recorded_twice_is_not_a_valid_results_file(tmp_path):
     assert str(raised.value).startswith(
         f"{tmp_path / 'results.json'}: not a valid results file at records/3: case case/1 is "
         "also records/1; a run records each case once; "), str(raised.value)
+
+
+def test_a_time_that_is_nan_or_infinite_is_not_a_valid_results_file(tmp_path):
+    """Python's json reads NaN and Infinity, and NaN passes the schema's minimum of 0: a
+    doctored compile time of NaN went through the gate as MAY SHIP (an audit)."""
+    for field_path, value in (("compile_seconds", "NaN"), ("run_seconds", "Infinity"),
+                              ("compile_breakdown/cxx_compile", "NaN")):
+        run = RunResults(environment={"backend": "test"}, options={"backend": "test",
+                         "profile": "smoke", "seed": 0},
+                         records=(Record(case_id="case/0", label=Label.PASS, compile_seconds=1.0,
+                                         run_seconds=0.5,
+                                         compile_breakdown={"cxx_compile": 0.8}),),
+                         suite_version="t")
+        write_results(run, tmp_path / "results.json")
+        data = json.loads((tmp_path / "results.json").read_text())
+        target, _, stage = field_path.partition("/")
+        if stage:
+            data["records"][0][target][stage] = "__VALUE__"
+        else:
+            data["records"][0][target] = "__VALUE__"
+        (tmp_path / "results.json").write_text(json.dumps(data).replace('"__VALUE__"', value))
+        with pytest.raises(ResultsError) as raised:
+            load_results(tmp_path / "results.json")
+        assert str(raised.value).startswith(
+            f"{tmp_path / 'results.json'}: not a valid results file at records/0/{field_path}: "
+            "not a finite number of seconds; "), str(raised.value)
