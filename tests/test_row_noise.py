@@ -79,9 +79,18 @@ def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict
     if tiny > torch.finfo(torch.float32).tiny:
         fixed = (probs.clamp_max(tiny * 2 * u / math.sqrt(12)) ** 2 - (probs * 2 * u) ** 2 / 12)
         var_p = var_p + torch.where(probs < tiny, fixed.clamp_min(0.0), 0.0) / u ** 2
-    weight = row_noise._DELTA_DRAWS_COVERED * (
-        (d_out * spacing).square().sum(-1) / (12 * u * u)
-        + (var_p * d_probs ** 2).sum(-1)).sqrt()
+    var_delta = (d_out * spacing).square().sum(-1) / (12 * u * u) + (var_p * d_probs ** 2).sum(-1)
+    if case.dtype == "fp32":  # a float32 kernel's own arithmetic, in units of u^2
+        delta = (d_out * o).sum(-1, keepdim=True)
+        live_modded = torch.where(live, modded, 0.0)
+        of_p = (dot_rounding(q * scale, k, scores.detach()) ** 2 + scores.detach() ** 2 / 3) \
+            * slope ** 2 + ((live_modded - finite_lse) ** 2 + 2 * live_modded ** 2) / 3 + 1
+        keys = (probs > 0).sum(-1, keepdim=True)
+        of_sum = keys * ((probs ** 2) @ val ** 2 / 6 + o ** 2 / 9)  # per element of O
+        var_delta = var_delta + (of_p * ((d_probs - delta) * probs) ** 2).sum(-1) \
+            + (of_sum * d_out ** 2).sum(-1) \
+            + s.D / 6 * ((d_out * o) ** 2).sum(-1) + s.D / 9 * delta.squeeze(-1) ** 2
+    weight = row_noise._DELTA_DRAWS_COVERED * var_delta.sqrt()
     moved = slope * probs
     cancel_dq = scale * weight * mean_square(moved @ k).sqrt()
     cancel_dk = per_kv_head(scale ** 2 * ((moved * weight.unsqueeze(-1)) ** 2
