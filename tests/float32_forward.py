@@ -63,6 +63,8 @@ def _scores(case: Case, inputs: Inputs, kind: str) -> tuple[torch.Tensor, torch.
         q, k = tf32(q), tf32(k)
     if kind == "reversed_sums":
         scores = q.flip(-1) @ k.flip(-1).transpose(-1, -2) * scale
+    elif kind == "prescaled":  # in log2 units
+        scores = q * (scale * _LOG2E) @ k.transpose(-1, -2)
     elif kind == "rounded_scores":
         scores = (q.double() @ k.double().transpose(-1, -2) * scale).float()
     else:
@@ -78,15 +80,22 @@ def _scores(case: Case, inputs: Inputs, kind: str) -> tuple[torch.Tensor, torch.
     return scores, v
 
 
-def online_forward(case: Case, inputs: Inputs) -> torch.Tensor:
+def online_forward(case: Case, inputs: Inputs, prescaled: bool = False) -> torch.Tensor:
     """A float32 forward in the order of flex_attention's Triton template with IEEE float32
     products: scores scaled, modded and masked, then in log2 units; an online softmax over
     blocks of ONLINE_BLOCK keys (each block's row maximum, exp2 of the shifted scores, the
     running sum and the accumulator rescaled when the maximum rises); P V accumulated into the
     running output one key at a time (one rounding per key at the accumulator's size, as a
-    fused multiply-add loop does), divided by the running sum at the end."""
-    scores, v = _scores(case, inputs, "plain")
-    scores = scores * _LOG2E
+    fused multiply-add loop does), divided by the running sum at the end. ``prescaled``: q
+    times the softmax scale and log2 e before the product, whose scores are then in log2
+    units (the template's way without a score mod; FlashAttention's too)."""
+    if prescaled:
+        if build_mods(case.variant, case.shape).score_mod is not None:
+            raise ValueError(f"{case.id}: a prescaled q leaves no score to mod")
+        scores, v = _scores(case, inputs, "prescaled")
+    else:
+        scores, v = _scores(case, inputs, "plain")
+        scores = scores * _LOG2E
     row_max = torch.full(scores.shape[:-1] + (1,), -math.inf)
     row_sum = torch.zeros_like(row_max)
     acc = torch.zeros(scores.shape[:-1] + (v.shape[-1],))
@@ -103,3 +112,4 @@ def online_forward(case: Case, inputs: Inputs) -> torch.Tensor:
             acc = torch.addcmul(acc, probs[..., j:j + 1], v[..., start + j:start + j + 1, :])
         row_max = new_max
     return torch.where(row_sum > 0, acc / row_sum, zero)
+

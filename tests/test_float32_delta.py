@@ -96,3 +96,21 @@ def test_a_backward_taking_delta_from_a_coarser_copy_of_o_is_caught_and_its_forw
             assert verdict.passed == passes, (case.id, passes, verdict.summary)
             if not passes:
                 assert verdict.metrics["dq"]["worst_row_margin"] > 3, (case.id, verdict.metrics)
+
+
+def test_a_prescaled_forward_that_failed_before_passes(monkeypatch):
+    """A review's correct kernel: q times the softmax scale and log2 e before the product,
+    the Triton template's order otherwise, its O given to the FlashAttention-style backward.
+    Before REFERENCE_VERSION 17 a dK row failed at 1.63x its limit on this case and seed,
+    a false MISMATCH; the same sizes without the float32 terms still fail it."""
+    case = Case(v.causal(), Shape(4, 4, 2, 1024, 1024, 64), "fp32", "fwd+bwd", 4)
+    inputs, grad_out = make_inputs(case, 3), make_grad_output(case, 3)
+    out = online_forward(case, inputs, prescaled=True)
+    observed = Reference(out, None, fa_style_gradients(case, inputs, grad_out, out))
+    golden, baseline = reference_pair(case, inputs, grad_out)
+    verdict = judge(case, golden, baseline, observed)
+    assert verdict.passed, verdict.summary
+    monkeypatch.setattr(row_noise, "_float32_delta_variance", lambda t: torch.zeros_like(t.lse))
+    golden, baseline = reference_pair(case, inputs, grad_out)
+    before = judge(case, golden, baseline, observed)
+    assert not before.passed and "dk:row" in before.metrics["failed_rules"], before.metrics

@@ -84,7 +84,8 @@ def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict
         delta = (d_out * o).sum(-1, keepdim=True)
         live_modded = torch.where(live, modded, 0.0)
         of_p = (dot_rounding(q * scale, k, scores.detach()) ** 2 + scores.detach() ** 2 / 3) \
-            * slope ** 2 + ((live_modded - finite_lse) ** 2 + 2 * live_modded ** 2) / 3 + 1
+            * slope ** 2 + ((live_modded - finite_lse) ** 2
+                             + (1 if mods.score_mod is None else 2) * live_modded ** 2) / 3 + 4
         keys = (probs > 0).sum(-1, keepdim=True)
         of_sum = keys * ((probs ** 2) @ val ** 2 / 6 + o ** 2 / 9)  # per element of O
         var_delta = var_delta + (of_p * ((d_probs - delta) * probs) ** 2).sum(-1) \
