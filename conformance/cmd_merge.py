@@ -22,10 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.merge import merge_runs
+    from records.files import output_file_problem
     from records.results import load_results, write_results
     from records.store import refuse_if_run_going_on
-
-    from records.files import output_file_problem
     from records.text import one_line
 
     problem = output_file_problem(Path(args.output))

@@ -201,22 +201,32 @@ def pytest_keyboard_interrupt(excinfo) -> None:
     """The run is stopping (Ctrl-C, or SIGTERM or SIGHUP through _interrupt_on_termination),
     and this interrupt was not lost: until the run's results are written
     (_restore_termination_handlers), another Ctrl-C, SIGTERM or SIGHUP is ignored with a line
-    saying so. The stop under way (children killed, xdist's teardown, what finished written:
-    5-8 s) is what it asks for; a second Ctrl-C that landed in xdist's teardown raised there,
-    and the run ended with a traceback and without its results.json (an audit, 2026-12-04).
-    Only where this run set the handlers (an active run: _REPLACED_HANDLERS)."""
+    saying so, for _STOP_GRACE_SECONDS. The stop under way (children killed, xdist's teardown,
+    what finished written: 5-8 s) is what it asks for; a second Ctrl-C that landed in xdist's
+    teardown raised there, and the run ended with a traceback and without its results.json
+    (an audit, 2026-12-04). Only where this run set the handlers (an active run:
+    _REPLACED_HANDLERS)."""
     if _REPLACED_HANDLERS:
         _ignore_signals_while_stopping()
 
 
+#: How long a stop under way ignores further signals; one after that stops at once (a stop
+#: that hangs, a worker that never answers, is not waited for forever).
+_STOP_GRACE_SECONDS = 30.0
+
+
 def _ignore_signals_while_stopping() -> None:
-    said: list[bool] = []
+    began, said = time.monotonic(), []
 
     def stopping(signum, _frame):
+        name = signal.Signals(signum).name
+        if time.monotonic() - began > _STOP_GRACE_SECONDS:
+            raise KeyboardInterrupt(f"received {name} while stopping")
         if not said:
             said.append(True)
-            print(f"\nflexconf: {signal.Signals(signum).name} ignored: the run is already "
-                  "stopping and writing what finished", file=sys.stderr, flush=True)
+            print(f"\nflexconf: {name} ignored: the run is already stopping and writing what "
+                  f"finished (one after {_STOP_GRACE_SECONDS:.0f} s stops it at once)",
+                  file=sys.stderr, flush=True)
 
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         previous = signal.getsignal(number)
@@ -231,8 +241,9 @@ def _ignore_signals_while_stopping() -> None:
 
 def _restore_termination_handlers() -> None:
     """Once the run's results are written, SIGTERM and SIGHUP (and Ctrl-C, where the run
-    stopped on a signal) get back what they did before the run: nothing is left to keep, and pytest's own exit (its garbage collection passes,
-    seconds with torch loaded) is no place for a KeyboardInterrupt and its traceback."""
+    stopped on a signal) get back what they did before the run: nothing is left to keep, and
+    pytest's own exit (its garbage collection passes, seconds with torch loaded) is no place
+    for a KeyboardInterrupt and its traceback."""
     while _REPLACED_HANDLERS:
         number, previous = _REPLACED_HANDLERS.popitem()
         signal.signal(number, previous)
