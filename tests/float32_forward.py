@@ -24,9 +24,10 @@ from tests.fa_style_backward import tf32
 #: "plain", the baseline's own operations, and "rounded_mod", the score mod evaluated in
 #: float64 and rounded once.)
 CORRECT = ("reversed_sums", "rounded_scores", "online")
-#: online_forward's blocks of keys (the Triton template's BLOCK_N for float32).
+#: online_forward's blocks of keys (a block size of the Triton template's kind; its own
+#: depends on the head dim and the GPU).
 ONLINE_BLOCK = 64
-_LOG2E = 1.4426950408889634
+_LOG2E = 1.0 / math.log(2.0)
 #: Precision losses: q and k, or P and V, as TF32's 10-bit mantissa gives them to tensor cores
 #: (round to nearest); P rounded to bfloat16 for the P V product; exp accurate to 2^-16
 #: ("exp_N_bits": a relative error of up to 2^-N on each term).
