@@ -10,6 +10,7 @@ gate writes) is checked by ``directory_problem``, the same way everywhere.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,21 @@ def output_file_problem(path: Path) -> str | None:
     if path.exists() and not os.access(path, os.W_OK):
         return "it is not writable"
     return None
+
+
+def strict_json_text(data: Any, indent: int | None = 1) -> str:
+    """``data`` as JSON that every reader accepts: a float that is not finite (a verdict's
+    metric over an output holding Inf) is written as the string ``"inf"``, ``"-inf"`` or
+    ``"nan"``, never as Python's ``Infinity``/``NaN``, which strict JSON readers (jq, JSON.parse,
+    serde) refuse; plain ASCII, whatever the strings hold."""
+    return json.dumps(_finite(data), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # inf, -inf, nan
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records.files import UserFileError, read_json
+from records.files import UserFileError, read_json, strict_json_text
 from records.labels import Label, label_names
 from records.text import clean_json, clean_text, one_line
 
@@ -180,7 +180,8 @@ def validate_results_json(data: Any, source: str = "results") -> None:
 
 
 #: A record's times (the schema says numbers >= 0, which NaN and Infinity, read by Python's
-#: json, pass); a verdict's metrics may be infinite (an Inf in the output) and are not here.
+#: json, pass). A verdict's metric that is not finite (an Inf in the output) is no time: it is
+#: written as the string "inf" (records.files.strict_json_text) and not checked here.
 _TIME_FIELDS = ("setup_seconds", "compile_seconds", "run_seconds")
 
 
@@ -210,7 +211,5 @@ def write_results(results: RunResults, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    # ensure_ascii: whatever a message holds, the file is plain ASCII JSON
-    tmp.write_text(json.dumps(results.to_json(), indent=1, sort_keys=False) + "\n",
-                   encoding="ascii")
+    tmp.write_text(strict_json_text(results.to_json()) + "\n", encoding="ascii")
     tmp.replace(path)

@@ -22,13 +22,13 @@ recorded breakdowns, or null); both are null for other findings.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from reports.formatting import first_line
 from reports.gate import Finding, GateDecision, finding_counts, headline
 from reports.timing import stage_json
+from records.files import strict_json_text
 from records.results import Record, RunResults
 from records.selection import selection_of
 
@@ -71,7 +71,7 @@ def refusal_json(error: str, baseline_name: str, candidate_name: str) -> dict[st
 
 
 def write_json(data: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    Path(path).write_text(strict_json_text(data) + "\n", encoding="utf-8")
 
 
 def _run(run: RunResults, name: str, verdict: str) -> dict[str, Any]:

@@ -207,3 +207,31 @@ def test_a_time_that_is_nan_or_infinite_is_not_a_valid_results_file(tmp_path):
         assert str(raised.value).startswith(
             f"{tmp_path / 'results.json'}: not a valid results file at records/0/{field_path}: "
             "not a finite number of seconds; "), str(raised.value)
+
+
+def _strict(text: str):
+    """JSON as a strict reader (jq, JSON.parse) reads it: NaN and Infinity are errors."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_metric_that_is_not_finite_is_written_as_strict_json_and_shown(tmp_path):
+    """An Inf in a backend's output makes a verdict metric infinite; results.json used to
+    carry it as ``Infinity``, which only Python's json reads (an audit)."""
+    inf, nan = float("inf"), float("nan")
+    record = Record(case_id="case/0", label=Label.MISMATCH, message="out: 3 Inf",
+                    metrics={"error_ratio": inf, "out": {"worst_margin": -inf, "lse": nan},
+                             "places": [1.5, inf]})
+    run = RunResults(environment={"backend": "test"}, options={"backend": "test",
+                     "profile": "smoke", "seed": 0}, records=(record,), suite_version="t")
+    write_results(run, tmp_path / "results.json")
+    data = _strict((tmp_path / "results.json").read_text())
+    assert data["records"][0]["metrics"] == {
+        "error_ratio": "inf", "out": {"worst_margin": "-inf", "lse": "nan"},
+        "places": [1.5, "inf"]}
+    loaded = load_results(tmp_path / "results.json")  # and it is still a valid results file
+    assert loaded.records[0].metrics["error_ratio"] == "inf"
+    write_report(loaded, tmp_path / "report")
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "inf" in html and "Infinity" not in html
