@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from records.release import RELEASE_KEYS
 from records.results import Record, RunResults
 from records.selection import DEFINITION, first_difference, ids_difference, selection_of
 
 #: Options that must agree (they change which cases ran, or what a label means).
 SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",
                 "phase")
-#: Environment entries that must agree: torch and the compiler/SDK versions.
-SAME_VERSIONS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc", "neuron_runtime")
 
 
 class MergeError(ValueError):
@@ -147,7 +146,7 @@ _FACTS = {
     "suite_version": lambda r: r.suite_version,
     **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
     "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
-    **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in SAME_VERSIONS},
+    **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in RELEASE_KEYS},
 }
 
 

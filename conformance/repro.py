@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 from records.results import Record, load_results

@@ -1,7 +1,7 @@
 """`flexconf gate --baseline OLD.json --candidate NEW.json [--expectations FILE]
 [--compile-time-budget 1.25] [--compile-time-slack 0.5] [--run-time-budget 1.25]
-[--run-time-slack SECONDS] [--confirm N [--baseline-python PY] [--candidate-python PY]
-[--confirm-dir DIR] [--confirm-max-cases K]] [--markdown OUT.md] [--json OUT.json]
+[--run-time-slack SECONDS] [--confirm auto|N] [--baseline-python PY] [--candidate-python PY]
+[--confirm-dir DIR] [--confirm-max-cases K] [--markdown OUT.md] [--json OUT.json]
 [--junit OUT.xml] [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
@@ -36,23 +36,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-time-slack", type=float, default=None, metavar="SECONDS",
                         help="gate run times too (the median of the timed runs), ignoring growth "
                              "of SECONDS or less; off by default")
-    parser.add_argument("--confirm", type=int, default=0, metavar="N",
+    parser.add_argument("--confirm", default="auto", metavar="auto|N",
                         help="measure the cases of compile- and run-time findings again N "
-                             "times, cold, and block only on the findings the medians confirm "
-                             "(off by default: one measurement per run decides)")
+                             "times, cold, and block only on the findings the medians confirm; "
+                             "auto (the default): 3 times when that is fair here (the "
+                             "pythons have the runs' releases, the baseline's figures are "
+                             "this host's), else the findings block unconfirmed and a note "
+                             "says why; 0: never (one measurement per run decides)")
     parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
-                        help="with --confirm: measure at most K flagged cases again, those whose "
+                        help="when confirming: measure at most K flagged cases again, those whose "
                              "time grew by the largest factor (default 20); the others stay "
                              "unconfirmed and block")
     parser.add_argument("--candidate-python", metavar="PY",
-                        help="with --confirm: the python that has the candidate installed "
-                             "(default: the one running the gate)")
+                        help="when confirming: the python that has the candidate's release "
+                             "installed (default: the one running the gate)")
     parser.add_argument("--baseline-python", metavar="PY",
-                        help="with --confirm: the python that has the baseline installed, to "
+                        help="when confirming: the python that has the baseline's release installed, to "
                              "measure both releases again side by side (without it the "
                              "baseline's recorded figures are used)")
     parser.add_argument("--confirm-dir", metavar="DIR",
-                        help="with --confirm: keep the reruns' report directories here "
+                        help="when confirming: keep the reruns' report directories here "
                              "(default: a temporary directory, removed after)")
     parser.add_argument("--markdown", metavar="OUT.md",
                         help="also write the result as markdown (for a pull-request comment)")
@@ -96,8 +99,7 @@ def _judge(args: argparse.Namespace) -> int:
     decision = decide(baseline, candidate, expectations, args.compile_time_budget,
                       args.compile_time_slack, args.strict_expectations, args.run_time_budget,
                       args.run_time_slack)
-    if args.confirm:
-        decision = _confirm(args, decision, baseline, candidate)
+    decision = _confirm(args, decision, baseline, candidate)
     sys.stdout.write(gate_text(decision, args.baseline, args.candidate))
     if args.markdown:
         Path(args.markdown).write_text(gate_markdown(decision, args.baseline, args.candidate),
@@ -160,10 +162,9 @@ def check_distinct_runs(args: argparse.Namespace) -> None:
 
 
 def check_confirm_arguments(args: argparse.Namespace) -> None:
-    """One line naming the bad value and the fix (ValueError: exit 2)."""
-    if args.confirm < 0:
-        raise ValueError(f"--confirm {args.confirm} is negative; give how many times to measure "
-                         "each flagged case again, e.g. --confirm 3")
+    """One line naming the bad value and the fix (ValueError: exit 2). Sets ``args.repeats``
+    from ``--confirm``: None for auto, else the count."""
+    args.repeats = confirm_count(args.confirm)
     if args.confirm_max_cases is not None and args.confirm_max_cases < 1:
         raise ValueError(f"--confirm-max-cases {args.confirm_max_cases} is below 1; give how "
                          "many flagged cases to measure again at most, e.g. --confirm-max-cases 20")
@@ -171,8 +172,9 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
                         ("--candidate-python", args.candidate_python),
                         ("--confirm-dir", args.confirm_dir),
                         ("--confirm-max-cases", args.confirm_max_cases)):
-        if value and not args.confirm:
-            raise ValueError(f"{flag} {value} is used only by --confirm N; add e.g. --confirm 3")
+        if value and args.repeats == 0:
+            raise ValueError(f"{flag} {value} is used only when findings are measured again, "
+                             "which --confirm 0 turns off; drop one of them")
     for flag, value in (("--baseline-python", args.baseline_python),
                         ("--candidate-python", args.candidate_python)):
         problem = _python_problem(value) if value else None
@@ -180,6 +182,24 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} {value!r} is not an executable python ({problem}); give "
                              "the path of the python that has that release installed, e.g. "
                              ".tox/ENV/bin/python")
+
+
+def confirm_count(text: str) -> int | None:
+    """``--confirm``'s value: None for auto, else a count of 0 or more (ValueError)."""
+    from records.text import one_line
+
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError(f"--confirm {one_line(text)!r} is not auto or a count; give how many "
+                         "times to measure each flagged case again, e.g. --confirm 3, or "
+                         "--confirm auto (the default)") from None
+    if count < 0:
+        raise ValueError(f"--confirm {count} is negative; give how many times to measure "
+                         "each flagged case again, e.g. --confirm 3, or 0 for never")
+    return count
 
 
 def _python_problem(python: str) -> str | None:
@@ -196,15 +216,19 @@ def _python_problem(python: str) -> str | None:
 
 
 def _confirm(args, decision, baseline, candidate):
-    from reports.confirm import (DEFAULT_MAX_CASES, Side, confirm_decision, default_python,
-                                 flagged_cases, remeasure)
+    """The decision with its time findings measured again as ``--confirm`` plans it
+    (reports/confirm_plan.py), or, when they are not, a note saying why they block as they
+    are. Nothing is probed or measured when there is no time finding."""
+    from reports.confirm import DEFAULT_MAX_CASES, confirm_decision, flagged_cases, remeasure
+    from reports.confirm_plan import plan_confirmation, unconfirmed_note
 
     cases = flagged_cases(decision, args.confirm_max_cases or DEFAULT_MAX_CASES)
     if not cases:
         return decision
-    sides = [Side("candidate", candidate, args.candidate_python or default_python())]
-    if args.baseline_python:
-        sides.insert(0, Side("baseline", baseline, args.baseline_python))
+    plan = plan_confirmation(args.repeats, baseline, candidate, args.candidate_python,
+                             args.baseline_python)
+    if not plan.repeats:
+        return unconfirmed_note(decision, plan)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -212,10 +236,11 @@ def _confirm(args, decision, baseline, candidate):
     if args.confirm_dir:
         workdir = Path(args.confirm_dir)
         workdir.mkdir(parents=True, exist_ok=True)
-        measured = remeasure(sides, cases, args.confirm, workdir, progress=progress)
+        measured = remeasure(list(plan.sides), cases, plan.repeats, workdir, progress=progress)
     else:
         with tempfile.TemporaryDirectory(prefix="flexconf-confirm-") as tmp:
-            measured = remeasure(sides, cases, args.confirm, Path(tmp), progress=progress)
+            measured = remeasure(list(plan.sides), cases, plan.repeats, Path(tmp),
+                                 progress=progress)
     return confirm_decision(decision, measured)
 
 

@@ -70,13 +70,7 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
     arguments after ``pytest`` (run from the suite's root), rerunning exactly ``case_ids``
     into ``report_dir`` (default: the run's report directory with ``-rerun`` appended)."""
     opts = results.options
-    backend = str(opts.get("backend", "?"))
-    requested = opts.get("backend_requested")
-    env: dict[str, str] = {}
-    if isinstance(requested, str) and ":" in requested:
-        backend = requested  # the name of a module:object backend is not registered
-        if opts.get("backend_pythonpath"):
-            env["PYTHONPATH"] = str(opts["backend_pythonpath"])
+    backend, env = rerun_backend(results)
     args = ["conformance/", "--backend", backend, "--profile", str(opts.get("profile", "?"))]
     if opts.get("matrix") not in (None, "core"):
         args += ["--matrix", str(opts["matrix"])]
@@ -93,6 +87,18 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
         args += ["--case-id", case_id]
     args += ["--report-dir", report_dir or _rerun_dir(opts.get("report_dir"))]
     return env, args
+
+
+def rerun_backend(results: RunResults) -> tuple[str, dict[str, str]]:
+    """The ``--backend`` a rerun of ``results`` names, and the environment it adds: the
+    backend the run resolved to, or the ``module:object`` it was given (a plugin that is not
+    registered) with the PYTHONPATH it was loaded from."""
+    opts = results.options
+    requested = opts.get("backend_requested")
+    if isinstance(requested, str) and ":" in requested:
+        pythonpath = opts.get("backend_pythonpath")
+        return requested, {"PYTHONPATH": str(pythonpath)} if pythonpath else {}
+    return str(opts.get("backend", "?")), {}
 
 
 def _rerun_dir(report_dir) -> str:

@@ -8,7 +8,8 @@ A time finding is flagged from one measurement per run. Measured again, it is
   - ``dismissed`` (as noise) when it did not: it does not block;
   - ``unmeasured`` when the reruns gave no figure for the candidate: it still blocks, since
     nothing disproved it;
-  - ``unconfirmed`` without ``--confirm``: it blocks, as a single measurement always did.
+  - ``unconfirmed`` when not measured again (``--confirm 0``, or ``auto`` found measuring
+    here unfair, reports/confirm_plan.py): it blocks on its one measurement.
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ class Confirmation:
     def text(self) -> str:
         """One line: the status and the figures it rests on."""
         if self.status == "unconfirmed":
-            return "unconfirmed: measured once per run (--confirm N measures it again)"
+            return "unconfirmed: measured once per run"
         head = {"confirmed": "confirmed", "dismissed": "dismissed as noise",
                 "unmeasured": "not confirmed, still blocking: the reruns gave no figure"
                 }[self.status]

@@ -324,8 +324,6 @@ def test_an_infinite_budget_turns_the_compile_time_rule_off(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (("--confirm", "abc"), "argument --confirm: invalid int value: 'abc'"),
-    (("--confirm", "1.5"), "argument --confirm: invalid int value: '1.5'"),
     (("--run-time-slack", "abc"), "argument --run-time-slack: invalid float value: 'abc'"),
     (("--no-such-option",), "unrecognized arguments: --no-such-option"),
 ])

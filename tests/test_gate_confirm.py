@@ -8,6 +8,7 @@ one measures for real, in subprocesses, a planted slowdown and a spurious findin
 from __future__ import annotations
 
 import json
+import platform
 import stat
 import sys
 from dataclasses import replace
@@ -144,15 +145,25 @@ def test_a_finding_whose_reruns_give_no_figure_still_blocks(tmp_path):
         "candidate no figure (CRASH), baseline as recorded 4.00 s")
 
 
-def test_without_confirm_time_findings_block_and_say_they_are_unconfirmed(tmp_path, capsys):
+def test_findings_not_measured_again_block_and_the_note_says_why(tmp_path, capsys):
+    """The runs of ``run`` say they ran on host-1: ``--confirm auto`` (the default) cannot
+    measure fairly here against the baseline's recorded figure, so it measures nothing, and
+    the note (shown first) says why and what to give; ``--confirm 0`` says it is off."""
     old = run([record(A, compile_seconds=4.0)])
     new = run([record(A, compile_seconds=6.0)])
     assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 1
-    assert "note: time findings are unconfirmed: each case was measured once per run; " \
-           "--confirm N measures the flagged cases again" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (f"! UNCONFIRMED: time findings are unconfirmed, and block: each case was measured once per run, "
+            f"and --confirm auto did not measure them again: the baseline ran on host host-1 "
+            f"and this is host {platform.node()}, so its recorded times are no yardstick for "
+            "times measured here: give --baseline-python with the python that has the "
+            "baseline's release, to measure both here") in out, out
     finding = json.loads((tmp_path / "gate.json").read_text())["findings"][0]
     assert finding["confirmation"]["status"] == "unconfirmed"
     assert finding["confirmation"]["candidate"] is None
+    assert gate(tmp_path, old, new, "--confirm", "0") == 1
+    assert ("note: time findings are unconfirmed, and block: each case was measured once per "
+            "run, and --confirm 0 turned measuring them again off") in capsys.readouterr().out
     assert gate(tmp_path, old, old) == 0
     assert "unconfirmed" not in capsys.readouterr().out  # no time finding, no note
 
@@ -202,8 +213,12 @@ def test_a_compile_time_finding_names_the_stage_that_grew_most(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("extra, words", [
-    (("--baseline-python", sys.executable), "--baseline-python"),
+    (("--confirm", "0", "--baseline-python", sys.executable), "--baseline-python " +
+     sys.executable + " is used only when findings are measured again, which --confirm 0 "
+                      "turns off; drop one of them"),
     (("--confirm", "-1"), "--confirm -1 is negative"),
+    (("--confirm", "abc"), "--confirm 'abc' is not auto or a count; give how many times"),
+    (("--confirm", "1.5"), "--confirm '1.5' is not auto or a count"),
     (("--confirm", "2", "--candidate-python", "/no/such/python"), "'/no/such/python' is not an "
                                                                    "executable python"),
     (("--confirm", "1", "--candidate-python", "/bin/false"), "'/bin/false' is not an "
@@ -255,7 +270,7 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
     args = ["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
             str(tmp_path / "report" / "results.json")]  # the default budget and slack
 
-    assert main(args + ["--json", str(tmp_path / "once.json")]) == 1
+    assert main(args + ["--confirm", "0", "--json", str(tmp_path / "once.json")]) == 1
     once = {f["case_id"]: f for f in json.loads((tmp_path / "once.json").read_text())["findings"]}
     assert {cid: f["blocking"] for cid, f in once.items()} == {slow: True, spurious: True}
     assert once[slow]["stage_grew_most"]["stage"] == "planted sleep"
@@ -307,8 +322,9 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
 def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_path, capsys):
     for extra, words in ((("--confirm", "2", "--confirm-max-cases", "0"),
                           "--confirm-max-cases 0 is below 1"),
-                         (("--confirm-max-cases", "5"), "--confirm-max-cases 5 is used only by "
-                                                        "--confirm N")):
+                         (("--confirm", "0", "--confirm-max-cases", "5"),
+                          "--confirm-max-cases 5 is used only when findings are measured "
+                          "again")):
         assert gate(tmp_path, run([record(A)]), run([record(A)]), *extra) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and words in err, err

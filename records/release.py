@@ -1,0 +1,43 @@
+"""Which release a run measured, and on which machine: the facts of results.json's
+``environment`` that two measurements must share to be measurements of the same software.
+
+One owner for both users: ``flexconf merge`` refuses shards of different releases, and
+``flexconf gate --confirm`` refuses to measure a release again under a python that has
+another (it would judge the wrong software, and could dismiss a real slowdown as noise).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from records.text import one_line
+
+#: How ``python -m conformance.release_probe BACKEND`` starts its one line of JSON (the release
+#: keys that python would record), read by ``flexconf gate --confirm`` (reports/confirm_plan.py)
+PROBE_MARKER = "FLEXCONF-RELEASE "
+
+#: The versions that make a release: torch and, where the backend records them, its compiler
+#: stack (CUDA, ROCm, Triton, the Neuron SDK's packages).
+RELEASE_KEYS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc",
+                "neuron_runtime")
+
+
+def release_of(environment: dict[str, Any]) -> dict[str, Any]:
+    """The release keys ``environment`` records (absent ones left out)."""
+    return {key: environment[key] for key in RELEASE_KEYS if key in environment}
+
+
+def release_difference(recorded: dict[str, Any], found: dict[str, Any]) -> str | None:
+    """How the release in ``found`` differs from the one ``recorded``: ``torch '2.13.0+cpu'
+    where the run recorded '2.14.1+cu130'``; None when every recorded key agrees. A key the
+    run did not record is not compared."""
+    for key in RELEASE_KEYS:
+        if key in recorded and found.get(key) != recorded[key]:
+            return (f"{key} {one_line(repr(found.get(key)))} where the run recorded "
+                    f"{one_line(repr(recorded[key]))}")
+    return None
+
+
+def hosts_of(environment: dict[str, Any]) -> list[str]:
+    """The hosts a run ran on: a merged run's ``hosts``, else its ``host``; [] when unknown."""
+    hosts = environment.get("hosts") or [environment.get("host")]
+    return [str(h) for h in hosts if h]
