@@ -233,6 +233,10 @@ def _confirm(args, decision, baseline, candidate):
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    progress(f"confirm: {len(cases)} flagged case{'s' if len(cases) != 1 else ''} measured "
+             f"again {plan.repeats} times, cold, for the "
+             + " and the ".join(side.name for side in plan.sides)
+             + (" (--confirm auto; --confirm 0 skips this)" if args.repeats is None else ""))
     if args.confirm_dir:
         workdir = Path(args.confirm_dir)
         workdir.mkdir(parents=True, exist_ok=True)

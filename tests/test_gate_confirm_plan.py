@@ -175,7 +175,10 @@ def test_by_default_a_slow_measurement_the_candidate_does_not_reproduce_here_is_
     assert main(["gate", *args, "--confirm", "0"]) == 1  # one measurement: it blocks
     capsys.readouterr()
     assert main(["gate", *args, "--json", str(tmp_path / "gate.json")]) == 0
-    assert "confirm: rerun 3/3 of the candidate (1 case" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("confirm: 1 flagged case measured again 3 times, cold, for the candidate "
+                          "(--confirm auto; --confirm 0 skips this)\n"), err
+    assert "confirm: rerun 3/3 of the candidate (1 case" in err
     [finding] = json.loads((tmp_path / "gate.json").read_text())["findings"]
     assert (finding["category"], finding["confirmation"]["status"]) == ("dismissed", "dismissed")
     assert len(finding["confirmation"]["candidate"]["seconds"]) == AUTO_REPEATS
