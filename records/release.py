@@ -16,9 +16,11 @@ from records.text import one_line
 PROBE_MARKER = "FLEXCONF-RELEASE "
 
 #: The versions that make a release: torch and, where the backend records them, its compiler
-#: stack (CUDA, ROCm, Triton, the Neuron SDK's packages).
+#: stack (CUDA, ROCm, Triton, the Neuron SDK's packages), and the backend's own code (a digest
+#: of its source files, conformance/backends/base.py ``backend_code``: a plugin is software
+#: of its own, whatever torch it runs on).
 RELEASE_KEYS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc",
-                "neuron_runtime")
+                "neuron_runtime", "backend_code")
 
 
 def release_of(environment: dict[str, Any]) -> dict[str, Any]:

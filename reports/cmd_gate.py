@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -38,11 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of SECONDS or less; off by default")
     parser.add_argument("--confirm", default="auto", metavar="auto|N",
                         help="measure the cases of compile- and run-time findings again N "
-                             "times, cold, and block only on the findings the medians confirm; "
-                             "auto (the default): 3 times when that is fair here (the "
-                             "pythons have the runs' releases, the baseline's figures are "
-                             "this host's), else the findings block unconfirmed and a note "
-                             "says why; 0: never (one measurement per run decides)")
+                             "times per release, cold, side by side, and block only on the "
+                             "findings the medians confirm; auto (the default): 3 times when "
+                             "a python for each release is at hand (the candidate's, and "
+                             "--baseline-python, or the candidate's when both runs are of one "
+                             "release), else the findings block unconfirmed and a note says "
+                             "why; 0: never (one measurement per run decides)")
     parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
                         help="when confirming: measure at most K flagged cases again, those whose "
                              "time grew by the largest factor (default 20); the others stay "
@@ -51,9 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when confirming: the python that has the candidate's release "
                              "installed (default: the one running the gate)")
     parser.add_argument("--baseline-python", metavar="PY",
-                        help="when confirming: the python that has the baseline's release installed, to "
-                             "measure both releases again side by side (without it the "
-                             "baseline's recorded figures are used)")
+                        help="when confirming: the python that has the baseline's release "
+                             "installed (default: the candidate's, when both runs are of one "
+                             "release)")
     parser.add_argument("--confirm-dir", metavar="DIR",
                         help="when confirming: keep the reruns' report directories here "
                              "(default: a temporary directory, removed after)")
@@ -91,6 +93,7 @@ def _judge(args: argparse.Namespace) -> int:
     from records.results import load_results
 
     check_confirm_arguments(args)
+    prepare_confirm_dir(args)
     check_distinct_runs(args)
     baseline = load_results(args.baseline)
     candidate = load_results(args.candidate)
@@ -136,6 +139,17 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         written[Path(path).resolve()] = flag
 
 
+def prepare_confirm_dir(args: argparse.Namespace) -> None:
+    """Make ``--confirm-dir``; ValueError, one line (exit 2), when it cannot be written."""
+    from records.files import directory_problem
+    from records.text import one_line
+
+    problem = directory_problem(Path(args.confirm_dir)) if args.confirm_dir else None
+    if problem:
+        raise ValueError(f"--confirm-dir {one_line(args.confirm_dir)}: {problem}; give a "
+                         "directory this user can write, e.g. --confirm-dir reports/confirm")
+
+
 def _read_by(path: Path, args: argparse.Namespace) -> str | None:
     """The input flag (--baseline, --candidate, --expectations) whose file ``path`` is."""
     for flag, given in (("--baseline", args.baseline), ("--candidate", args.candidate),
@@ -175,13 +189,16 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
         if value and args.repeats == 0:
             raise ValueError(f"{flag} {value} is used only when findings are measured again, "
                              "which --confirm 0 turns off; drop one of them")
-    for flag, value in (("--baseline-python", args.baseline_python),
-                        ("--candidate-python", args.candidate_python)):
+    for flag, attribute in (("--baseline-python", "baseline_python"),
+                            ("--candidate-python", "candidate_python")):
+        value = getattr(args, attribute)
         problem = _python_problem(value) if value else None
         if problem:
             raise ValueError(f"{flag} {value!r} is not an executable python ({problem}); give "
                              "the path of the python that has that release installed, e.g. "
-                             ".tox/ENV/bin/python")
+                             "/path/to/.tox/ENV/bin/python")
+        if value:  # the reruns run elsewhere (the suite's root): the python checked here
+            setattr(args, attribute, os.path.abspath(shutil.which(value)))
 
 
 def confirm_count(text: str) -> int | None:
@@ -190,12 +207,11 @@ def confirm_count(text: str) -> int | None:
 
     if text.strip().lower() == "auto":
         return None
-    try:
-        count = int(text)
-    except ValueError:
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text):
         raise ValueError(f"--confirm {one_line(text)!r} is not auto or a count; give how many "
                          "times to measure each flagged case again, e.g. --confirm 3, or "
-                         "--confirm auto (the default)") from None
+                         "--confirm auto (the default)")
+    count = int(text)
     if count < 0:
         raise ValueError(f"--confirm {count} is negative; give how many times to measure "
                          "each flagged case again, e.g. --confirm 3, or 0 for never")
@@ -225,21 +241,19 @@ def _confirm(args, decision, baseline, candidate):
     cases = flagged_cases(decision, args.confirm_max_cases or DEFAULT_MAX_CASES)
     if not cases:
         return decision
-    plan = plan_confirmation(args.repeats, baseline, candidate, args.candidate_python,
-                             args.baseline_python)
-    if not plan.repeats:
-        return unconfirmed_note(decision, plan)
-
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    plan = plan_confirmation(args.repeats, baseline, candidate, args.candidate_python,
+                             args.baseline_python, progress=progress)
+    if not plan.repeats:
+        return unconfirmed_note(decision, plan)
     progress(f"confirm: {len(cases)} flagged case{'s' if len(cases) != 1 else ''} measured "
-             f"again {plan.repeats} times, cold, for the "
+             f"again {plan.repeats} time{'s' if plan.repeats != 1 else ''}, cold, for the "
              + " and the ".join(side.name for side in plan.sides)
              + (" (--confirm auto; --confirm 0 skips this)" if args.repeats is None else ""))
-    if args.confirm_dir:
+    if args.confirm_dir:  # made, and checked, by prepare_outputs
         workdir = Path(args.confirm_dir)
-        workdir.mkdir(parents=True, exist_ok=True)
         measured = remeasure(list(plan.sides), cases, plan.repeats, workdir, progress=progress)
     else:
         with tempfile.TemporaryDirectory(prefix="flexconf-confirm-") as tmp:

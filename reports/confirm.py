@@ -1,15 +1,15 @@
-"""Measure the gate's flagged cases again (``flexconf gate --confirm N``) and confirm or
+"""Measure the gate's flagged cases again (``flexconf gate --confirm auto|N``) and confirm or
 dismiss each time finding on the repeated figures (reports/timing.py says how).
 
 Each side is rerun with its own run's options (``reports.summary.rerun_args``: the same
 backend, profile, seed, budgets, timed runs), cold, in a subprocess under that side's python,
 so the gate itself never imports torch and each release is measured with what it has
-installed: the candidate's python always (by default the gate's own), the baseline's when
-given. One rerun is one ``pytest conformance/`` process running every flagged case of that
-side, with as many xdist workers as the run had (``environment.workers``), so each case gets
-the threads it had when it was flagged (the backends give each worker a share of the cores);
-the sides take turns (baseline, candidate, baseline, ...) so that a change in the machine's
-load falls on both.
+installed (reports/confirm_plan.py chooses and checks the pythons). One rerun is one
+``pytest conformance/`` process running every flagged case of that side, with as many xdist
+workers as the candidate's run had (``environment.workers``) on both sides, so each case gets
+the share of the cores it had when it was flagged, and the same on both (the backends give
+each worker a share of the cores); the sides take turns (baseline, candidate, baseline, ...)
+so that a change in the machine's load falls on both.
 """
 from __future__ import annotations
 
@@ -36,11 +36,13 @@ RERUN_MARGIN_SECONDS = 300
 
 @dataclass(frozen=True)
 class Side:
-    """One release to measure again: its run and the python that has it installed."""
+    """One release to measure again: its run, the python that has it installed, and the
+    xdist workers each rerun gets (the same on both sides: reports/confirm_plan.py)."""
 
     name: str  # baseline | candidate
     results: RunResults
     python: str
+    workers: int = 1
 
 
 @dataclass
@@ -113,7 +115,7 @@ def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults 
     budget = (float(opts.get("compile_timeout") or 600) + float(opts.get("run_timeout") or 300)
               ) * len(case_ids) + RERUN_MARGIN_SECONDS
     command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               *worker_args(side.results), *args]
+               *(["-n", str(side.workers)] if side.workers > 1 else []), *args]
     try:
         proc = subprocess.run(command, cwd=SUITE_ROOT, env=env, capture_output=True, text=True,
                               timeout=budget)
@@ -128,10 +130,10 @@ def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults 
         return one_line(str(exc))
 
 
-def worker_args(results: RunResults) -> list[str]:
-    """``-n W`` when the run had W > 1 xdist workers (at most one per case rerun), else none."""
+def run_workers(results: RunResults) -> int:
+    """How many xdist workers the run had (1 when it does not say)."""
     workers = results.environment.get("workers")
-    return ["-n", str(workers)] if isinstance(workers, int) and workers > 1 else []
+    return workers if isinstance(workers, int) and workers > 1 else 1
 
 
 def confirm_decision(decision: GateDecision, measured: Remeasured) -> GateDecision:
@@ -161,11 +163,12 @@ def confirmation_note(findings: list[Finding], measured: Remeasured,
     if "baseline" in measured.pythons:
         who += f", baseline with {measured.pythons['baseline']}"
     else:
-        who += ("; the baseline was not measured again (its recorded figures are used: give "
-                "--baseline-python for both releases measured side by side)")
+        who += ("; the baseline was not measured again (its recorded figures can confirm a "
+                "finding, never dismiss one)")
     failed = sum(len(v) for v in measured.failures.values())
     return (f"{cases} flagged case{'s' if cases != 1 else ''} measured again "
-            f"{measured.repeats} times, cold, as the runs ran them: {who}; "
+            f"{measured.repeats} time{'s' if measured.repeats != 1 else ''}, cold, each with its "
+            f"run's options: {who}; "
             + ", ".join(f"{n} {status}" for status, n in counts.items())
             + (f"; {failed} reruns gave no results" if failed else "")
             + (f"; {left_out} more flagged case{'s' if left_out != 1 else ''} not measured "

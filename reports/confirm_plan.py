@@ -1,35 +1,35 @@
 """Whether ``flexconf gate`` measures its time findings again, how often and under which
 pythons (``--confirm auto|N``), decided before anything is measured.
 
-``--confirm N`` asks for N reruns per side; ``auto`` (the default) gives ``AUTO_REPEATS`` when
-measuring again here is fair, else none, with the reason. Fair means:
+A time finding is dismissed only when both releases are measured again here, side by side: a
+candidate measured again on a quiet machine against the baseline's one recorded figure would
+hide a real slowdown whenever the baseline's run was slowed by load. So a measurement again
+needs a python for each side that has that side's release (records/release.py: torch, the
+compiler stack, the backend's code), which ``conformance.release_probe``, run under it, says:
 
-- the suite's ``conformance/`` is beside the gate (the reruns run it);
-- each python measures the release its side ran: the candidate's python (``--candidate-python``,
-  by default the gate's own) has the torch and compiler versions the candidate recorded, and
-  ``--baseline-python`` those of the baseline (``conformance.release_probe``, run under it,
-  says which it has). A python with another release would measure other software: with the
-  baseline's torch as the candidate's python, a real slowdown is dismissed as noise;
-- a baseline that is not measured again ran on this host: its recorded figures are the
-  yardstick of the candidate's new ones, which are measured here.
+- the candidate's: ``--candidate-python``, by default the python running the gate;
+- the baseline's: ``--baseline-python``, or the candidate's python when the two runs recorded
+  the same release (one python then measures both).
 
-With ``--confirm N`` a measurement that would not be fair is bad input (one line, exit 2);
-with ``auto`` the findings stay unconfirmed and block, and the gate's note says why and how
-to have them measured.
+A python with another release would measure other software (with the baseline's torch in the
+candidate's place, a real slowdown is measured away as noise), so it is never used: with
+``--confirm N`` that is bad input (one line, exit 2); with ``auto`` (the default) the findings
+are not measured again, block, and the gate's note says why and what to give. Both sides'
+reruns get the candidate run's worker count, so each case has the same share of the cores
+on both sides.
 """
 from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from records.release import PROBE_MARKER, hosts_of, release_difference
+from records.release import PROBE_MARKER, RELEASE_KEYS, release_difference, release_of
 from records.results import RunResults
 from records.text import one_line
-from reports.confirm import SUITE_ROOT, Side, default_python
+from reports.confirm import SUITE_ROOT, Side, default_python, run_workers
 from reports.gate import GateDecision, Note
 from reports.summary import rerun_backend
 
@@ -37,65 +37,91 @@ from reports.summary import rerun_backend
 AUTO_REPEATS = 3
 #: seconds the release probe may take (it imports torch and the backend's SDK)
 PROBE_TIMEOUT_SECONDS = 300
+#: an example of where a release's python lives, for the fixes
+PYTHON_EXAMPLE = "e.g. /path/to/.tox/ENV/bin/python"
 
 #: what a python would measure: (python, the side's run) -> release keys, or why it cannot say
 Probe = Callable[[str, RunResults], "dict | str"]
 
 
+class Unfair(ValueError):
+    """Why the findings cannot be measured again fairly, and what to give: one line."""
+
+
 @dataclass(frozen=True)
 class ConfirmPlan:
     repeats: int  # reruns per side; 0: the findings are not measured again
-    sides: tuple[Side, ...] = ()  # baseline (when given) first, then the candidate
+    sides: tuple[Side, ...] = ()  # the baseline, then the candidate
     declined: str = ""  # --confirm auto only: why the findings are not measured again
 
 
 def plan_confirmation(confirm: int | None, baseline: RunResults, candidate: RunResults,
                       candidate_python: str | None = None, baseline_python: str | None = None,
-                      probe: Probe | None = None) -> ConfirmPlan:
+                      probe: Probe | None = None,
+                      progress: Callable[[str], None] = lambda line: None) -> ConfirmPlan:
     """The plan for ``--confirm`` ``confirm`` (None: auto). ValueError, one line with the fix,
     when an explicit count cannot be measured fairly (see the module doc)."""
     if confirm == 0:
         return ConfirmPlan(0)
-    sides = [Side("candidate", candidate, candidate_python or default_python())]
+    try:
+        sides = fair_sides(baseline, candidate, candidate_python, baseline_python,
+                           probe or probe_release, progress)
+    except Unfair as exc:
+        if confirm is None:
+            return ConfirmPlan(0, declined=str(exc))
+        raise ValueError(str(exc)) from None
+    return ConfirmPlan(AUTO_REPEATS if confirm is None else confirm, sides)
+
+
+def fair_sides(baseline: RunResults, candidate: RunResults, candidate_python: str | None,
+               baseline_python: str | None, probe: Probe,
+               progress: Callable[[str], None]) -> tuple[Side, Side]:
+    """The baseline's and the candidate's side, each with a python that has its release;
+    Unfair (see the module doc) when there is none."""
+    if not all((SUITE_ROOT / part).is_file() for part in ("conftest.py",
+                                                          "conformance/plugin.py")):
+        raise Unfair(f"{one_line(SUITE_ROOT)} is not a checkout of this suite (no conftest.py "
+                     "and conformance/ there), and the reruns run the suite from one: run the "
+                     "gate from a checkout (git clone ...; pip install -e .)")
+    for name, results in (("baseline", baseline), ("candidate", candidate)):
+        if not release_of(results.environment):
+            raise Unfair(f"the {name}'s results record no release ({', '.join(RELEASE_KEYS)}: "
+                         "its backend's environment() records none), so no python can be "
+                         "shown to have it")
+    workers = run_workers(candidate)
+    python = candidate_python or default_python()
+    who = (f"--candidate-python {one_line(python)}" if candidate_python else
+           f"the gate's python {one_line(python)} (the candidate's unless --candidate-python "
+           "names another)")
+    found = _release(probe, python, candidate, progress)
+    _check(found, candidate, "candidate", who, "candidate")
     if baseline_python:
-        sides.insert(0, Side("baseline", baseline, baseline_python))
-    problem = unfairness(sides, baseline, candidate_python is not None, probe or probe_release)
-    if problem is None:
-        return ConfirmPlan(AUTO_REPEATS if confirm is None else confirm, tuple(sides))
-    if confirm is None:
-        return ConfirmPlan(0, declined=problem)
-    raise ValueError(problem)
+        _check(_release(probe, baseline_python, baseline, progress), baseline, "baseline",
+               f"--baseline-python {one_line(baseline_python)}", "baseline")
+    elif release_difference(baseline.environment, found):
+        raise Unfair(f"the baseline ran another release than {who} has "
+                     f"({release_difference(baseline.environment, found)}), and a time finding "
+                     "is dismissed only when both releases are measured again side by side: "
+                     f"give --baseline-python with the python that has the baseline's release, "
+                     f"{PYTHON_EXAMPLE}")
+    return (Side("baseline", baseline, baseline_python or python, workers),
+            Side("candidate", candidate, python, workers))
 
 
-def unfairness(sides: list[Side], baseline: RunResults, candidate_python_given: bool,
-               probe: Probe) -> str | None:
-    """Why measuring ``sides`` again here would not be fair, with the fix; None when it is."""
-    if not (SUITE_ROOT / "conformance" / "plugin.py").is_file():
-        return (f"no conformance/ beside {one_line(SUITE_ROOT / 'reports')}, and the reruns run "
-                "the suite: run the gate from a checkout of this suite (pip install -e .)")
-    if not any(side.name == "baseline" for side in sides):
-        here, hosts = platform.node(), hosts_of(baseline.environment)
-        if hosts != [here]:
-            ran = (f"ran on host {one_line(', '.join(hosts))}" if hosts
-                   else "does not say which host it ran on")
-            return (f"the baseline {ran} and this is host {one_line(here)}, so its recorded "
-                    "times are no yardstick for times measured here: give --baseline-python "
-                    "with the python that has the baseline's release, to measure both here")
-    for side in sides:
-        given = side.name == "baseline" or candidate_python_given
-        who = (f"--{side.name}-python {one_line(side.python)}" if given else
-               f"the gate's python {one_line(side.python)} (the candidate's unless "
-               "--candidate-python names another)")
-        fix = (f"give --{side.name}-python with the python that has the {side.name}'s release, "
-               "e.g. .tox/ENV/bin/python")
-        found = probe(side.python, side.results)
-        if isinstance(found, str):
-            return f"{who} cannot load the {side.name}'s backend: {found}; {fix}"
-        difference = release_difference(side.results.environment, found)
-        if difference:
-            return (f"{who} has another release than the {side.name} ran ({difference}), and "
-                    f"would measure that one; {fix}")
-    return None
+def _release(probe: Probe, python: str, results: RunResults,
+             progress: Callable[[str], None]) -> dict | str:
+    progress(f"confirm: asking {one_line(python)} which release it has")
+    return probe(python, results)
+
+
+def _check(found: dict | str, results: RunResults, name: str, who: str, flag: str) -> None:
+    fix = f"give --{flag}-python with the python that has the {name}'s release, {PYTHON_EXAMPLE}"
+    if isinstance(found, str):
+        raise Unfair(f"{who} cannot load the {name}'s backend: {found}; {fix}")
+    difference = release_difference(results.environment, found)
+    if difference:
+        raise Unfair(f"{who} has another release than the {name} ran ({difference}), and would "
+                     f"measure that one; {fix}")
 
 
 def probe_release(python: str, results: RunResults) -> dict | str:
@@ -113,9 +139,12 @@ def probe_release(python: str, results: RunResults) -> dict | str:
     for line in proc.stdout.splitlines():
         if line.startswith(PROBE_MARKER):
             try:
-                return json.loads(line[len(PROBE_MARKER):])
+                found = json.loads(line[len(PROBE_MARKER):])
             except ValueError:
-                break
+                found = None
+            if isinstance(found, dict):
+                return found
+            return one_line(f"it said {line[:120]!r}, not the release as a JSON object")
     tail = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
     return one_line(tail[-1] if tail else f"it exited {proc.returncode} and said nothing")
 

@@ -1,13 +1,15 @@
 """The gate's time findings (COMPILE_TIME, RUN_TIME): the rule that flags them, the compile
-stage that grew most, and what measuring the flagged cases again found (``--confirm N``).
+stage that grew most, and what measuring the flagged cases again found (``--confirm``).
 
 A time finding is flagged from one measurement per run. Measured again, it is
   - ``confirmed`` when the candidate's repeated median still grew past the rule against the
-    baseline's repeated median (or, when the baseline was not measured again, its recorded
-    figure): it blocks;
-  - ``dismissed`` (as noise) when it did not: it does not block;
-  - ``unmeasured`` when the reruns gave no figure for the candidate: it still blocks, since
-    nothing disproved it;
+    baseline's repeated median (or, when the baseline has no repeated figure, its recorded
+    one): it blocks;
+  - ``dismissed`` (as noise) when it did not, against the baseline's repeated median: it does
+    not block. Never against a recorded figure: a baseline run slowed by load would hide a
+    real slowdown;
+  - ``unmeasured`` when the reruns gave no figure for the candidate, or none for the baseline
+    and the candidate's does not confirm it: it still blocks, since nothing disproved it;
   - ``unconfirmed`` when not measured again (``--confirm 0``, or ``auto`` found measuring
     here unfair, reports/confirm_plan.py): it blocks on its one measurement.
 """
@@ -135,8 +137,10 @@ class Confirmation:
         if self.status == "unconfirmed":
             return "unconfirmed: measured once per run"
         head = {"confirmed": "confirmed", "dismissed": "dismissed as noise",
-                "unmeasured": "not confirmed, still blocking: the reruns gave no figure"
-                }[self.status]
+                "unmeasured": "not confirmed, still blocking: "
+                + ("the reruns gave no figure" if not (self.candidate and self.candidate.seconds)
+                   else "the baseline was not measured again" if self.baseline is None
+                   else "the reruns gave the baseline no figure")}[self.status]
         parts = [f"candidate {self.candidate.text}" if self.candidate else ""]
         if self.baseline is not None:
             parts.append(f"baseline {self.baseline.text}")
@@ -166,8 +170,8 @@ class Confirmation:
 
 def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Figures,
           baseline: Figures | None) -> Confirmation:
-    """Confirmed or dismissed on the repeated medians; unmeasured when the candidate's reruns
-    gave no figure."""
+    """Confirmed or dismissed on the repeated medians (see the module doc); unmeasured when
+    the figures cannot decide."""
     confirmation = Confirmation("unmeasured", rule, repeats, candidate, baseline,
                                 recorded_baseline,
                                 stage_growth(baseline.breakdown if baseline else None,
@@ -175,7 +179,12 @@ def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Fig
     after, before = candidate.median, confirmation.compared_baseline
     if after is None or before is None:
         return confirmation
-    status = "confirmed" if rule.grew(before, after) else "dismissed"
+    if rule.grew(before, after):
+        status = "confirmed"
+    elif baseline is not None and baseline.median is not None:
+        status = "dismissed"
+    else:  # a recorded baseline figure may itself be slow: it cannot clear a finding
+        return confirmation
     return Confirmation(status, rule, repeats, candidate, baseline, recorded_baseline,
                         confirmation.stage)
 

@@ -20,11 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 A, B, C = case_id(seq=128), case_id(seq=256), case_id(seq=512)
 
 
-def gate(tmp_path, baseline, candidate, *extra: str, expectations: str | None = None) -> int:
+def gate(tmp_path, baseline, candidate, *extra: str, expectations: str | None = None,
+         confirm: str = "0") -> int:
+    """``flexconf gate`` on the two runs; time findings are not measured again unless
+    ``confirm`` says so (tests/test_gate_confirm_plan.py tests the default, auto)."""
     write_results(baseline, tmp_path / "old.json")
     write_results(candidate, tmp_path / "new.json")
     args = ["gate", "--baseline", str(tmp_path / "old.json"),
             "--candidate", str(tmp_path / "new.json"), *extra]
+    if "--confirm" not in extra and confirm is not None:
+        args += ["--confirm", confirm]
     if expectations is not None:
         (tmp_path / "known.toml").write_text(expectations)
         args += ["--expectations", str(tmp_path / "known.toml")]

@@ -8,7 +8,6 @@ one measures for real, in subprocesses, a planted slowdown and a spurious findin
 from __future__ import annotations
 
 import json
-import platform
 import stat
 import sys
 from dataclasses import replace
@@ -18,7 +17,7 @@ import pytest
 
 from conformance.cli import main
 from records.results import Label, RunResults, load_results, write_results
-from reports.confirm import Side, confirm_decision, flagged_cases, remeasure, worker_args
+from reports.confirm import Side, confirm_decision, flagged_cases, remeasure, run_workers
 from reports.gate import decide, gate_text
 from reports.gate_json import gate_json
 from tests.slow_backends import SLOWDOWN
@@ -67,11 +66,11 @@ def test_sides_take_turns_and_each_rerun_runs_every_flagged_case(tmp_path):
     assert calls == [("baseline", (A, B)), ("candidate", (A, B))] * 2
 
 
-def test_reruns_use_as_many_workers_as_the_run_had():
+def test_a_run_says_how_many_workers_it_had():
     two = replace(run([record(A)]), environment={"workers": 2})
-    assert worker_args(two) == ["-n", "2"]
-    assert worker_args(replace(two, environment={"workers": 1})) == []
-    assert worker_args(run([record(A)])) == []  # not recorded: one process
+    assert run_workers(two) == 2
+    assert run_workers(replace(two, environment={"workers": 1})) == 1
+    assert run_workers(run([record(A)])) == 1  # not recorded: one process
 
 
 def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(tmp_path):
@@ -88,8 +87,8 @@ def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(t
     assert (f"  ~ COMPILE_TIME       {A}  4.00 s -> 5.20 s (x1.30 >= x1.25)\n"
             "      dismissed as noise, measured again x3: candidate median 5.10 s (4.90-5.60 over "
             "3), baseline median 5.00 s (4.80-5.30 over 3): x1.02 < x1.25\n") in text
-    assert "note: 1 flagged case measured again 3 times, cold, as the runs ran them: candidate " \
-           "with /py/candidate, baseline with /py/baseline; 1 dismissed" in text
+    assert "note: 1 flagged case measured again 3 times, cold, each with its run's options: " \
+           "candidate with /py/candidate, baseline with /py/baseline; 1 dismissed" in text
 
 
 def test_a_slowdown_the_reruns_reproduce_is_confirmed_and_blocks(tmp_path):
@@ -113,7 +112,10 @@ def test_a_slowdown_the_reruns_reproduce_is_confirmed_and_blocks(tmp_path):
     assert data["recorded_baseline_seconds"] == 4.0
 
 
-def test_without_the_baseline_measured_again_its_recorded_figure_is_the_yardstick(tmp_path):
+def test_a_recorded_baseline_figure_can_confirm_a_finding_but_never_dismiss_one(tmp_path):
+    """The baseline's run may have been slowed by load: a candidate measured again on a quiet
+    machine against it would hide a real slowdown (a review reproduced one: a 2x slower
+    plugin passed). Only both releases measured again can dismiss a finding."""
     old = run([record(A, compile_seconds=4.0)])
     new = run([record(A, compile_seconds=5.2)])
     decision = confirmed(old, new, {"candidate": [5.1, 4.9, 5.6]}, tmp_path)
@@ -121,10 +123,29 @@ def test_without_the_baseline_measured_again_its_recorded_figure_is_the_yardstic
     text = gate_text(decision, "old.json", "new.json")
     assert "confirmed, measured again x3: candidate median 5.10 s (4.90-5.60 over 3), baseline " \
            "as recorded 4.00 s: x1.27 >= x1.25" in text
-    assert "the baseline was not measured again (its recorded figures are used: give " \
-           "--baseline-python" in text
+    assert "the baseline was not measured again (its recorded figures can confirm a finding, " \
+           "never dismiss one)" in text
     assert gate_json(decision, old, new, "o", "n")["findings"][0]["confirmation"][
         "baseline"] is None
+    quiet = confirmed(old, new, {"candidate": [4.1, 3.9, 4.2]}, tmp_path)
+    assert not quiet.may_ship  # x1.02 against the recorded figure: still not dismissed
+    [finding] = quiet.blocking
+    assert finding.confirmation.status == "unmeasured"
+    assert ("not confirmed, still blocking: the baseline was not measured again, measured "
+            "again x3: candidate median 4.10 s (3.90-4.20 over 3), baseline as recorded 4.00 s: "
+            "x1.02 < x1.25") in gate_text(quiet, "old.json", "new.json")
+    candidate_only = rerun_giving({"candidate": [4.1, 3.9, 4.2]})
+
+    def baseline_fails(side, case_ids, report_dir):  # the baseline's reruns give no figure
+        return "pytest exited 3: INTERNALERROR" if side.name == "baseline" else \
+            candidate_only(side, case_ids, report_dir)
+
+    measured = remeasure([Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")],
+                         [A], 3, tmp_path, rerun=baseline_fails)
+    no_figure = confirm_decision(decide(old, new), measured)
+    assert [f.confirmation.status for f in no_figure.blocking] == ["unmeasured"]
+    assert "not confirmed, still blocking: the reruns gave the baseline no figure" in \
+        gate_text(no_figure, "old.json", "new.json")
 
 
 def test_a_finding_whose_reruns_give_no_figure_still_blocks(tmp_path):
@@ -146,25 +167,28 @@ def test_a_finding_whose_reruns_give_no_figure_still_blocks(tmp_path):
 
 
 def test_findings_not_measured_again_block_and_the_note_says_why(tmp_path, capsys):
-    """The runs of ``run`` say they ran on host-1: ``--confirm auto`` (the default) cannot
-    measure fairly here against the baseline's recorded figure, so it measures nothing, and
-    the note (shown first) says why and what to give; ``--confirm 0`` says it is off."""
-    old = run([record(A, compile_seconds=4.0)])
-    new = run([record(A, compile_seconds=6.0)])
-    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json")) == 1
+    """Runs that record no release (their backend's environment() records no torch version):
+    ``--confirm auto`` (the default) cannot show any python has them, so it measures nothing,
+    and the note (shown first) says why; ``--confirm 0`` says it is off."""
+    def no_release(results):
+        return replace(results, environment={"backend": "neuron", "host": "host-1"})
+
+    old = no_release(run([record(A, compile_seconds=4.0)]))
+    new = no_release(run([record(A, compile_seconds=6.0)]))
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json"), confirm="auto") == 1
     out = capsys.readouterr().out
-    assert (f"! UNCONFIRMED: time findings are unconfirmed, and block: each case was measured once per run, "
-            f"and --confirm auto did not measure them again: the baseline ran on host host-1 "
-            f"and this is host {platform.node()}, so its recorded times are no yardstick for "
-            "times measured here: give --baseline-python with the python that has the "
-            "baseline's release, to measure both here") in out, out
+    assert ("! UNCONFIRMED: time findings are unconfirmed, and block: each case was measured "
+            "once per run, and --confirm auto did not measure them again: the baseline's "
+            "results record no release (torch, cuda, hip, triton, torch_neuronx, neuronx_cc, "
+            "neuron_runtime, backend_code: its backend's environment() records none), so no "
+            "python can be shown to have it") in out, out
     finding = json.loads((tmp_path / "gate.json").read_text())["findings"][0]
     assert finding["confirmation"]["status"] == "unconfirmed"
     assert finding["confirmation"]["candidate"] is None
     assert gate(tmp_path, old, new, "--confirm", "0") == 1
     assert ("note: time findings are unconfirmed, and block: each case was measured once per "
             "run, and --confirm 0 turned measuring them again off") in capsys.readouterr().out
-    assert gate(tmp_path, old, old) == 0
+    assert gate(tmp_path, old, old, confirm="auto") == 0
     assert "unconfirmed" not in capsys.readouterr().out  # no time finding, no note
 
 
@@ -312,7 +336,7 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
     assert status == {A: "unconfirmed", B: "dismissed", C: "dismissed"}
     assert not confirmed_decision.may_ship  # A was never measured again: it still blocks
     [note] = [n.text for n in confirmed_decision.notes if n.kind == "CONFIRMATION"]
-    assert note.startswith("2 flagged cases measured again 1 times")
+    assert note.startswith("2 flagged cases measured again 1 time,")
     assert "; 2 dismissed; 1 more flagged case not measured again" in note  # A is not counted
     assert note.endswith("(--confirm-max-cases: those whose time grew by the largest factor "
                          "were), their findings unconfirmed and blocking")

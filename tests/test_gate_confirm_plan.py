@@ -1,14 +1,16 @@
 """Whether the gate measures its time findings again, and under which pythons
-(reports/confirm_plan.py): ``--confirm auto`` (the default) measures them 3 times when that is
-fair here and says why not otherwise; ``--confirm N`` refuses an unfair measurement (exit 2).
+(reports/confirm_plan.py). A finding is dismissed only when both releases are measured again
+here, side by side, each under a python that has its release: ``--confirm auto`` (the
+default) does that 3 times when such pythons are at hand and says why not otherwise;
+``--confirm N`` refuses when they are not (exit 2).
 
-The decisive one: a python with another release than the candidate's would measure other
-software, and dismiss a real slowdown as noise; it must never be used silently.
+The decisive cases: a python with another release (torch, or the backend's own code) would
+measure other software and dismiss a real slowdown as noise; it must never be used.
 """
 from __future__ import annotations
 
 import json
-import platform
+import stat
 import sys
 from dataclasses import replace
 
@@ -21,94 +23,108 @@ from tests.test_plugin_runs import TINY, clean_env, pytest_args, run as run_pyte
 from tests.test_report_doctored import case_id, record, run
 
 A = case_id(seq=128)
-HERE = platform.node()
+OLD = {"torch": "2.13.0", "neuronx_cc": "2.21 & co"}  # what tests.test_report_doctored records
+NEW = {**OLD, "torch": "2.14.1"}
 
 
-def here(results, **environment):
-    """``results`` recorded on this host, with ``environment`` on top."""
-    return replace(results, environment={**results.environment, "host": HERE, **environment})
+def recorded(release: dict, workers: int = 1):
+    """A run of one case that recorded ``release``, with ``workers`` xdist workers."""
+    results = run([record(A)])
+    return replace(results, environment={"backend": "neuron", "host": "host-1",
+                                         "workers": workers, **release})
 
 
-def probe_giving(releases: dict, calls: list):
+def probe_giving(releases: dict, calls: list | None = None):
     """A stand-in release probe: python -> the release keys it has (or why it cannot say)."""
     def probe(python, results):
-        calls.append(python)
+        if calls is not None:
+            calls.append(python)
         return releases[python]
     return probe
 
 
-RELEASE = {"torch": "2.13.0", "neuronx_cc": "2.21 & co"}  # what tests.test_report_doctored records
-
-
-def test_auto_measures_three_times_when_the_python_has_the_candidates_release():
+def test_two_runs_of_one_release_are_both_measured_by_the_candidates_python():
     calls = []
-    plan = plan_confirmation(None, here(run([record(A)])), here(run([record(A)])), "cand-py",
-                             probe=probe_giving({"cand-py": RELEASE}, calls))
-    assert (plan.repeats, [s.name for s in plan.sides], plan.declined) == (
-        AUTO_REPEATS, ["candidate"], "")
-    assert calls == ["cand-py"]
-    assert plan_confirmation(4, here(run([record(A)])), here(run([record(A)])), "cand-py",
-                             probe=probe_giving({"cand-py": RELEASE}, [])).repeats == 4
+    plan = plan_confirmation(None, recorded(OLD, workers=1), recorded(OLD, workers=2),
+                             "py", probe=probe_giving({"py": OLD}, calls))
+    assert plan.repeats == AUTO_REPEATS and plan.declined == ""
+    assert [(s.name, s.python, s.workers) for s in plan.sides] == [
+        ("baseline", "py", 2), ("candidate", "py", 2)]  # the candidate's workers on both
+    assert calls == ["py"]
+    assert plan_confirmation(4, recorded(OLD), recorded(OLD), "py",
+                             probe=probe_giving({"py": OLD})).repeats == 4
 
 
-def test_auto_declines_a_python_with_another_release_and_n_refuses_it():
-    """The gate's own python has the baseline's torch: measuring it as the candidate would
-    measure the baseline again."""
-    baseline, candidate = here(run([record(A)])), here(run([record(A)]), torch="2.14.1")
-    probe = probe_giving({sys.executable: RELEASE}, [])
-    plan = plan_confirmation(None, baseline, candidate, probe=probe)
+def test_another_release_needs_the_baseline_python():
+    """Without a python for the baseline, auto measures nothing and says what to give; a
+    count is bad input. With one, both releases are measured again side by side."""
+    old, new = recorded(OLD), recorded(NEW)
+    plan = plan_confirmation(None, old, new, "new-py", probe=probe_giving({"new-py": NEW}))
     assert plan.repeats == 0 and plan.declined == (
-        f"the gate's python {sys.executable} (the candidate's unless --candidate-python names "
-        "another) has another release than the candidate ran (torch '2.13.0' where the run "
-        "recorded '2.14.1'), and would measure that one; give --candidate-python with the "
-        "python that has the candidate's release, e.g. .tox/ENV/bin/python")
-    with pytest.raises(ValueError, match=r"^the gate's python .* has another release"):
-        plan_confirmation(3, baseline, candidate, probe=probe)
-
-
-def test_the_baseline_python_is_checked_too_and_then_the_baseline_may_come_from_elsewhere():
-    baseline = run([record(A)])  # host-1: measured again here, so its host does not matter
-    candidate = here(run([record(A)]), torch="2.14.1")
-    releases = {"old-py": {**RELEASE, "torch": "2.14.1"}, "new-py": {**RELEASE, "torch": "2.14.1"}}
-    with pytest.raises(ValueError, match=r"^--baseline-python old-py has another release than "
-                                         r"the baseline ran \(torch '2.14.1' where the run "
-                                         r"recorded '2.13.0'\)"):
-        plan_confirmation(3, baseline, candidate, "new-py", "old-py",
-                          probe=probe_giving(releases, []))
-    releases["old-py"] = RELEASE
-    plan = plan_confirmation(3, baseline, candidate, "new-py", "old-py",
-                             probe=probe_giving(releases, []))
+        "the baseline ran another release than --candidate-python new-py has (torch '2.14.1' "
+        "where the run recorded '2.13.0'), and a time finding is dismissed only when both "
+        "releases are measured again side by side: give --baseline-python with the python "
+        "that has the baseline's release, e.g. /path/to/.tox/ENV/bin/python")
+    with pytest.raises(ValueError, match=r"^the baseline ran another release"):
+        plan_confirmation(3, old, new, "new-py", probe=probe_giving({"new-py": NEW}))
+    plan = plan_confirmation(None, old, new, "new-py", "old-py",
+                             probe=probe_giving({"new-py": NEW, "old-py": OLD}))
     assert [(s.name, s.python) for s in plan.sides] == [("baseline", "old-py"),
                                                         ("candidate", "new-py")]
 
 
-@pytest.mark.parametrize("environment, words", [
-    ({"host": "host-1"}, "the baseline ran on host host-1 and this is host "),
-    ({"host": None}, "the baseline does not say which host it ran on"),
-    ({"hosts": [HERE, "ci-2"]}, f"the baseline ran on host {HERE}, ci-2 and this is host"),
-])
-def test_a_baseline_not_measured_again_must_have_run_here(environment, words):
-    """Its recorded figure is the yardstick of the candidate's new ones, measured here."""
-    baseline = replace(run([record(A)]), environment={**run([]).environment, **environment})
+def test_a_python_with_another_release_than_its_side_is_never_used():
+    """The gate's own python has the baseline's torch: measuring it as the candidate would
+    measure the baseline again. And a --baseline-python that has the candidate's."""
+    old, new = recorded(OLD), recorded(NEW)
+    plan = plan_confirmation(None, old, new, probe=probe_giving({sys.executable: OLD}))
+    assert plan.repeats == 0 and plan.declined == (
+        f"the gate's python {sys.executable} (the candidate's unless --candidate-python names "
+        "another) has another release than the candidate ran (torch '2.13.0' where the run "
+        "recorded '2.14.1'), and would measure that one; give --candidate-python with the "
+        "python that has the candidate's release, e.g. /path/to/.tox/ENV/bin/python")
+    with pytest.raises(ValueError, match=r"^--baseline-python new-py has another release than "
+                                         r"the baseline ran \(torch '2.14.1' where the run "
+                                         r"recorded '2.13.0'\)"):
+        plan_confirmation(2, old, new, "new-py", "new-py", probe=probe_giving({"new-py": NEW}))
+
+
+def test_a_plugin_edited_since_the_baseline_ran_is_another_release():
+    """Same torch, but the backend's code changed between the runs (a review's case: a plugin
+    directory holding the candidate's version, given as both sides' PYTHONPATH, measured the
+    candidate twice and dismissed a 2x slowdown)."""
+    old, new = recorded({**OLD, "backend_code": "aaaa"}), recorded({**OLD, "backend_code": "bbbb"})
+    found = {"py": {**OLD, "backend_code": "bbbb"}}
+    plan = plan_confirmation(None, old, new, "py", probe=probe_giving(found))
+    assert plan.repeats == 0 and "(backend_code 'bbbb' where the run recorded 'aaaa')" in \
+        plan.declined
+    with pytest.raises(ValueError, match=r"^--baseline-python py has another release than the "
+                                         r"baseline ran \(backend_code 'bbbb' where the run "
+                                         r"recorded 'aaaa'\)"):
+        plan_confirmation(3, old, new, "py", "py", probe=probe_giving(found))
+
+
+def test_runs_that_record_no_release_cannot_be_measured_again():
+    bare = replace(recorded(OLD), environment={"backend": "neuron", "host": "host-1"})
     calls = []
-    plan = plan_confirmation(None, baseline, here(run([record(A)])),
-                             probe=probe_giving({sys.executable: RELEASE}, calls))
-    assert plan.repeats == 0 and plan.declined.startswith(words), plan.declined
+    plan = plan_confirmation(None, bare, recorded(OLD), probe=probe_giving({}, calls))
+    assert plan.repeats == 0 and plan.declined.startswith("the baseline's results record no "
+                                                          "release")
     assert calls == []  # decided before any python is started
-    with pytest.raises(ValueError, match="give --baseline-python"):
-        plan_confirmation(2, baseline, here(run([record(A)])),
-                          probe=probe_giving({sys.executable: RELEASE}, []))
 
 
 def test_without_a_checkout_of_the_suite_nothing_can_be_measured_again(tmp_path, monkeypatch):
     import reports.confirm_plan
 
-    monkeypatch.setattr(reports.confirm_plan, "SUITE_ROOT", tmp_path)  # no conformance/ there
-    plan = plan_confirmation(None, here(run([record(A)])), here(run([record(A)])),
-                             probe=probe_giving({sys.executable: RELEASE}, []))
+    monkeypatch.setattr(reports.confirm_plan, "SUITE_ROOT", tmp_path)
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "plugin.py").write_text("")  # as a plain pip install has it
+    plan = plan_confirmation(None, recorded(OLD), recorded(OLD), "py",
+                             probe=probe_giving({"py": OLD}))
     assert plan.repeats == 0 and plan.declined == (
-        f"no conformance/ beside {tmp_path / 'reports'}, and the reruns run the suite: run the "
-        "gate from a checkout of this suite (pip install -e .)")
+        f"{tmp_path} is not a checkout of this suite (no conftest.py and conformance/ there), "
+        "and the reruns run the suite from one: run the gate from a checkout (git clone ...; "
+        "pip install -e .)")
 
 
 def test_confirm_0_plans_nothing_and_probes_nothing():
@@ -117,48 +133,84 @@ def test_confirm_0_plans_nothing_and_probes_nothing():
     assert calls == []
 
 
-def test_the_release_probe_says_what_this_python_would_record():
+def python_saying(tmp_path, line: str) -> str:
+    script = tmp_path / "python-says"
+    script.write_text(f"#!/bin/sh\necho '{line}'\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_the_release_probe_says_what_this_python_would_record(tmp_path):
     import torch
 
-    cpu = here(replace(run([]), options={**run([]).options, "backend": "cpu-eager"}))
-    assert probe_release(sys.executable, cpu) == {"torch": torch.__version__}
+    cpu = replace(run([]), options={**run([]).options, "backend": "cpu-eager"})
+    found = probe_release(sys.executable, cpu)
+    assert set(found) == {"torch", "backend_code"} and found["torch"] == torch.__version__
     nowhere = replace(cpu, options={**cpu.options, "backend": "no-such-backend"})
-    found = probe_release(sys.executable, nowhere)
-    assert isinstance(found, str) and found.startswith("unknown backend 'no-such-backend'")
+    assert probe_release(sys.executable, nowhere).startswith("unknown backend 'no-such-backend'")
+    for junk in ("FLEXCONF-RELEASE null", "FLEXCONF-RELEASE [1]", "FLEXCONF-RELEASE {"):
+        said = probe_release(python_saying(tmp_path, junk), cpu)
+        assert isinstance(said, str) and "not the release as a JSON object" in said, said
 
 
 def test_gating_with_a_python_of_another_release_is_refused_before_anything_is_measured(
         tmp_path, capsys):
-    """End to end, with the real probe: the candidate recorded torch 9.9.9 here; this python
-    has another torch. ``--confirm 2`` is bad input (exit 2, one line, nothing rerun); the
-    default leaves the finding blocking and says why."""
-    def cpu_run(seconds, torch):
-        results = run([record(A, compile_seconds=seconds)])
-        return here(replace(results, options={**results.options, "backend": "cpu-eager"}),
-                    torch=torch, backend="cpu-eager")
-
+    """End to end, with the real probe: the candidate recorded torch 9.9.9; this python has
+    another torch. ``--confirm 2`` is bad input (exit 2, one line after the probe's progress,
+    nothing rerun); the default leaves the finding blocking and says why."""
     import torch
+
+    def cpu_run(seconds, version):
+        results = run([record(A, compile_seconds=seconds)])
+        return replace(results, options={**results.options, "backend": "cpu-eager"},
+                       environment={"backend": "cpu-eager", "torch": version})
+
     old, new = cpu_run(4.0, torch.__version__), cpu_run(8.0, "9.9.9")
     assert gate(tmp_path, old, new, "--confirm", "2", "--confirm-dir",
                 str(tmp_path / "reruns")) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and (
-        f"has another release than the candidate ran (torch {torch.__version__!r} where the run "
-        "recorded '9.9.9')") in err, err
-    assert not (tmp_path / "reruns").exists()
-    assert gate(tmp_path, old, new) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"confirm: asking {sys.executable} which release it has"
+    assert len(err) == 2 and (f"has another release than the candidate ran (torch "
+                              f"{torch.__version__!r} where the run recorded '9.9.9')") in err[1]
+    assert list((tmp_path / "reruns").iterdir()) == []  # made, and nothing measured
+    assert gate(tmp_path, old, new, confirm="auto") == 1
     assert "--confirm auto did not measure them again: the gate's python" in \
         capsys.readouterr().out
 
 
+def test_bad_places_and_relative_pythons(tmp_path, capsys, monkeypatch):
+    old, new = recorded(OLD), recorded(NEW)
+    (tmp_path / "file").write_text("")
+    assert gate(tmp_path, old, new, "--confirm", "2", "--confirm-dir",
+                str(tmp_path / "file" / "sub"), "--json", str(tmp_path / "g.json")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flexconf gate: error: --confirm-dir {tmp_path / 'file' / 'sub'}: it cannot "
+                          "be made") and err.endswith("e.g. --confirm-dir reports/confirm"), err
+    assert json.loads((tmp_path / "g.json").read_text())["verdict"] == "REFUSED"
+    # a relative python is the one it names from here, not from the suite's root
+    import argparse
+
+    from reports.cmd_gate import add_arguments, check_confirm_arguments
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--baseline", "o", "--candidate", "n",
+                              "--candidate-python", "bin/python"])
+    check_confirm_arguments(args)
+    assert args.candidate_python == str(tmp_path / "bin" / "python")
+
+
 @pytest.mark.slow
-def test_by_default_a_slow_measurement_the_candidate_does_not_reproduce_here_is_dismissed(
-        tmp_path, capsys):
+def test_by_default_a_slow_measurement_that_does_not_reproduce_is_dismissed(tmp_path, capsys):
     """Measured for real (the stand-in compiler of tests/slow_backends.py, no slowdown): the
     candidate recorded its case at twice the time it takes (a measurement on a loaded
-    machine). The default gate measures it again 3 times with this python, which has the
-    candidate's release, against the baseline's recorded figure: dismissed, MAY SHIP."""
+    machine). Both runs are of one release, so the default gate measures both again 3 times
+    with this python, side by side: dismissed, MAY SHIP."""
     from cases.model import Case, Variant
+    from conformance.cli import main
 
     proc = run_pytest(pytest_args(tmp_path, "tests.slow_backends:SlowFirstCall",
                                   [Case(Variant("full"), TINY)]), env=clean_env())
@@ -170,15 +222,15 @@ def test_by_default_a_slow_measurement_the_candidate_does_not_reproduce_here_is_
     write_results(baseline, tmp_path / "old.json")
     write_results(replace(baseline, records=(noisy,)), tmp_path / "new.json")
     args = ["--baseline", str(tmp_path / "old.json"), "--candidate", str(tmp_path / "new.json")]
-    from conformance.cli import main
 
     assert main(["gate", *args, "--confirm", "0"]) == 1  # one measurement: it blocks
     capsys.readouterr()
     assert main(["gate", *args, "--json", str(tmp_path / "gate.json")]) == 0
     err = capsys.readouterr().err
-    assert err.startswith("confirm: 1 flagged case measured again 3 times, cold, for the candidate "
-                          "(--confirm auto; --confirm 0 skips this)\n"), err
+    assert ("confirm: 1 flagged case measured again 3 times, cold, for the baseline and the "
+            "candidate (--confirm auto; --confirm 0 skips this)\n") in err, err
     assert "confirm: rerun 3/3 of the candidate (1 case" in err
     [finding] = json.loads((tmp_path / "gate.json").read_text())["findings"]
     assert (finding["category"], finding["confirmation"]["status"]) == ("dismissed", "dismissed")
-    assert len(finding["confirmation"]["candidate"]["seconds"]) == AUTO_REPEATS
+    for side in ("baseline", "candidate"):
+        assert len(finding["confirmation"][side]["seconds"]) == AUTO_REPEATS

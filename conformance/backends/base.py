@@ -40,6 +40,27 @@ def threads_per_worker(slot: WorkerSlot) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, slot.count))
 
 
+def backend_code(cls: type) -> str | None:
+    """Which code a backend is: the first 16 hex digits of the sha256 over the source files
+    that define ``cls`` and the backend classes it derives from (a plugin's module, and the
+    built-in module it extends); None when one has no file. Recorded as a release key
+    (records/release.py): ``flexconf gate --confirm`` measures a run again only under a python
+    that loads the same code (a plugin edited since the run would be other software)."""
+    import hashlib
+    import inspect
+
+    digest = hashlib.sha256()
+    files = dict.fromkeys(inspect.getsourcefile(c) for c in cls.__mro__
+                          if isinstance(c, type) and issubclass(c, Backend))
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        except (TypeError, OSError):
+            return None
+    return digest.hexdigest()[:16]
+
+
 #: fn(q, k, v, score_mod, block_mask) -> output tensor
 AttentionFn = Callable[..., Any]
 
@@ -63,6 +84,7 @@ class Backend:
 
         return {
             "backend": self.name,
+            "backend_code": backend_code(type(self)),
             "torch": torch.__version__,
             "python": platform.python_version(),
             "host": platform.node(),
