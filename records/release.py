@@ -15,12 +15,14 @@ from records.text import one_line
 #: keys that python would record), read by ``flexconf gate --confirm`` (reports/confirm_plan.py)
 PROBE_MARKER = "FLEXCONF-RELEASE "
 
-#: The versions that make a release: torch and, where the backend records them, its compiler
-#: stack (CUDA, ROCm, Triton, the Neuron SDK's packages), and the backend's own code (a digest
-#: of its source files, conformance/backends/base.py ``backend_code``: a plugin is software
-#: of its own, whatever torch it runs on).
+#: What makes a release: the torch version and, where the backend records them,
+#: its compiler stack (CUDA, ROCm, Triton, the Neuron SDK's packages and the compiler settings
+#: it reads from the environment) and a plugin's own code (a digest of its package,
+#: conformance/backends/base.py ``backend_code``: a plugin is software of its own, whatever
+#: torch it runs on).
 RELEASE_KEYS = ("torch", "cuda", "hip", "triton", "torch_neuronx", "neuronx_cc",
-                "neuron_runtime", "backend_code")
+                "neuron_runtime", "NEURON_CC_FLAGS", "NEURON_COMPILER_OPT_LEVEL",
+                "NEURON_LOGICAL_NC_CONFIG", "backend_code")
 
 
 def release_of(environment: dict[str, Any]) -> dict[str, Any]:
@@ -31,15 +33,10 @@ def release_of(environment: dict[str, Any]) -> dict[str, Any]:
 def release_difference(recorded: dict[str, Any], found: dict[str, Any]) -> str | None:
     """How the release in ``found`` differs from the one ``recorded``: ``torch '2.13.0+cpu'
     where the run recorded '2.14.1+cu130'``; None when every recorded key agrees. A key the
-    run did not record is not compared."""
+    run did not record (an older results file, a plugin whose code could not be read) is not
+    compared: what was not recorded cannot be checked."""
     for key in RELEASE_KEYS:
-        if key in recorded and found.get(key) != recorded[key]:
+        if recorded.get(key) is not None and found.get(key) != recorded[key]:
             return (f"{key} {one_line(repr(found.get(key)))} where the run recorded "
                     f"{one_line(repr(recorded[key]))}")
     return None
-
-
-def hosts_of(environment: dict[str, Any]) -> list[str]:
-    """The hosts a run ran on: a merged run's ``hosts``, else its ``host``; [] when unknown."""
-    hosts = environment.get("hosts") or [environment.get("host")]
-    return [str(h) for h in hosts if h]

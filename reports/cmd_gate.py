@@ -41,9 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure the cases of compile- and run-time findings again N "
                              "times per release, cold, side by side, and block only on the "
                              "findings the medians confirm; auto (the default): 3 times when "
-                             "a python for each release is at hand (the candidate's, and "
-                             "--baseline-python, or the candidate's when both runs are of one "
-                             "release), else the findings block unconfirmed and a note says "
+                             "--baseline-python is given and each python has its run's "
+                             "release, else the findings block unconfirmed and a note says "
                              "why; 0: never (one measurement per run decides)")
     parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
                         help="when confirming: measure at most K flagged cases again, those whose "
@@ -53,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when confirming: the python that has the candidate's release "
                              "installed (default: the one running the gate)")
     parser.add_argument("--baseline-python", metavar="PY",
-                        help="when confirming: the python that has the baseline's release "
-                             "installed (default: the candidate's, when both runs are of one "
-                             "release)")
+                        help="the python that has the baseline's release installed: "
+                             "with it, time findings are measured again on both releases "
+                             "(--confirm)")
     parser.add_argument("--confirm-dir", metavar="DIR",
                         help="when confirming: keep the reruns' report directories here "
                              "(default: a temporary directory, removed after)")
@@ -182,6 +181,11 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
     if args.confirm_max_cases is not None and args.confirm_max_cases < 1:
         raise ValueError(f"--confirm-max-cases {args.confirm_max_cases} is below 1; give how "
                          "many flagged cases to measure again at most, e.g. --confirm-max-cases 20")
+    for flag, value in (("--baseline-python", args.baseline_python),
+                        ("--candidate-python", args.candidate_python),
+                        ("--confirm-dir", args.confirm_dir)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{flag} is empty; give a path, or leave {flag} out")
     for flag, value in (("--baseline-python", args.baseline_python),
                         ("--candidate-python", args.candidate_python),
                         ("--confirm-dir", args.confirm_dir),

@@ -4,19 +4,23 @@ pythons (``--confirm auto|N``), decided before anything is measured.
 A time finding is dismissed only when both releases are measured again here, side by side: a
 candidate measured again on a quiet machine against the baseline's one recorded figure would
 hide a real slowdown whenever the baseline's run was slowed by load. So a measurement again
-needs a python for each side that has that side's release (records/release.py: torch, the
-compiler stack, the backend's code), which ``conformance.release_probe``, run under it, says:
+needs a python for each release, named by the user, since only the user knows where each
+release is installed:
 
 - the candidate's: ``--candidate-python``, by default the python running the gate;
-- the baseline's: ``--baseline-python``, or the candidate's python when the two runs recorded
-  the same release (one python then measures both).
+- the baseline's: ``--baseline-python``. Never the candidate's by default, even where the two
+  runs recorded the same versions: what they did not record (a plugin's helper outside its
+  package, an environment variable, an option) may differ, and the candidate's setup would
+  then be measured as both releases.
 
-A python with another release would measure other software (with the baseline's torch in the
-candidate's place, a real slowdown is measured away as noise), so it is never used: with
-``--confirm N`` that is bad input (one line, exit 2); with ``auto`` (the default) the findings
-are not measured again, block, and the gate's note says why and what to give. Both sides'
-reruns get the candidate run's worker count, so each case has the same share of the cores
-on both sides.
+Each python is asked what it would record (``conformance.release_probe``, run under it with
+its side's backend and PYTHONPATH), and one with another release than its side recorded
+(records/release.py: torch, the compiler stack, a plugin's code) is never used: it would
+measure other software (with the baseline's torch in the candidate's place, a real slowdown
+is measured away as noise). With ``--confirm N`` a missing or wrong python is bad input (one
+line, exit 2); with ``auto`` (the default) the findings are not measured again, block, and the
+gate's note says why and what to give. Both sides' reruns get the candidate run's worker
+count, so each case has the same share of the cores on both sides.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import subprocess
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from records.release import PROBE_MARKER, RELEASE_KEYS, release_difference, release_of
+from records.release import PROBE_MARKER, release_difference, release_of
 from records.results import RunResults
 from records.text import one_line
 from reports.confirm import SUITE_ROOT, Side, default_python, run_workers
@@ -85,26 +89,22 @@ def fair_sides(baseline: RunResults, candidate: RunResults, candidate_python: st
                      "gate from a checkout (git clone ...; pip install -e .)")
     for name, results in (("baseline", baseline), ("candidate", candidate)):
         if not release_of(results.environment):
-            raise Unfair(f"the {name}'s results record no release ({', '.join(RELEASE_KEYS)}: "
-                         "its backend's environment() records none), so no python can be "
-                         "shown to have it")
+            raise Unfair(f"the {name}'s results record no release (no torch version: its "
+                         "backend's environment() records none), so no python can be shown "
+                         "to have it")
+    if not baseline_python:
+        raise Unfair("no python for the baseline, and a time finding is dismissed only when "
+                     "both releases are measured again side by side: give --baseline-python "
+                     f"with the python that has the baseline's release, {PYTHON_EXAMPLE}")
     workers = run_workers(candidate)
     python = candidate_python or default_python()
     who = (f"--candidate-python {one_line(python)}" if candidate_python else
            f"the gate's python {one_line(python)} (the candidate's unless --candidate-python "
            "names another)")
-    found = _release(probe, python, candidate, progress)
-    _check(found, candidate, "candidate", who, "candidate")
-    if baseline_python:
-        _check(_release(probe, baseline_python, baseline, progress), baseline, "baseline",
-               f"--baseline-python {one_line(baseline_python)}", "baseline")
-    elif release_difference(baseline.environment, found):
-        raise Unfair(f"the baseline ran another release than {who} has "
-                     f"({release_difference(baseline.environment, found)}), and a time finding "
-                     "is dismissed only when both releases are measured again side by side: "
-                     f"give --baseline-python with the python that has the baseline's release, "
-                     f"{PYTHON_EXAMPLE}")
-    return (Side("baseline", baseline, baseline_python or python, workers),
+    _check(_release(probe, python, candidate, progress), candidate, "candidate", who)
+    _check(_release(probe, baseline_python, baseline, progress), baseline, "baseline",
+           f"--baseline-python {one_line(baseline_python)}")
+    return (Side("baseline", baseline, baseline_python, workers),
             Side("candidate", candidate, python, workers))
 
 
@@ -114,8 +114,8 @@ def _release(probe: Probe, python: str, results: RunResults,
     return probe(python, results)
 
 
-def _check(found: dict | str, results: RunResults, name: str, who: str, flag: str) -> None:
-    fix = f"give --{flag}-python with the python that has the {name}'s release, {PYTHON_EXAMPLE}"
+def _check(found: dict | str, results: RunResults, name: str, who: str) -> None:
+    fix = f"give --{name}-python with the python that has the {name}'s release, {PYTHON_EXAMPLE}"
     if isinstance(found, str):
         raise Unfair(f"{who} cannot load the {name}'s backend: {found}; {fix}")
     difference = release_difference(results.environment, found)

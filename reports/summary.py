@@ -83,6 +83,10 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
             args += [f"--{key.replace('_', '-')}", _number(opts[key])]
     if opts.get("compile_cache") == "warm":
         args += ["--compile-cache", "warm"]
+    if opts.get("backend") == "neuron":  # how the run used the device and flex_attention's check
+        for key in ("neuron_cores_per_worker", "neuron_device_check"):
+            if opts.get(key) is not None:
+                args += [f"--{key.replace('_', '-')}", _number(opts[key])]
     for case_id in case_ids:
         args += ["--case-id", case_id]
     args += ["--report-dir", report_dir or _rerun_dir(opts.get("report_dir"))]

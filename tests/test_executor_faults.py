@@ -6,7 +6,6 @@ correct case in the same executor (a fresh child when the fault killed the old o
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest

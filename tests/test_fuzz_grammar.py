@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -1,11 +1,11 @@
 """Whether the gate measures its time findings again, and under which pythons
 (reports/confirm_plan.py). A finding is dismissed only when both releases are measured again
-here, side by side, each under a python that has its release: ``--confirm auto`` (the
-default) does that 3 times when such pythons are at hand and says why not otherwise;
-``--confirm N`` refuses when they are not (exit 2).
+here, side by side, each under a python the user named that has its release: ``--confirm
+auto`` (the default) does that 3 times when ``--baseline-python`` is given and says why not
+otherwise; ``--confirm N`` refuses when it cannot (exit 2).
 
-The decisive cases: a python with another release (torch, or the backend's own code) would
-measure other software and dismiss a real slowdown as noise; it must never be used.
+The decisive cases: a python with another release (torch, or a plugin's code) would measure
+other software and dismiss a real slowdown as noise; it must never be used.
 """
 from __future__ import annotations
 
@@ -43,41 +43,41 @@ def probe_giving(releases: dict, calls: list | None = None):
     return probe
 
 
-def test_two_runs_of_one_release_are_both_measured_by_the_candidates_python():
+def test_both_releases_are_measured_by_the_pythons_named_with_the_candidates_workers():
     calls = []
-    plan = plan_confirmation(None, recorded(OLD, workers=1), recorded(OLD, workers=2),
-                             "py", probe=probe_giving({"py": OLD}, calls))
+    plan = plan_confirmation(None, recorded(OLD, workers=1), recorded(NEW, workers=2),
+                             "new-py", "old-py",
+                             probe=probe_giving({"new-py": NEW, "old-py": OLD}, calls))
     assert plan.repeats == AUTO_REPEATS and plan.declined == ""
     assert [(s.name, s.python, s.workers) for s in plan.sides] == [
-        ("baseline", "py", 2), ("candidate", "py", 2)]  # the candidate's workers on both
-    assert calls == ["py"]
-    assert plan_confirmation(4, recorded(OLD), recorded(OLD), "py",
-                             probe=probe_giving({"py": OLD})).repeats == 4
+        ("baseline", "old-py", 2), ("candidate", "new-py", 2)]  # the candidate's workers
+    assert calls == ["new-py", "old-py"]
+    assert plan_confirmation(4, recorded(OLD), recorded(NEW), "new-py", "old-py",
+                             probe=probe_giving({"new-py": NEW, "old-py": OLD})).repeats == 4
 
 
-def test_another_release_needs_the_baseline_python():
-    """Without a python for the baseline, auto measures nothing and says what to give; a
-    count is bad input. With one, both releases are measured again side by side."""
-    old, new = recorded(OLD), recorded(NEW)
-    plan = plan_confirmation(None, old, new, "new-py", probe=probe_giving({"new-py": NEW}))
+def test_without_a_python_for_the_baseline_nothing_is_measured_again():
+    """Not even when both runs recorded the same versions: what they did not record (a
+    plugin's helper elsewhere, an environment variable) may differ, and a review measured a
+    real 2x slowdown dismissed when the candidate's python measured both."""
+    calls = []
+    plan = plan_confirmation(None, recorded(OLD), recorded(OLD), "py",
+                             probe=probe_giving({"py": OLD}, calls))
     assert plan.repeats == 0 and plan.declined == (
-        "the baseline ran another release than --candidate-python new-py has (torch '2.14.1' "
-        "where the run recorded '2.13.0'), and a time finding is dismissed only when both "
-        "releases are measured again side by side: give --baseline-python with the python "
-        "that has the baseline's release, e.g. /path/to/.tox/ENV/bin/python")
-    with pytest.raises(ValueError, match=r"^the baseline ran another release"):
-        plan_confirmation(3, old, new, "new-py", probe=probe_giving({"new-py": NEW}))
-    plan = plan_confirmation(None, old, new, "new-py", "old-py",
-                             probe=probe_giving({"new-py": NEW, "old-py": OLD}))
-    assert [(s.name, s.python) for s in plan.sides] == [("baseline", "old-py"),
-                                                        ("candidate", "new-py")]
+        "no python for the baseline, and a time finding is dismissed only when both releases "
+        "are measured again side by side: give --baseline-python with the python that has the "
+        "baseline's release, e.g. /path/to/.tox/ENV/bin/python")
+    assert calls == []  # decided before any python is started
+    with pytest.raises(ValueError, match=r"^no python for the baseline"):
+        plan_confirmation(3, recorded(OLD), recorded(NEW), "py", probe=probe_giving({}))
 
 
 def test_a_python_with_another_release_than_its_side_is_never_used():
     """The gate's own python has the baseline's torch: measuring it as the candidate would
     measure the baseline again. And a --baseline-python that has the candidate's."""
     old, new = recorded(OLD), recorded(NEW)
-    plan = plan_confirmation(None, old, new, probe=probe_giving({sys.executable: OLD}))
+    plan = plan_confirmation(None, old, new, baseline_python="old-py",
+                             probe=probe_giving({sys.executable: OLD, "old-py": OLD}))
     assert plan.repeats == 0 and plan.declined == (
         f"the gate's python {sys.executable} (the candidate's unless --candidate-python names "
         "another) has another release than the candidate ran (torch '2.13.0' where the run "
@@ -90,12 +90,12 @@ def test_a_python_with_another_release_than_its_side_is_never_used():
 
 
 def test_a_plugin_edited_since_the_baseline_ran_is_another_release():
-    """Same torch, but the backend's code changed between the runs (a review's case: a plugin
+    """Same torch, but the plugin's code changed between the runs (a review's case: a plugin
     directory holding the candidate's version, given as both sides' PYTHONPATH, measured the
     candidate twice and dismissed a 2x slowdown)."""
     old, new = recorded({**OLD, "backend_code": "aaaa"}), recorded({**OLD, "backend_code": "bbbb"})
     found = {"py": {**OLD, "backend_code": "bbbb"}}
-    plan = plan_confirmation(None, old, new, "py", probe=probe_giving(found))
+    plan = plan_confirmation(None, old, new, "py", "py", probe=probe_giving(found))
     assert plan.repeats == 0 and "(backend_code 'bbbb' where the run recorded 'aaaa')" in \
         plan.declined
     with pytest.raises(ValueError, match=r"^--baseline-python py has another release than the "
@@ -104,10 +104,37 @@ def test_a_plugin_edited_since_the_baseline_ran_is_another_release():
         plan_confirmation(3, old, new, "py", "py", probe=probe_giving(found))
 
 
+def test_the_plugin_digest_covers_its_whole_package_and_not_the_suites_own_code(tmp_path,
+                                                                                monkeypatch):
+    """A helper module of the plugin counts (a review: a slowdown in a helper kept the digest
+    of the class's file); a built-in backend records none (its code is the gate's checkout,
+    the same for both reruns)."""
+    import importlib
+
+    from conformance.backends.base import backend_code
+    from conformance.backends.cpu import CpuEager
+
+    package = tmp_path / "myplug"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("EXTRA_SECONDS = 0\n")
+    (package / "backend.py").write_text(
+        "from conformance.backends.cpu import CpuEager\nclass Plug(CpuEager):\n"
+        "    name = 'plug'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plug = importlib.import_module("myplug.backend").Plug
+    before = backend_code(plug)
+    (package / "helpers.py").write_text("EXTRA_SECONDS = 2\n")
+    after = backend_code(plug)
+    assert before and after and before != after
+    assert backend_code(CpuEager) is None
+
+
 def test_runs_that_record_no_release_cannot_be_measured_again():
     bare = replace(recorded(OLD), environment={"backend": "neuron", "host": "host-1"})
     calls = []
-    plan = plan_confirmation(None, bare, recorded(OLD), probe=probe_giving({}, calls))
+    plan = plan_confirmation(None, bare, recorded(OLD), "py", "py",
+                             probe=probe_giving({}, calls))
     assert plan.repeats == 0 and plan.declined.startswith("the baseline's results record no "
                                                           "release")
     assert calls == []  # decided before any python is started
@@ -119,7 +146,7 @@ def test_without_a_checkout_of_the_suite_nothing_can_be_measured_again(tmp_path,
     monkeypatch.setattr(reports.confirm_plan, "SUITE_ROOT", tmp_path)
     (tmp_path / "conformance").mkdir()
     (tmp_path / "conformance" / "plugin.py").write_text("")  # as a plain pip install has it
-    plan = plan_confirmation(None, recorded(OLD), recorded(OLD), "py",
+    plan = plan_confirmation(None, recorded(OLD), recorded(OLD), "py", "py",
                              probe=probe_giving({"py": OLD}))
     assert plan.repeats == 0 and plan.declined == (
         f"{tmp_path} is not a checkout of this suite (no conftest.py and conformance/ there), "
@@ -145,7 +172,10 @@ def test_the_release_probe_says_what_this_python_would_record(tmp_path):
 
     cpu = replace(run([]), options={**run([]).options, "backend": "cpu-eager"})
     found = probe_release(sys.executable, cpu)
-    assert set(found) == {"torch", "backend_code"} and found["torch"] == torch.__version__
+    assert found == {"torch": torch.__version__}  # a built-in backend: no plugin code
+    plugin = replace(cpu, options={**cpu.options, "backend_requested":
+                                   "tests.slow_backends:SlowFirstCall"})
+    assert set(probe_release(sys.executable, plugin)) == {"torch", "backend_code"}
     nowhere = replace(cpu, options={**cpu.options, "backend": "no-such-backend"})
     assert probe_release(sys.executable, nowhere).startswith("unknown backend 'no-such-backend'")
     for junk in ("FLEXCONF-RELEASE null", "FLEXCONF-RELEASE [1]", "FLEXCONF-RELEASE {"):
@@ -166,15 +196,18 @@ def test_gating_with_a_python_of_another_release_is_refused_before_anything_is_m
                        environment={"backend": "cpu-eager", "torch": version})
 
     old, new = cpu_run(4.0, torch.__version__), cpu_run(8.0, "9.9.9")
-    assert gate(tmp_path, old, new, "--confirm", "2", "--confirm-dir",
-                str(tmp_path / "reruns")) == 2
+    assert gate(tmp_path, old, new, "--confirm", "2", "--baseline-python", sys.executable,
+                "--confirm-dir", str(tmp_path / "reruns")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == f"confirm: asking {sys.executable} which release it has"
     assert len(err) == 2 and (f"has another release than the candidate ran (torch "
                               f"{torch.__version__!r} where the run recorded '9.9.9')") in err[1]
     assert list((tmp_path / "reruns").iterdir()) == []  # made, and nothing measured
-    assert gate(tmp_path, old, new, confirm="auto") == 1
+    assert gate(tmp_path, old, new, "--baseline-python", sys.executable, confirm="auto") == 1
     assert "--confirm auto did not measure them again: the gate's python" in \
+        capsys.readouterr().out
+    assert gate(tmp_path, old, new, confirm="auto") == 1  # and without a baseline python
+    assert "--confirm auto did not measure them again: no python for the baseline" in \
         capsys.readouterr().out
 
 
@@ -207,8 +240,8 @@ def test_bad_places_and_relative_pythons(tmp_path, capsys, monkeypatch):
 def test_by_default_a_slow_measurement_that_does_not_reproduce_is_dismissed(tmp_path, capsys):
     """Measured for real (the stand-in compiler of tests/slow_backends.py, no slowdown): the
     candidate recorded its case at twice the time it takes (a measurement on a loaded
-    machine). Both runs are of one release, so the default gate measures both again 3 times
-    with this python, side by side: dismissed, MAY SHIP."""
+    machine). Given a python for the baseline (this one: both runs are of one release), the
+    default gate measures both again 3 times, side by side: dismissed, MAY SHIP."""
     from cases.model import Case, Variant
     from conformance.cli import main
 
@@ -225,7 +258,10 @@ def test_by_default_a_slow_measurement_that_does_not_reproduce_is_dismissed(tmp_
 
     assert main(["gate", *args, "--confirm", "0"]) == 1  # one measurement: it blocks
     capsys.readouterr()
-    assert main(["gate", *args, "--json", str(tmp_path / "gate.json")]) == 0
+    assert main(["gate", *args, "--json", str(tmp_path / "gate.json")]) == 1  # no baseline python
+    capsys.readouterr()
+    assert main(["gate", *args, "--baseline-python", sys.executable,
+                 "--json", str(tmp_path / "gate.json")]) == 0
     err = capsys.readouterr().err
     assert ("confirm: 1 flagged case measured again 3 times, cold, for the baseline and the "
             "candidate (--confirm auto; --confirm 0 skips this)\n") in err, err

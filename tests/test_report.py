@@ -184,6 +184,12 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
         "--cases-module my_cases --case-file '/tmp/my cases.json' --seed 7 "
         "--compile-timeout 600 --run-timeout 300 --timed-runs 5 --compile-cache warm "
         "--case-id 'odd'\"'\"'id`$(x)' --report-dir '/tmp/run 1-rerun'")
+    # on Neuron: the cores each worker had and the device check, as the run was set
+    neuron = replace(results, options=dict(results.options, backend="neuron",
+                                           backend_requested="neuron", neuron_cores_per_worker=4,
+                                           neuron_device_check="strict"))
+    assert "--neuron-cores-per-worker 4 --neuron-device-check strict --case-id" in \
+        rerun_command(neuron, cid)
 
 
 def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, capsys):

@@ -2,7 +2,6 @@
 and under xdist the longest cases start first."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 

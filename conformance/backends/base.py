@@ -41,24 +41,33 @@ def threads_per_worker(slot: WorkerSlot) -> int:
 
 
 def backend_code(cls: type) -> str | None:
-    """Which code a backend is: the first 16 hex digits of the sha256 over the source files
-    that define ``cls`` and the backend classes it derives from (a plugin's module, and the
-    built-in module it extends); None when one has no file. Recorded as a release key
-    (records/release.py): ``flexconf gate --confirm`` measures a run again only under a python
-    that loads the same code (a plugin edited since the run would be other software)."""
+    """Which plugin code a backend is: the first 16 hex digits of the sha256 over every
+    ``.py`` file (path and content) of the top-level package, or module, of each backend class
+    ``cls`` is or derives from that is not this suite's (``conformance``): a plugin's helpers
+    count, not only the file of its class. None for a built-in backend (its code is this
+    suite's, which the gate's reruns take from the gate's checkout for both releases), and
+    when a file cannot be read. Recorded as a release key (records/release.py): ``flexconf
+    gate --confirm`` measures a run again only under a python that loads the same plugin code.
+    Code outside those packages, and environment variables, are not covered."""
     import hashlib
-    import inspect
+    import sys
+    from pathlib import Path
 
+    tops = dict.fromkeys(c.__module__.split(".")[0] for c in cls.__mro__
+                         if isinstance(c, type) and issubclass(c, Backend))
+    tops.pop("conformance", None)
     digest = hashlib.sha256()
-    files = dict.fromkeys(inspect.getsourcefile(c) for c in cls.__mro__
-                          if isinstance(c, type) and issubclass(c, Backend))
-    for path in files:
-        try:
-            with open(path, "rb") as f:
-                digest.update(f.read())
-        except (TypeError, OSError):
-            return None
-    return digest.hexdigest()[:16]
+    for top in tops:
+        module = sys.modules.get(top)
+        roots = [Path(p) for p in getattr(module, "__path__", [])]
+        files = ([(f.relative_to(root), f) for root in roots for f in sorted(root.rglob("*.py"))]
+                 if roots else [(Path(top + ".py"), Path(getattr(module, "__file__", "") or ""))])
+        for name, path in files:
+            try:
+                digest.update(f"{top}/{name.as_posix()}\n".encode() + path.read_bytes())
+            except OSError:
+                return None
+    return digest.hexdigest()[:16] if tops else None
 
 
 #: fn(q, k, v, score_mod, block_mask) -> output tensor
@@ -82,9 +91,10 @@ class Backend:
 
         import torch
 
+        code = backend_code(type(self))
         return {
             "backend": self.name,
-            "backend_code": backend_code(type(self)),
+            **({"backend_code": code} if code else {}),  # a plugin's (None: built-in)
             "torch": torch.__version__,
             "python": platform.python_version(),
             "host": platform.node(),
