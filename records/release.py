@@ -1,5 +1,5 @@
-"""Which release a run measured, and on which machine: the facts of results.json's
-``environment`` that two measurements must share to be measurements of the same software.
+"""Which release a run measured: the facts of results.json's ``environment`` that two
+measurements must share to be measurements of the same software.
 
 One owner for both users: ``flexconf merge`` refuses shards of different releases, and
 ``flexconf gate --confirm`` refuses to measure a release again under a python that has

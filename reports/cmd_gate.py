@@ -245,6 +245,7 @@ def _confirm(args, decision, baseline, candidate):
     cases = flagged_cases(decision, args.confirm_max_cases or DEFAULT_MAX_CASES)
     if not cases:
         return decision
+
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
@@ -256,7 +257,7 @@ def _confirm(args, decision, baseline, candidate):
              f"again {plan.repeats} time{'s' if plan.repeats != 1 else ''}, cold, for the "
              + " and the ".join(side.name for side in plan.sides)
              + (" (--confirm auto; --confirm 0 skips this)" if args.repeats is None else ""))
-    if args.confirm_dir:  # made, and checked, by prepare_outputs
+    if args.confirm_dir:  # made, and checked, by prepare_confirm_dir
         workdir = Path(args.confirm_dir)
         measured = remeasure(list(plan.sides), cases, plan.repeats, workdir, progress=progress)
     else:
