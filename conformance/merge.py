@@ -142,11 +142,19 @@ def _check_same(runs: Sequence[tuple[str, RunResults]]) -> None:
                              "versions)")
 
 
+def _release_fact(key: str) -> str:
+    """How a merge error names a release key: ``torch version``, ``NEURON_CC_FLAGS``, ``plugin
+    code (backend_code)``."""
+    if key == "backend_code":
+        return "plugin code (backend_code)"
+    return key if key.isupper() else f"{key} version"
+
+
 _FACTS = {
     "suite_version": lambda r: r.suite_version,
     **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
     "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
-    **{f"{name} version": (lambda r, n=name: r.environment.get(n)) for name in RELEASE_KEYS},
+    **{_release_fact(name): (lambda r, n=name: r.environment.get(n)) for name in RELEASE_KEYS},
 }
 
 

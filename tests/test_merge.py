@@ -64,6 +64,9 @@ def test_three_shards_merge_into_the_whole_matrix_in_matrix_order():
     ({"options_profile": "full"}, "profile is 'full' there but 'smoke' here"),
     ({"options_backend": "cpu-inductor"}, "backend is 'cpu-inductor' there but 'cpu-eager' here"),
     ({"environment_torch": "2.11.0+cu126"}, "torch version is '2.11.0+cu126' there"),
+    ({"environment_backend_code": "0123abcd"}, "plugin code (backend_code) is '0123abcd' there "
+                                                "but None here"),
+    ({"environment_NEURON_CC_FLAGS": "-O1"}, "NEURON_CC_FLAGS is '-O1' there but None here"),
     ({"options_shard": "2/4"}, "shard count is 4 there but 3 here"),
 ])
 def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
