@@ -21,17 +21,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from records.release import release_difference
 from records.results import Record, ResultsError, RunResults, load_results
 from records.text import one_line
 from reports.compare import MEASURES
 from reports.gate import Finding, GateDecision, Note, ordered
-from reports.summary import rerun_args
+from reports.summary import rerun_args, rerun_backend
 from reports.timing import Figures, judge
 
 #: the checkout whose ``conformance/`` the reruns run (the gate's own)
 SUITE_ROOT = Path(__file__).resolve().parents[1]
 #: seconds a rerun process may take beyond its cases' compile and run budgets
 RERUN_MARGIN_SECONDS = 300
+#: the most seconds one rerun may take (a longer timeout overflows the OS's wait, in ms)
+MAX_RERUN_SECONDS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -107,27 +110,43 @@ def remeasure(sides: list[Side], case_ids: list[str], repeats: int, workdir: Pat
 
 def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults | str:
     """One rerun: ``python -m pytest conformance/ ... --case-id ...`` from the suite's root
-    (reports/confirm_plan.py has checked that it is there)."""
-    env_extra, args = rerun_args(side.results, case_ids, str(report_dir))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(env_extra)
+    (reports/confirm_plan.py has checked that it is there). A rerun that recorded another
+    release than its side's run gives no figures."""
+    _, args = rerun_args(side.results, case_ids, str(report_dir.resolve()))
     opts = side.results.options
     budget = (float(opts.get("compile_timeout") or 600) + float(opts.get("run_timeout") or 300)
               ) * len(case_ids) + RERUN_MARGIN_SECONDS
     command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                *(["-n", str(side.workers)] if side.workers > 1 else []), *args]
     try:
-        proc = subprocess.run(command, cwd=SUITE_ROOT, env=env, capture_output=True, text=True,
-                              timeout=budget)
+        proc = subprocess.run(command, cwd=SUITE_ROOT, env=side_env(side.python, side.results),
+                              capture_output=True, text=True, encoding="utf-8",
+                              errors="replace", timeout=min(budget, MAX_RERUN_SECONDS))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return one_line(f"{side.python} could not run pytest: {exc}")
     if proc.returncode not in (0, 1):  # 0, 1: finished, every case has a label
         tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         return one_line(f"pytest exited {proc.returncode}: {tail[-1] if tail else 'no output'}")
     try:
-        return load_results(report_dir / "results.json")
+        rerun = load_results(report_dir / "results.json")
     except ResultsError as exc:
         return one_line(str(exc))
+    difference = release_difference(side.results.environment, rerun.environment)
+    if difference:
+        return one_line(f"the rerun ran another release than the {side.name} ({difference})")
+    return rerun
+
+
+def side_env(python: str, results: RunResults) -> dict[str, str]:
+    """The environment a side's python runs in, for the release probe and the reruns alike:
+    the gate's, without pytest's own variables, with the directory of ``python`` first on
+    PATH (as activating its virtual environment would: a release's command-line tools, such
+    as neuronx-cc, are found there, not the gate's) and the plugin's PYTHONPATH
+    (reports.summary.rerun_backend)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(python).parent), env.get("PATH")) if p)
+    env.update(rerun_backend(results)[1])
+    return env
 
 
 def run_workers(results: RunResults) -> int:

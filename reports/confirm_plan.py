@@ -25,7 +25,6 @@ count, so each case has the same share of the cores on both sides.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -33,7 +32,7 @@ from typing import Callable
 from records.release import PROBE_MARKER, release_difference, release_of
 from records.results import RunResults
 from records.text import one_line
-from reports.confirm import SUITE_ROOT, Side, default_python, run_workers
+from reports.confirm import SUITE_ROOT, Side, default_python, run_workers, side_env
 from reports.gate import GateDecision, Note
 from reports.summary import rerun_backend
 
@@ -127,12 +126,11 @@ def _check(found: dict | str, results: RunResults, name: str, who: str) -> None:
 def probe_release(python: str, results: RunResults) -> dict | str:
     """The release keys ``python`` would record running ``results``' backend, or one line
     saying why it cannot tell (conformance/release_probe.py, run from the suite's root)."""
-    backend, env_extra = rerun_backend(results)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(env_extra)
+    backend, _ = rerun_backend(results)
     try:
         proc = subprocess.run([python, "-m", "conformance.release_probe", backend],
-                              cwd=SUITE_ROOT, env=env, capture_output=True, text=True,
+                              cwd=SUITE_ROOT, env=side_env(python, results), capture_output=True,
+                              text=True, encoding="utf-8", errors="replace",
                               timeout=PROBE_TIMEOUT_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return one_line(f"running it failed: {type(exc).__name__}")

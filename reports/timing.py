@@ -5,13 +5,15 @@ A time finding is flagged from one measurement per run. Measured again, it is
   - ``confirmed`` when the candidate's repeated median still grew past the rule against the
     baseline's repeated median (or, when the baseline has no repeated figure, its recorded
     one): it blocks;
-  - ``dismissed`` (as noise) when it did not, against the baseline's repeated median: it does
-    not block. Never against a recorded figure: a baseline run slowed by load would hide a
-    real slowdown;
-  - ``unmeasured`` when the reruns gave no figure for the candidate, or none for the baseline
-    and the candidate's does not confirm it: it still blocks, since nothing disproved it;
-  - ``unconfirmed`` when not measured again (``--confirm 0``, or ``auto`` found measuring
-    here unfair, reports/confirm_plan.py): it blocks on its one measurement.
+  - ``dismissed`` (as noise) when it did not, against the baseline's repeated median, and
+    every candidate rerun gave a figure: it does not block. Never against a recorded figure
+    (a baseline run slowed by load would hide a real slowdown), nor when a candidate rerun
+    gave none (a COMPILE_TIMEOUT is slower than any figure);
+  - ``unmeasured`` otherwise, when the figures do not confirm it: it still blocks, since
+    nothing disproved it;
+  - ``unconfirmed`` when not measured again (``--confirm 0``; ``auto`` without a fitting
+    python for each release, reports/confirm_plan.py; or left out by ``--confirm-max-cases``):
+    it blocks on its one measurement.
 """
 from __future__ import annotations
 
@@ -137,10 +139,8 @@ class Confirmation:
         if self.status == "unconfirmed":
             return "unconfirmed: measured once per run"
         head = {"confirmed": "confirmed", "dismissed": "dismissed as noise",
-                "unmeasured": "not confirmed, still blocking: "
-                + ("the reruns gave no figure" if not (self.candidate and self.candidate.seconds)
-                   else "the baseline was not measured again" if self.baseline is None
-                   else "the reruns gave the baseline no figure")}[self.status]
+                "unmeasured": "not confirmed, still blocking: " + self._unmeasured_reason
+                }[self.status]
         parts = [f"candidate {self.candidate.text}" if self.candidate else ""]
         if self.baseline is not None:
             parts.append(f"baseline {self.baseline.text}")
@@ -153,6 +153,17 @@ class Confirmation:
         if self.stage is not None and self.status == "confirmed":  # what grew, when it did
             line += f"; {self.stage.text}"
         return line
+
+    @property
+    def _unmeasured_reason(self) -> str:
+        if not (self.candidate and self.candidate.seconds):
+            return "the reruns gave no figure"
+        if self.candidate.failures:
+            return (f"{len(self.candidate.failures)} of the candidate's reruns gave no figure "
+                    f"({'; '.join(self.candidate.failures)})")
+        if self.baseline is None:
+            return "the baseline was not measured again"
+        return "the reruns gave the baseline no figure"
 
     def to_json(self) -> dict:
         after = self.candidate.median if self.candidate else None
@@ -181,10 +192,10 @@ def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Fig
         return confirmation
     if rule.grew(before, after):
         status = "confirmed"
-    elif baseline is not None and baseline.median is not None:
+    elif baseline is not None and baseline.median is not None and not candidate.failures:
         status = "dismissed"
-    else:  # a recorded baseline figure may itself be slow: it cannot clear a finding
-        return confirmation
+    else:  # a recorded baseline figure may itself be slow, and a candidate rerun without a
+        return confirmation  # figure (a timeout) may be the slowdown: neither clears it
     return Confirmation(status, rule, repeats, candidate, baseline, recorded_baseline,
                         confirmation.stage)
 

@@ -8,6 +8,7 @@ one measures for real, in subprocesses, a planted slowdown and a spurious findin
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from dataclasses import replace
@@ -351,3 +352,60 @@ def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_
         assert gate(tmp_path, run([record(A)]), run([record(A)]), *extra) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_a_candidate_rerun_without_a_figure_keeps_the_finding_blocking(tmp_path):
+    """A COMPILE_TIMEOUT among the candidate's reruns is slower than any figure: the median
+    of the others must not dismiss the finding (a review: 5.0 s and two timeouts against a
+    baseline of 4.9-5.1 s read "dismissed as noise")."""
+    old = run([record(A, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=6.0)])
+    calls = {"candidate": 0}
+
+    def rerun(side, case_ids, report_dir):
+        if side.name == "baseline":
+            return RunResults({}, old.options, (record(A, compile_seconds=5.0),), "0.1.0")
+        calls["candidate"] += 1
+        timed_out = calls["candidate"] > 1
+        return RunResults({}, new.options, (record(
+            A, Label.COMPILE_TIMEOUT if timed_out else Label.PASS,
+            compile_seconds=None if timed_out else 5.0),), "0.1.0")
+
+    measured = remeasure([Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")],
+                         [A], 3, tmp_path, rerun=rerun)
+    decision = confirm_decision(decide(old, new), measured)
+    assert not decision.may_ship
+    [finding] = decision.blocking
+    assert finding.confirmation.status == "unmeasured"
+    assert ("not confirmed, still blocking: 2 of the candidate's reruns gave no figure "
+            "(COMPILE_TIMEOUT; COMPILE_TIMEOUT)") in gate_text(decision, "o", "n")
+
+
+def test_a_rerun_runs_from_an_absolute_report_dir_and_must_record_its_sides_release(
+        tmp_path, monkeypatch):
+    """pytest runs from the suite's root: a relative --confirm-dir must not send its results
+    elsewhere than the gate reads them; and a rerun that recorded another release than its
+    side's run (a python changed since it was asked) gives no figure. The side's python's
+    directory comes first on PATH (its release's tools, as activating its venv would)."""
+    import subprocess
+
+    import reports.confirm as confirm
+
+    seen = {}
+
+    def fake_run(command, cwd, env, **kwargs):
+        report_dir = Path(command[command.index("--report-dir") + 1])
+        seen.update(report_dir=report_dir, path=env["PATH"])
+        write_results(replace(run([record(A)]), environment={"torch": "9.9.9"}),
+                      report_dir / "results.json")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(confirm.subprocess, "run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    side = Side("candidate", replace(run([record(A)]), environment={"torch": "2.13.0"}),
+                "/opt/sdk/bin/python")
+    said = confirm.run_pytest(side, [A], Path("confirm") / "candidate-1")
+    assert seen["report_dir"] == tmp_path / "confirm" / "candidate-1"
+    assert seen["path"].startswith("/opt/sdk/bin" + os.pathsep)
+    assert said == ("the rerun ran another release than the candidate (torch '9.9.9' where the "
+                    "run recorded '2.13.0')")
