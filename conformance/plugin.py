@@ -23,15 +23,11 @@ whose first line starts with ``[LABEL]``.
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import time
 from pathlib import Path
-from typing import Callable, Iterable
 
 import pytest
 
-from conformance import options as opts
+from conformance import options as opts, termination
 from conformance.run_lifecycle import RunLifecycle, worker_count
 
 MATRIX_DIR = Path(__file__).resolve().parent
@@ -54,8 +50,8 @@ def pytest_configure(config) -> None:
     state = ConformanceSession(config, options)
     config.stash[_STATE] = state
     if state.active:
-        _interrupt_on_termination(lambda: _xdist_worker_pids(config) if state.is_controller
-                                  else ())
+        termination.interrupt_on_termination(
+            lambda: termination.xdist_worker_pids(config) if state.is_controller else ())
     if state.active and state.is_controller:
         _check_selection_expressions(config)
         state.validate_backend()
@@ -155,7 +151,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     state.close_runner()
     if state.active and state.is_controller:
         if state.nothing_selected() and (exitstatus == pytest.ExitCode.INTERRUPTED
-                                         or _INTERRUPTED_AT):
+                                         or termination.stopped_by_signal()):
             state.summary_lines.append(  # as flexconf recover says of the same store
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
@@ -177,7 +173,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                     "has no records, for flexconf merge")
                 session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
     if state.active:
-        _restore_termination_handlers()
+        termination.restore_termination_handlers()
 
 
 def _end_of_resume(session, state, missing: list[str]) -> None:
@@ -198,55 +194,15 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
 
 
 def pytest_keyboard_interrupt(excinfo) -> None:
-    """The run is stopping (Ctrl-C, or SIGTERM or SIGHUP through _interrupt_on_termination),
-    and this interrupt was not lost: until the run's results are written
-    (_restore_termination_handlers), another Ctrl-C, SIGTERM or SIGHUP is ignored with a line
-    saying so, for _STOP_GRACE_SECONDS. The stop under way (children killed, xdist's teardown,
-    what finished written: 5-8 s) is what it asks for; a second Ctrl-C that landed in xdist's
-    teardown raised there, and the run ended with a traceback and without its results.json
-    (an audit, 2026-12-04). Only where this run set the handlers (an active run:
-    _REPLACED_HANDLERS)."""
-    if _REPLACED_HANDLERS:
-        _ignore_signals_while_stopping()
-
-
-#: How long a stop under way ignores further signals; one after that stops at once (a stop
-#: that hangs, a worker that never answers, is not waited for forever).
-_STOP_GRACE_SECONDS = 30.0
-
-
-def _ignore_signals_while_stopping() -> None:
-    began, said = time.monotonic(), []
-
-    def stopping(signum, _frame):
-        name = signal.Signals(signum).name
-        if time.monotonic() - began > _STOP_GRACE_SECONDS:
-            raise KeyboardInterrupt(f"received {name} while stopping")
-        if not said:
-            said.append(True)
-            print(f"\nflexconf: {name} ignored: the run is already stopping and writing what "
-                  f"finished (one after {_STOP_GRACE_SECONDS:.0f} s stops it at once)",
-                  file=sys.stderr, flush=True)
-
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        previous = signal.getsignal(number)
-        if previous is signal.SIG_IGN:
-            continue
-        try:
-            signal.signal(number, stopping)
-        except ValueError:  # not the main thread
-            return
-        _REPLACED_HANDLERS.setdefault(number, signal.SIG_DFL if previous is None else previous)
-
-
-def _restore_termination_handlers() -> None:
-    """Once the run's results are written, SIGTERM and SIGHUP (and Ctrl-C, where the run
-    stopped on a signal) get back what they did before the run: nothing is left to keep, and
-    pytest's own exit (its garbage collection passes, seconds with torch loaded) is no place
-    for a KeyboardInterrupt and its traceback."""
-    while _REPLACED_HANDLERS:
-        number, previous = _REPLACED_HANDLERS.popitem()
-        signal.signal(number, previous)
+    """The run is stopping (Ctrl-C, or SIGTERM or SIGHUP through conformance/termination.py),
+    and this interrupt was not lost: until the run's results are written, another Ctrl-C,
+    SIGTERM or SIGHUP is ignored with a line saying so, for termination.STOP_GRACE_SECONDS.
+    The stop under way (children killed, xdist's teardown, what finished written: 5-8 s) is
+    what it asks for; a second Ctrl-C that landed in xdist's teardown raised there, and the
+    run ended with a traceback and without its results.json (an audit, 2026-12-04). Only
+    where this run set the handlers (an active run)."""
+    if termination.handlers_replaced():
+        termination.ignore_signals_while_stopping()
 
 
 def pytest_unconfigure(config) -> None:
@@ -254,7 +210,8 @@ def pytest_unconfigure(config) -> None:
     if state is not None:
         state.close_runner()
         state.release_run_lock()
-    _restore_termination_handlers()  # also after a usage error, which skips sessionfinish
+    # also after a usage error, which skips sessionfinish
+    termination.restore_termination_handlers()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -263,68 +220,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("flexattention conformance")
         for line in state.summary_lines:
             terminalreporter.write_line(line)
-
-
-#: signal number -> the handler _interrupt_on_termination replaced, put back at the end.
-_REPLACED_HANDLERS: dict[int, object] = {}
-#: When a termination signal last stopped the run (time.monotonic()). Another within
-#: _ECHO_SECONDS is its echo, and is ignored: ``timeout`` and Slurm signal the process group as
-#: well as the process, so the controller gets SIGTERM twice, and a second KeyboardInterrupt
-#: would land in pytest's handling of the first (or in writing the results). A later one stops
-#: the run again, for the first may have been lost: one raised inside a __del__ or a garbage
-#: collector's callback is printed as "Exception ignored" and dropped.
-_INTERRUPTED_AT: list[float] = []
-_ECHO_SECONDS = 5.0
-
-
-def _interrupt_on_termination(workers: Callable[[], Iterable[int]]) -> None:
-    """SIGTERM (Slurm, Kubernetes, CI cancellation) and SIGHUP (a closed terminal) stop the
-    run as Ctrl-C does: children killed, what finished written as an incomplete run. A signal
-    the run was started ignoring stays ignored: under ``nohup`` a hangup does not stop it.
-
-    The controller passes the signal on to its xdist workers (``workers()``: their pids), so
-    a signal sent to it alone (``kill PID``, a container's init) stops them as Ctrl-C does, at
-    once: each kills its supervised child and compiler processes and records what it was
-    running as cut off. Without that they went on starting their queued cases until xdist's
-    teardown ended them 10-15 s later (when the run was started with SIGINT ignored, as a
-    background job is, execnet's interrupt does nothing). Where the signal went to the whole
-    process group too, the worker takes the second copy as an echo."""
-    def interrupt(signum, _frame):
-        now = time.monotonic()
-        if _INTERRUPTED_AT and now - _INTERRUPTED_AT[-1] < _ECHO_SECONDS:
-            return  # the echo of the signal whose stop is under way
-        _INTERRUPTED_AT.append(now)
-        for pid in workers():
-            try:
-                os.kill(pid, signum)
-            except OSError:  # gone already
-                pass
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-    _restore_termination_handlers()  # a run before this one in the process left them
-    _INTERRUPTED_AT.clear()
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        previous = signal.getsignal(number)
-        if previous is signal.SIG_IGN:
-            continue
-        try:
-            signal.signal(number, interrupt)
-        except ValueError:  # not the main thread: leave the default
-            return
-        _REPLACED_HANDLERS[number] = signal.SIG_DFL if previous is None else previous
-
-
-def _xdist_worker_pids(config) -> list[int]:
-    """The pids of this controller's running xdist workers (none without xdist). execnet,
-    which starts them, does not publish the pid: it is read where execnet keeps its Popen."""
-    dsession = config.pluginmanager.getplugin("dsession")
-    group = getattr(getattr(dsession, "nodemanager", None), "group", None)
-    pids = []
-    for gateway in list(group or ()):
-        popen = getattr(getattr(gateway, "_io", None), "popen", None)
-        if popen is not None and popen.poll() is None:
-            pids.append(popen.pid)
-    return pids
 
 
 def _case_ids(nodeids) -> set[str]:

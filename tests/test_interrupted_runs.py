@@ -281,8 +281,8 @@ def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_ec
     past the echo window (set to 0 here), must stop the run."""
     (tmp_path / "swallowed_then_again.py").write_text(
         "import os, signal\n"
-        "import conformance.plugin\n"
-        "conformance.plugin._ECHO_SECONDS = 0.0\n"
+        "import conformance.termination\n"
+        "conformance.termination.ECHO_SECONDS = 0.0\n"
         "class SignalsWhenCollected:\n"
         "    def __del__(self):\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
