@@ -49,6 +49,7 @@ def test_a_broken_structure_is_the_backends_error_quoting_the_contract(
     assert not (tmp_path / "out.pt").exists()  # nothing reaches the verdict
 
 
+@pytest.mark.slow
 def test_the_lse_split_is_a_compile_error_record_and_the_next_case_passes():
     broken = Case(Variant("causal"), SHAPE, "fp32", "fwd+lse")
     healthy = Case(Variant("full"), SHAPE, "fp32", "fwd")

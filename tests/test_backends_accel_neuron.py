@@ -250,6 +250,7 @@ def test_stock_torch_rejects_neuron_and_the_bypass_lifts_only_that(monkeypatch):
         device_check.apply("neuron", "loose")
 
 
+@pytest.mark.slow
 def test_bypassed_device_check_runs_the_cases_and_strict_gives_upstreams_sentence(
         standin, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_NEURON_REJECT_DEVICE", "1")  # CPU rejected as stock torch rejects neuron
@@ -298,6 +299,7 @@ def _fill_host_cache(cases, tmp_path) -> None:
     assert len(list((tmp_path / "host" / "neff_cache").iterdir())) == len(cases)
 
 
+@pytest.mark.slow
 def test_cold_never_hits_a_cache_and_warm_uses_its_own(standin, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "0.3")
     _fill_host_cache([CAUSAL, ALIBI], tmp_path)  # what the old NEURON_COMPILE_CACHE_URL missed
@@ -363,6 +365,7 @@ def test_failed_cases_keep_their_artifacts_in_the_report_dir(standin, tmp_path, 
     assert "injected failure" in (kept / "child.log").read_text()
 
 
+@pytest.mark.slow
 def test_passing_cases_leave_no_artifacts_unless_kept(standin, tmp_path):
     (passed,) = _run([CAUSAL], tmp_path)
     assert passed.label is Label.PASS and passed.artifacts is None

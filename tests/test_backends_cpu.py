@@ -37,6 +37,7 @@ def execute(spec: str, cases, seeds=None, **settings):
         executor.close()
 
 
+@pytest.mark.slow
 def test_cpu_eager_passes_every_core_variant():
     records = execute("cpu-eager", CORE_TINY)
     assert [(r.case_id, r.label) for r in records] == [(c.id, Label.PASS) for c in CORE_TINY], \

@@ -45,6 +45,7 @@ def run_cases(spec: str, cases, compile_timeout=60.0, run_timeout=60.0):
      "ValueError: FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices. "
      "Found input tensors on neuron device."),
 ])
+@pytest.mark.slow
 def test_fault_gets_its_label_and_the_next_case_passes(backend, label, first_line):
     fault, after = run_cases(f"tests.fault_backends:{backend}", [FAULTY, HEALTHY])
     assert fault.label is label, fault.message
@@ -71,6 +72,7 @@ def _gone(pid: int) -> bool:
     ("CompileHang", Label.COMPILE_TIMEOUT, "compile"),
     ("RunHang", Label.RUN_TIMEOUT, "run"),
 ])
+@pytest.mark.slow
 def test_hang_is_killed_with_its_process_group(backend, label, phase, tmp_path, monkeypatch):
     pid_file = tmp_path / "grandchild.pid"
     monkeypatch.setenv(fault_backends.GRANDCHILD_PID_FILE, str(pid_file))
@@ -92,6 +94,7 @@ def test_hang_is_killed_with_its_process_group(backend, label, phase, tmp_path, 
     assert after.label is Label.PASS, after.message
 
 
+@pytest.mark.slow
 def test_a_crash_is_a_crash_even_when_a_forked_process_holds_the_pipe():
     """A fork-based helper (compile pool, runtime daemon) inherits the events pipe; the
     child's death must still be seen at once, not as a compile timeout."""

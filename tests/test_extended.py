@@ -45,6 +45,7 @@ def test_extended_matrix_covers_every_axis_with_stable_distinct_ids():
     assert len(matrix("full", "all")) == 96 + len(matrix("full", "extended"))
 
 
+@pytest.mark.slow
 def test_eager_flex_attention_passes_one_case_of_every_forward_axis():
     picked = {}
     for case in matrix("smoke", "extended"):

@@ -137,6 +137,7 @@ def _subnormal_rounding(values: torch.Tensor) -> torch.Tensor:
     return (values.half().double() - values).masked_fill_(values.abs() >= FP16_TINY, 0.0)
 
 
+@pytest.mark.slow
 def test_dv_rows_made_of_p_below_the_normal_range_pass_and_broken_ones_are_caught():
     """Where no row attends a key, its dV row is made of normalized P below 2^-14, which every
     backward rounds at float16's fixed spacing; the baseline's forward rounds the unnormalized

@@ -6,6 +6,7 @@ from it. Before REFERENCE_VERSION 17 delta's size in float32 held only O's last 
 median 3-9x short of these errors and up to 200-500x in rows whose scores are tens."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
@@ -60,6 +61,7 @@ def _ratios(case: Case, seed: int = 0) -> dict[str, torch.Tensor]:
     return ratios
 
 
+@pytest.mark.slow
 def test_delta_sizes_hold_what_correct_float32_forwards_move_delta_by():
     """A size is 3 RMS of the rounding: no row's error is past it, and the median row's is
     a fraction of one RMS (measured 0.2-0.4 at S256-S1024: the model sums one key at a time,
@@ -71,6 +73,7 @@ def test_delta_sizes_hold_what_correct_float32_forwards_move_delta_by():
                                                                    float(ratio.max()))
 
 
+@pytest.mark.slow
 def test_without_the_float32_terms_delta_sizes_fall_short(monkeypatch):
     """O's last rounding alone, as before REFERENCE_VERSION 17: the median row's error is
     several RMS of that size, and the worst rows' tens."""
@@ -98,6 +101,7 @@ def test_a_backward_taking_delta_from_a_coarser_copy_of_o_is_caught_and_its_forw
                 assert verdict.metrics["dq"]["worst_row_margin"] > 3, (case.id, verdict.metrics)
 
 
+@pytest.mark.slow
 def test_a_prescaled_forward_that_failed_before_passes(monkeypatch):
     """A review's correct kernel: q times the softmax scale and log2 e before the product,
     the Triton template's order otherwise, its O given to the FlashAttention-style backward.

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -138,6 +139,7 @@ def test_search_without_failures_runs_the_examples_asked_for():
     assert all(Case.from_json(json.loads(json.dumps(r.case))).shape.Sq < 65 for r in result.tried)
 
 
+@pytest.mark.slow
 def test_search_through_the_supervised_executor_saves_a_spec_that_reruns_and_fuzzing_is_off_by_default(tmp_path):
     from conformance.backends.base import WorkerSlot
     from conformance.backends.registry import load_backend
@@ -168,6 +170,7 @@ def test_search_through_the_supervised_executor_saves_a_spec_that_reruns_and_fuz
     assert "fuzzing is off; pass --fuzz-examples N (N > 0)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path):
     spec = "tests.shape_fault_backends:WrongOnLongHead1"
     proc = subprocess.run(

@@ -1,9 +1,9 @@
 """The gate's time findings: the run-time rule, the stage that grew, and confirmation
-(``--confirm N``): a finding blocks only when the repeated medians confirm it.
+(``--confirm auto|N``): a finding blocks only when the repeated medians confirm it.
 
-Most tests give the reruns' figures through a stand-in rerun (the decision's logic); the last
-one measures for real, in subprocesses, a planted slowdown and a spurious finding
-(tests/slow_backends.py).
+Most tests give the reruns' figures through a stand-in rerun (the decision's logic); one,
+``test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed``, measures for real,
+in subprocesses, a planted slowdown and a spurious finding (tests/slow_backends.py).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from conformance.cli import main
 from records.results import Label, RunResults, load_results, write_results
 from reports.confirm import Side, confirm_decision, flagged_cases, remeasure, run_workers
+from reports.confirm_plan import AUTO_REPEATS
 from reports.gate import decide, gate_text
 from reports.gate_json import gate_json
 from tests.slow_backends import SLOWDOWN
@@ -266,13 +267,15 @@ def slow_python(tmp_path: Path, share: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_path):
+def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_path, capsys):
     """Measured for real: the candidate's ``causal`` case sleeps half its first call longer
     (tests/slow_backends.py); its ``full`` case is unchanged, but the baseline recorded it at
     half its time (a figure the machine does not reproduce: noise). The baseline is the
-    candidate's own run as it measured itself without the planted sleep. Both releases are
-    measured again side by side: the baseline with this python, the candidate with a python
-    that has the slowdown."""
+    candidate's own run as it measured itself without the planted sleep. One measurement
+    blocks on both; without a python for the baseline nothing is measured again and both stay
+    blocking; given one, the default gate (--confirm auto) measures both releases again 3
+    times, side by side: the baseline with this python, the candidate with a python that has
+    the slowdown. The slowdown is confirmed, the noise dismissed."""
     from cases.model import Case, Variant
 
     cases = [Case(Variant("causal"), TINY), Case(Variant("full"), TINY)]
@@ -298,10 +301,19 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
     once = {f["case_id"]: f for f in json.loads((tmp_path / "once.json").read_text())["findings"]}
     assert {cid: f["blocking"] for cid, f in once.items()} == {slow: True, spurious: True}
     assert once[slow]["stage_grew_most"]["stage"] == "planted sleep"
+    assert main(args + ["--json", str(tmp_path / "unmeasured.json")]) == 1  # no baseline python
+    unmeasured = json.loads((tmp_path / "unmeasured.json").read_text())["findings"]
+    assert [(f["blocking"], f["confirmation"]["status"], f["confirmation"]["repeats"])
+            for f in unmeasured] == [(True, "unconfirmed", 0)] * 2, unmeasured
+    capsys.readouterr()
 
-    assert main(args + ["--confirm", "3", "--baseline-python", sys.executable,
+    assert main(args + ["--baseline-python", sys.executable,
                         "--candidate-python", slow_python(tmp_path, "0.5"),
                         "--json", str(tmp_path / "confirmed.json")]) == 1
+    err = capsys.readouterr().err
+    assert ("confirm: 2 flagged cases measured again 3 times, cold, for the baseline and the "
+            "candidate (--confirm auto; --confirm 0 skips this)\n") in err, err
+    assert "confirm: rerun 3/3 of the candidate (2 cases" in err, err
     data = json.loads((tmp_path / "confirmed.json").read_text())
     found = {f["case_id"]: f for f in data["findings"]}
     assert data["counts"] == {"COMPILE_TIME": 2}
@@ -311,7 +323,7 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
         ("dismissed", "dismissed"), found[spurious]["confirmation"]
     for f in found.values():
         for side in ("baseline", "candidate"):
-            assert len(f["confirmation"][side]["seconds"]) == 3, f["confirmation"]
+            assert len(f["confirmation"][side]["seconds"]) == AUTO_REPEATS, f["confirmation"]
     assert found[slow]["confirmation"]["stage_grew_most"]["stage"] == "planted sleep"
 
 

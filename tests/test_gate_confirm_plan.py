@@ -16,10 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from records.results import load_results, write_results
 from reports.confirm_plan import AUTO_REPEATS, plan_confirmation, probe_release
 from tests.test_gate import gate
-from tests.test_plugin_runs import TINY, clean_env, pytest_args, run as run_pytest
 from tests.test_report_doctored import case_id, record, run
 
 A = case_id(seq=128)
@@ -54,6 +52,18 @@ def test_both_releases_are_measured_by_the_pythons_named_with_the_candidates_wor
     assert calls == ["new-py", "old-py"]
     assert plan_confirmation(4, recorded(OLD), recorded(NEW), "new-py", "old-py",
                              probe=probe_giving({"new-py": NEW, "old-py": OLD})).repeats == 4
+
+
+def test_without_candidate_python_the_gates_own_python_measures_the_candidate():
+    """The default candidate side: the python running the gate, asked for its release like
+    any other, and used when it has the candidate's."""
+    calls = []
+    plan = plan_confirmation(None, recorded(OLD), recorded(NEW), None, "old-py",
+                             probe=probe_giving({sys.executable: NEW, "old-py": OLD}, calls))
+    assert plan.repeats == AUTO_REPEATS and plan.declined == ""
+    assert [(s.name, s.python) for s in plan.sides] == [("baseline", "old-py"),
+                                                       ("candidate", sys.executable)]
+    assert sorted(calls) == sorted([sys.executable, "old-py"])
 
 
 def test_without_a_python_for_the_baseline_nothing_is_measured_again():
@@ -234,39 +244,3 @@ def test_bad_places_and_relative_pythons(tmp_path, capsys, monkeypatch):
                               "--candidate-python", "bin/python"])
     check_confirm_arguments(args)
     assert args.candidate_python == str(tmp_path / "bin" / "python")
-
-
-@pytest.mark.slow
-def test_by_default_a_slow_measurement_that_does_not_reproduce_is_dismissed(tmp_path, capsys):
-    """Measured for real (the stand-in compiler of tests/slow_backends.py, no slowdown): the
-    candidate recorded its case at twice the time it takes (a measurement on a loaded
-    machine). Given a python for the baseline (this one: both runs are of one release), the
-    default gate measures both again 3 times, side by side: dismissed, MAY SHIP."""
-    from cases.model import Case, Variant
-    from conformance.cli import main
-
-    proc = run_pytest(pytest_args(tmp_path, "tests.slow_backends:SlowFirstCall",
-                                  [Case(Variant("full"), TINY)]), env=clean_env())
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    baseline = load_results(tmp_path / "report" / "results.json")
-    [measured] = baseline.records
-    noisy = replace(measured, compile_seconds=2 * measured.compile_seconds,
-                    compile_breakdown={k: 2 * v for k, v in measured.compile_breakdown.items()})
-    write_results(baseline, tmp_path / "old.json")
-    write_results(replace(baseline, records=(noisy,)), tmp_path / "new.json")
-    args = ["--baseline", str(tmp_path / "old.json"), "--candidate", str(tmp_path / "new.json")]
-
-    assert main(["gate", *args, "--confirm", "0"]) == 1  # one measurement: it blocks
-    capsys.readouterr()
-    assert main(["gate", *args, "--json", str(tmp_path / "gate.json")]) == 1  # no baseline python
-    capsys.readouterr()
-    assert main(["gate", *args, "--baseline-python", sys.executable,
-                 "--json", str(tmp_path / "gate.json")]) == 0
-    err = capsys.readouterr().err
-    assert ("confirm: 1 flagged case measured again 3 times, cold, for the baseline and the "
-            "candidate (--confirm auto; --confirm 0 skips this)\n") in err, err
-    assert "confirm: rerun 3/3 of the candidate (1 case" in err
-    [finding] = json.loads((tmp_path / "gate.json").read_text())["findings"]
-    assert (finding["category"], finding["confirmation"]["status"]) == ("dismissed", "dismissed")
-    for side in ("baseline", "candidate"):
-        assert len(finding["confirmation"][side]["seconds"]) == AUTO_REPEATS

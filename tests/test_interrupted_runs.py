@@ -48,6 +48,7 @@ def _start_and_wait_for_the_hang(tmp_path, *extra):
     return proc, int(pid_file.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
     report = tmp_path / "report"
@@ -70,6 +71,7 @@ def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
     assert json.loads((report / "previous" / "results.json").read_text())["suite_version"] == "old"
 
 
+@pytest.mark.slow
 def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_and_resume_finish_it(
         tmp_path):
     report = tmp_path / "report"
@@ -133,6 +135,7 @@ def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_a
         [(r.case_id, r.label, r.metrics["error_ratio"]) for r in uninterrupted.records]
 
 
+@pytest.mark.slow
 def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys):
     """The resumed shard records the whole run's selection (every shard's cases), as an
     uninterrupted shard does, so flexconf merge takes it; and it names no case as outside."""
@@ -162,6 +165,7 @@ def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys
     assert whole.complete and [r.label for r in whole.records] == [Label.PASS] * 3
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_path):
     args = pytest_args(tmp_path, BACKEND, CASES[:1], "--resume", str(tmp_path / "none"))
     at = args.index("--report-dir")
@@ -191,6 +195,7 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     assert "every case of the run had a record already; nothing was left to run" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_the_reports_rerun_command_reruns_exactly_that_case_into_its_own_directory(tmp_path):
     from reports.summary import rerun_command
 
@@ -226,6 +231,7 @@ def _env_importing_from(folder) -> dict[str, str]:
     return clean_env(PYTHONPATH=os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
 def test_a_signal_after_the_results_are_written_ends_the_process_quietly(tmp_path, signal_name):
     """pytest's own exit takes seconds with torch loaded (its garbage collection passes); a
@@ -241,6 +247,7 @@ def test_a_signal_after_the_results_are_written_ends_the_process_quietly(tmp_pat
     assert results.complete and [r.label for r in results.records] == [Label.PASS]
 
 
+@pytest.mark.slow
 def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
     """A run started with SIGHUP ignored (``nohup``) keeps it ignored: a hangup in the middle
     of the run (here, as its first case starts) changes nothing."""
@@ -298,6 +305,7 @@ def test_a_signal_whose_interrupt_was_swallowed_does_not_make_the_next_one_an_ec
     assert not results.complete and results.selected_count == 2
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_while_the_run_stops_is_ignored_and_the_results_are_written(tmp_path):
     """Stopping takes seconds (children killed, xdist's teardown, the results written); a
     second Ctrl-C in that window raised a KeyboardInterrupt inside the teardown, and the run
@@ -342,6 +350,7 @@ def _busy_workers(report) -> set[str]:
             if '"event": "started"' in path.read_text()}
 
 
+@pytest.mark.slow
 def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_path):
     """``kill PID`` (or a container's init) signals the controller only, not its process
     group. It passes the signal on to its xdist workers, which stop as on Ctrl-C: no case
@@ -379,6 +388,7 @@ def test_a_sigterm_to_the_controller_alone_stops_its_xdist_workers_at_once(tmp_p
     assert Label.CRASH in {r.label for r in results.records}  # a case was cut off
 
 
+@pytest.mark.slow
 def test_a_new_run_keeps_a_killed_runs_records_until_they_are_recovered(tmp_path):
     """After ``kill -9`` only the record store holds what finished: a new run into the
     directory cleared it without a word. It is refused, before anything is moved, until

@@ -30,6 +30,7 @@ HEALTHY = Case(Variant("full"), TINY)
 WRONG = "tests.fault_backends:WrongNumbers"
 
 
+@pytest.mark.slow
 def test_a_failed_case_is_kept_and_loads_with_what_the_backend_returned(tmp_path):
     proc = subprocess.run(pytest_args(tmp_path, WRONG, [HEALTHY, BROKEN], "--seed", "3"),
                           cwd=REPO, capture_output=True, text=True, timeout=300, env=clean_env())
@@ -81,6 +82,7 @@ def test_the_format_round_trips_gradients_and_refuses_other_files(tmp_path):
         load_case_outputs(tmp_path / "foreign.pt")
 
 
+@pytest.mark.slow
 def test_a_repro_script_saves_the_same_format_and_compares_with_the_kept_file(tmp_path, capsys):
     policy = KeepPolicy("failed", 1 << 30, str(tmp_path / "report"))
     executor = Executor(load_backend(WRONG), WRONG, WorkerSlot(0, 1), Settings(seed=2, keep=policy),

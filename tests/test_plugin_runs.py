@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cases.model import Case, Shape, Variant
 from records.results import Label, load_results
 from tests import fault_backends
@@ -41,6 +43,7 @@ def run(args, env=None, timeout=300, **popen) -> subprocess.CompletedProcess:
                           env=env or clean_env(), **popen)
 
 
+@pytest.mark.slow
 def test_two_workers_give_one_merged_results_file(tmp_path):
     proc = run(pytest_args(tmp_path, "tests.fault_backends:WrongNumbers", CASES, "-n", "2"))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -90,6 +93,7 @@ def _wait_gone(pid: int, seconds: float = 10) -> bool:
     return _process_gone(pid)
 
 
+@pytest.mark.slow
 def test_records_survive_a_killed_worker(tmp_path):
     pid_file = tmp_path / "child.pid"
     cases = CASES[:3]
@@ -120,6 +124,7 @@ def _stop_signals_delivered() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_results_of_finished_cases(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     cases = [CASES[0], CASES[1]]  # full passes, then causal hangs while compiling
@@ -145,6 +150,7 @@ def test_ctrl_c_leaves_results_of_finished_cases(tmp_path):
     assert _wait_gone(int(pid_file.read_text())), "the hung compile outlived Ctrl-C"
 
 
+@pytest.mark.slow
 def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     known = tmp_path / "known.toml"
     known.write_text(f'[[failure]]\nbackend = "test-wrong-numbers"\ncase = "{CASES[1].id}"\n'
@@ -158,6 +164,7 @@ def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     assert [r.label for r in results.records] == [Label.PASS, Label.MISMATCH]
 
 
+@pytest.mark.slow
 def test_a_compile_only_pass_fills_the_warm_cache_that_the_next_run_hits(tmp_path):
     from conformance.cli import main
 
@@ -182,6 +189,7 @@ def test_a_compile_only_pass_fills_the_warm_cache_that_the_next_run_hits(tmp_pat
     assert [r.cache_hit for r in warm.records] == [True, True]
 
 
+@pytest.mark.slow
 def test_bad_phase_and_device_check_values_are_usage_errors(tmp_path):
     for option, value, expected in (
             ("--phase", "link", "--phase 'link' is unknown; use one of: all, compile"),

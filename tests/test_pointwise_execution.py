@@ -36,6 +36,7 @@ def assert_all_pass(records) -> None:
     assert not failed, failed
 
 
+@pytest.mark.slow
 def test_cpu_eager_passes_every_pointwise_mod_on_five_seeds():
     records = run_on_seeds("cpu-eager", pv.NAMES)
     assert len(records) == len(pv.NAMES) * len(SEEDS)

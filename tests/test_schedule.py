@@ -63,6 +63,7 @@ def test_measured_seconds_count_setup_compile_and_every_timed_run():
     assert measured_seconds(run_) == {"a": 5.0}
 
 
+@pytest.mark.slow
 def test_under_xdist_the_longest_cases_start_first(tmp_path):
     ids = [c.id for c in CASES]
     # the last two cases of collection order are the longest by this "baseline"

@@ -100,6 +100,7 @@ def test_the_shards_of_a_k_run_record_the_selection_and_merge_complete(tmp_path,
     assert merged.complete and [r.case_id for r in merged.records] == selected
 
 
+@pytest.mark.slow
 def test_a_part_that_holds_none_of_the_selected_cases_exits_5_and_merges(tmp_path, capsys):
     """-k picks one case: the other part ran nothing. It finished all the same (exit 5,
     pytest's "no tests ran", as docs/scale-out.md tells CI to accept), with a results.json

@@ -108,6 +108,7 @@ def test_case_ids_resolve_from_the_catalog_composed_tokens_and_spec_files(tmp_pa
         case_from_argument("causal/b9")
 
 
+@pytest.mark.slow
 def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     spec = tmp_path / "start.json"
     spec.write_text(json.dumps(START.to_json()))

@@ -7,6 +7,8 @@ import re
 import sys
 from dataclasses import replace
 
+import pytest
+
 from records import Label, Record, RunResults, load_results, write_results
 from records.text import clean_text, first_line, one_line
 from reports.markdown import md_code
@@ -36,6 +38,7 @@ def test_md_code_is_a_single_span_whatever_backticks_an_id_holds():
         assert inner.strip(" ") == text  # CommonMark strips one space each side
 
 
+@pytest.mark.slow
 def test_a_hostile_message_renders_escaped_in_terminal_results_report_summary_and_gate(tmp_path):
     proc = run(pytest_args(tmp_path, "tests.fault_backends:HostileMessage", CASES[:2]))
     assert proc.returncode == 1, proc.stdout[-3000:]

@@ -25,6 +25,7 @@ def test_golden_equals_eager_flex_attention_in_float64(case):
     assert_golden_equals_eager_flex(case)
 
 
+@pytest.mark.slow
 def test_cpu_eager_passes_every_third_party_case_on_three_seeds():
     records = execute("cpu-eager", CASES, seeds=SEEDS, cases_modules=MODULES)
     assert len(records) == len(CASES) * len(SEEDS)
@@ -46,6 +47,7 @@ def test_cpu_inductor_passes_the_third_party_cases_torch_compiles_right(tmp_path
     assert not failed, failed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault_name", sorted(FAULTS))
 def test_every_fault_is_caught_on_the_third_party_cases(fault_name):
     fault, applies = FAULTS[fault_name]

@@ -36,6 +36,7 @@ def _flex_runner(case: Case, compiled: bool):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda var: var.token)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "inductor"])
 def test_correct_flex_attention_passes_on_five_seeds(variant, compiled):
