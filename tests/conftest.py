@@ -5,13 +5,34 @@ turns a test that hangs (a child that never exits, a deadlock) into a failure wi
 trace instead of a CI job that runs until it is cancelled. It is generous on purpose: a loaded
 2-core machine runs the slowest test in well under a tenth of it. Only ``tests/`` gets it: the
 conformance matrix (``pytest conformance/``) has its own per-phase budgets.
+
+Under xdist, each test worker keeps to its share of the cores: ``OMP_NUM_THREADS`` (which every
+run a test starts inherits, and conformance.backends.base.threads_per_worker keeps as a cap)
+and its own torch's intra-op threads. Without it, two workers on a 2-core machine each ran
+two-thread torch operations: their OpenMP threads spun waiting for a core, and three numeric
+test files took 134 CPU-seconds instead of 89 (docs/performance.md, "The test suite").
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 
 #: seconds; a test may set its own with @pytest.mark.timeout(N)
 TEST_TIMEOUT = 900
+
+
+def pytest_configure(config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or "OMP_NUM_THREADS" in os.environ:
+        return  # one process has the machine; a user's own setting is kept
+    import torch
+
+    from conformance.backends.base import WorkerSlot, threads_per_worker
+
+    threads = threads_per_worker(WorkerSlot(0, int(workerinput["workercount"])))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

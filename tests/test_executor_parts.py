@@ -3,6 +3,7 @@ reference cache, and the label mapping."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -247,6 +248,33 @@ def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path)
     gw2, _ = claim_slot(tmp_path, worker_slot({"workerid": "gw2", "workercount": 2})[0])
     assert gw2 == WorkerSlot(1, 2)
     lock0.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_a_workers_thread_share_counts_the_cores_it_may_use_and_keeps_the_users_cap():
+    """Each worker gets its share of the cores in its affinity (taskset, a container's cpuset),
+    not of the machine's, and never more than a positive OMP_NUM_THREADS the user set. Asked
+    in fresh processes, so this test worker's own settings do not count."""
+    def share(count: int, cores: set[int] | None = None, cap: str | None = None) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        if cap is not None:
+            env["OMP_NUM_THREADS"] = cap
+        code = ("import os, sys\n"
+                f"{'os.sched_setaffinity(0, ' + repr(cores) + ')' if cores else ''}\n"
+                "from conformance.backends.base import WorkerSlot, threads_per_worker\n"
+                f"print(threads_per_worker(WorkerSlot(0, {count})))")
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                              capture_output=True, text=True, check=True)
+        return int(proc.stdout)
+
+    cores = len(os.sched_getaffinity(0))
+    assert share(1) == cores
+    assert share(2) == max(1, cores // 2)
+    assert share(1, cores={min(os.sched_getaffinity(0))}) == 1  # pinned to one core
+    assert share(1, cap="1") == 1  # the user's cap is kept
+    assert share(1, cap=str(cores + 4)) == cores  # and never raises the share
+    for ignored in ("0", "-2", "many", ""):
+        assert share(1, cap=ignored) == cores
 
 
 def test_every_option_is_declared_once_and_docs_show_the_declaration():

@@ -34,10 +34,19 @@ class WorkerSlot:
 
 
 def threads_per_worker(slot: WorkerSlot) -> int:
-    """A fair share of the machine's cores for one worker (at least 1)."""
+    """A fair share of the cores this process may run on (its CPU affinity: taskset, a
+    container's cpuset) for one worker, at least 1, and never more than the user's own
+    ``OMP_NUM_THREADS`` when it is set to a positive number: a cap the user set is kept,
+    not raised."""
     import os
 
-    return max(1, (os.cpu_count() or 1) // max(1, slot.count))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    share = max(1, cores // max(1, slot.count))
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
 
 
 def backend_code(cls: type) -> str | None:
