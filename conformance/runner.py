@@ -12,7 +12,7 @@ import pytest
 
 from cases.model import Case
 from conformance.artifacts import ARTIFACTS_DIRNAME
-from conformance.backends.base import WorkerSlot, threads_per_worker
+from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
 from conformance.options import DEFAULT_CACHE_ROOT, RunOptions
 from records.results import Label, Record
 
@@ -36,7 +36,8 @@ def run_environment(backend, workers: int) -> dict:
 
     environment = backend.environment()
     environment.update(suite_version=suite_version(), git_revision=git_revision(),
-                       workers=workers, cpu_count=os.cpu_count(),
+                       workers=workers, cpu_count=os.cpu_count(), usable_cores=usable_cores(),
+                       threads_per_worker=threads_per_worker(WorkerSlot(0, workers)),
                        memory_bytes=machine_memory_bytes())
     return environment
 

@@ -23,12 +23,13 @@ TEST_TIMEOUT = 900
 
 
 def pytest_configure(config) -> None:
+    from conformance.backends.base import WorkerSlot, omp_thread_cap, threads_per_worker
+
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or "OMP_NUM_THREADS" in os.environ:
-        return  # one process has the machine; a user's own setting is kept
+    if workerinput is None or omp_thread_cap() is not None:
+        return  # one process has the machine; a user's own cap is kept
     import torch
 
-    from conformance.backends.base import WorkerSlot, threads_per_worker
 
     threads = threads_per_worker(WorkerSlot(0, int(workerinput["workercount"])))
     os.environ["OMP_NUM_THREADS"] = str(threads)

@@ -273,7 +273,8 @@ def test_a_workers_thread_share_counts_the_cores_it_may_use_and_keeps_the_users_
     assert share(1, cores={min(os.sched_getaffinity(0))}) == 1  # pinned to one core
     assert share(1, cap="1") == 1  # the user's cap is kept
     assert share(1, cap=str(cores + 4)) == cores  # and never raises the share
-    for ignored in ("0", "-2", "many", ""):
+    assert share(1, cap=" 1 ") == 1
+    for ignored in ("0", "-2", "many", "", "4,2", "2.0", "\u00b2"):  # "²" is a digit, not a number
         assert share(1, cap=ignored) == cores
 
 

@@ -33,20 +33,35 @@ class WorkerSlot:
     count: int  # number of workers
 
 
-def threads_per_worker(slot: WorkerSlot) -> int:
-    """A fair share of the cores this process may run on (its CPU affinity: taskset, a
-    container's cpuset) for one worker, at least 1, and never more than the user's own
-    ``OMP_NUM_THREADS`` when it is set to a positive number: a cap the user set is kept,
-    not raised."""
+def omp_thread_cap() -> int | None:
+    """The user's own cap on threads: ``OMP_NUM_THREADS`` when it is a positive whole number
+    (surrounding blanks allowed), else None. Other values (a list such as ``4,2``, ``0``, text)
+    are ignored, as OpenMP runtimes ignore what they cannot read."""
+    import os
+
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not (text.isascii() and text.isdecimal()):
+        return None
+    return int(text) or None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset)
+    where the platform says, else the machine's."""
     import os
 
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    share = max(1, cores // max(1, slot.count))
-    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return min(share, int(cap)) if cap.isdigit() and int(cap) > 0 else share
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(slot: WorkerSlot) -> int:
+    """A fair share of the usable cores for one worker, at least 1, and never more than the
+    user's own cap (omp_thread_cap): a cap the user set is kept, not raised."""
+    share = max(1, usable_cores() // max(1, slot.count))
+    cap = omp_thread_cap()
+    return share if cap is None else min(share, cap)
 
 
 def backend_code(cls: type) -> str | None:
