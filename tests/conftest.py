@@ -30,7 +30,6 @@ def pytest_configure(config) -> None:
         return  # one process has the machine; a user's own cap is kept
     import torch
 
-
     threads = threads_per_worker(WorkerSlot(0, int(workerinput["workercount"])))
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)

@@ -35,8 +35,8 @@ class WorkerSlot:
 
 def omp_thread_cap() -> int | None:
     """The user's own cap on threads: ``OMP_NUM_THREADS`` when it is a positive whole number
-    (surrounding blanks allowed), else None. Other values (a list such as ``4,2``, ``0``, text)
-    are ignored, as OpenMP runtimes ignore what they cannot read."""
+    (surrounding blanks allowed), else None. Other values are ignored: ``0``, text (OpenMP
+    runtimes ignore those too) and lists such as ``4,2`` (which this does not read)."""
     import os
 
     text = os.environ.get("OMP_NUM_THREADS", "").strip()
