@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cases.model import Case, Shape, Variant
-from conformance.backends.base import WorkerSlot, threads_per_worker
+from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
 from records.results import Label, load_results
 from tests import fault_backends
 
@@ -59,7 +59,7 @@ def test_two_workers_give_one_merged_results_file(tmp_path):
         assert record.compile_seconds is not None and record.run_seconds is not None
     assert results.environment["workers"] == 2
     assert results.environment["threads_per_worker"] == threads_per_worker(WorkerSlot(0, 2))
-    assert results.environment["usable_cores"] == len(os.sched_getaffinity(0))
+    assert results.environment["usable_cores"] == usable_cores()
     assert results.options["backend"] == "test-wrong-numbers"
     worker_files = sorted(p.name for p in (tmp_path / "report" / "records").glob("*.jsonl"))
     assert worker_files and all(name.startswith("gw") for name in worker_files)
