@@ -50,15 +50,22 @@ def interrupt_on_termination(workers: Callable[[], Iterable[int]]) -> None:
 
     restore_termination_handlers()  # a run before this one in the process left them
     _INTERRUPTED_AT.clear()
-    for number in (signal.SIGTERM, signal.SIGHUP):
+    _replace_handlers((signal.SIGTERM, signal.SIGHUP), interrupt)
+
+
+def _replace_handlers(numbers, handler) -> None:
+    """``handler`` for each signal of ``numbers`` that is not ignored (SIG_IGN stays), the
+    handler it replaces kept for restore_termination_handlers (the first one replaced, when a
+    signal is replaced twice). Outside the main thread nothing is replaced."""
+    for number in numbers:
         previous = signal.getsignal(number)
         if previous is signal.SIG_IGN:
             continue
         try:
-            signal.signal(number, interrupt)
+            signal.signal(number, handler)
         except ValueError:  # not the main thread: leave the default
             return
-        _REPLACED_HANDLERS[number] = signal.SIG_DFL if previous is None else previous
+        _REPLACED_HANDLERS.setdefault(number, signal.SIG_DFL if previous is None else previous)
 
 
 def xdist_worker_pids(config) -> list[int]:
@@ -92,15 +99,7 @@ def ignore_signals_while_stopping() -> None:
                   f"finished (one after {STOP_GRACE_SECONDS:.0f} s stops it at once)",
                   file=sys.stderr, flush=True)
 
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        previous = signal.getsignal(number)
-        if previous is signal.SIG_IGN:
-            continue
-        try:
-            signal.signal(number, stopping)
-        except ValueError:  # not the main thread
-            return
-        _REPLACED_HANDLERS.setdefault(number, signal.SIG_DFL if previous is None else previous)
+    _replace_handlers((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), stopping)
 
 
 def restore_termination_handlers() -> None:
