@@ -31,6 +31,12 @@ from cases.variants import Mods
 #: elements took 2-3x the time of 3 Mi). Smaller blocks are reused from the heap.
 CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
 
+#: A chunk takes a multiple of this many rows where it has at least as many (the rest goes to
+#: the next chunk): MKL's float64 products run their rows in blocks, and chunks of 99 or 101
+#: rows left a partial one. Causal and ALiBi at B2 H8 S4096 D64: their products 5-9% faster,
+#: the goldens 3-8% (docs/performance.md).
+CHUNK_ROW_MULTIPLE = 16
+
 #: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
 _WINDOW_CHUNKS = 4
 
@@ -101,7 +107,7 @@ def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
     first rows of a causal mask, a sliding window) takes more rows: fewer, taller chunks, whose
     products are larger matmuls. Without a mask every chunk is full width.
     """
-    full_width_rows = max(1, CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv))
+    full_width_rows = _aligned_stop(0, max(1, CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))
     window = full_width_rows * (_WINDOW_CHUNKS if mods.mask_mod is not None else 1)
     all_keys = torch.arange(s.Skv, device=heads.device)
     w0 = 0
@@ -124,7 +130,8 @@ def _row_spans(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
 def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
     """(first, stop) row ranges of a window whose kept keys (from the first to the last key
     any of its rows sees) times rows times heads stay within CHUNK_SCORE_ELEMENTS; a chunk
-    has at least one row. Rows that see no key widen nothing."""
+    has at least one row, and a multiple of CHUNK_ROW_MULTIPLE where it has that many. Rows
+    that see no key widen nothing."""
     seen = mask.reshape(-1, *mask.shape[-2:])  # [heads or 1, rows or 1, Skv]
     seen = seen[0] if len(seen) == 1 else seen.any(0)  # a pass saved: what one head sees
     counts = seen.view(torch.uint8)
@@ -133,17 +140,28 @@ def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
     last = (counts.shape[-1] - 1 - counts.flip(-1).argmax(-1)).tolist()
     if len(sees_any) == 1:  # the mask ignores q_idx: every row sees the same keys
         first, last, sees_any = first * num_rows, last * num_rows, sees_any * num_rows
-    start, lo, hi = 0, None, None
-    for row in range(num_rows):
+    start, row = 0, 0
+    lo = hi = None  # the key range of rows start..row-1
+    while row < num_rows:
         if sees_any[row]:
             new_lo = first[row] if lo is None else min(lo, first[row])
             new_hi = last[row] if hi is None else max(hi, last[row])
             if row > start and (row - start + 1) * (new_hi - new_lo + 1) * num_heads \
                     > CHUNK_SCORE_ELEMENTS:
-                yield start, row
-                start, new_lo, new_hi = row, first[row], last[row]
+                stop = _aligned_stop(start, row)
+                yield start, stop
+                start, row, lo, hi = stop, stop, None, None  # the rows past stop again
+                continue
             lo, hi = new_lo, new_hi
+        row += 1
     yield start, num_rows
+
+
+def _aligned_stop(start: int, stop: int) -> int:
+    """``stop`` moved down so that the chunk start..stop has a multiple of CHUNK_ROW_MULTIPLE
+    rows, where it has at least that many."""
+    rows = stop - start
+    return start + (rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows)
 
 
 def _evaluate_mask(mods: Mods, b, h, q_idx, kv_idx) -> torch.Tensor | None:

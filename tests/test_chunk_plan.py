@@ -182,3 +182,25 @@ def test_chunks_of_rows_that_see_nothing_give_zero_and_minus_inf_like_a_dense_ev
     assert empty and all(c.rows.start >= 40 for c in empty)
     out, lse = chunked_attention(case, inputs, mods, torch.float64)
     assert torch.all(out[:, :, 40:] == 0) and torch.all(lse[:, :, 40:] == -math.inf)
+
+
+@pytest.mark.parametrize("multiple", [8, 16])
+def test_chunks_cut_by_key_range_take_whole_blocks_of_rows(monkeypatch, multiple):
+    """MKL runs a product's rows in blocks: each chunk a window is cut into has a multiple of
+    CHUNK_ROW_MULTIPLE rows, all but the window's last; the chunks still cover the window's
+    rows once, in order, each within CHUNK_SCORE_ELEMENTS (the dense comparisons above check
+    the values, with the default multiple)."""
+    monkeypatch.setattr(chunk_plan, "CHUNK_ROW_MULTIPLE", multiple)
+    rows, keys, heads = 300, 512, 4
+    monkeypatch.setattr(chunk_plan, "CHUNK_SCORE_ELEMENTS", heads * keys * 20)  # 20 full rows
+    causal = torch.arange(keys)[None, :] <= torch.arange(rows)[:, None] + 100
+    cuts = list(chunk_plan._cut_by_key_range(causal[None], rows, heads))
+    assert [c[0] for c in cuts[1:]] == [c[1] for c in cuts[:-1]]
+    assert cuts[0][0] == 0 and cuts[-1][1] == rows
+    assert all((stop - start) % multiple == 0 for start, stop in cuts[:-1])
+    assert len(cuts) > 3
+    for start, stop in cuts[:-1]:  # every key up to the chunk's last row's is kept
+        assert (stop - start) * min(keys, stop + 100) * heads <= chunk_plan.CHUNK_SCORE_ELEMENTS
+    monkeypatch.setattr(chunk_plan, "CHUNK_ROW_MULTIPLE", 1)  # the rule is what aligns them
+    unaligned = list(chunk_plan._cut_by_key_range(causal[None], rows, heads))
+    assert any((stop - start) % multiple for start, stop in unaligned[:-1])
