@@ -152,6 +152,7 @@ def _release_fact(key: str) -> str:
 
 _FACTS = {
     "suite_version": lambda r: r.suite_version,
+    "reference version": lambda r: r.reference_version,
     **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
     "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
     **{_release_fact(name): (lambda r, n=name: r.environment.get(n)) for name in RELEASE_KEYS},

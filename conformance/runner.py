@@ -30,15 +30,18 @@ def worker_slot(workerinput: dict | None) -> tuple[WorkerSlot, str]:
 
 
 def run_environment(backend, workers: int) -> dict:
-    """What results.json says about where the run happened."""
+    """What results.json says about where the run happened, and which oracle judged it."""
     from conformance.memory_gate import machine_memory_bytes
     from conformance.run_info import git_revision, suite_version
+    from records.results import REFERENCE_VERSION_KEY
+    from reference.golden import REFERENCE_VERSION
 
     environment = backend.environment()
     environment.update(suite_version=suite_version(), git_revision=git_revision(),
                        workers=workers, cpu_count=os.cpu_count(), usable_cores=usable_cores(),
                        threads_per_worker=threads_per_worker(WorkerSlot(0, workers)),
                        memory_bytes=machine_memory_bytes())
+    environment[REFERENCE_VERSION_KEY] = REFERENCE_VERSION
     return environment
 
 

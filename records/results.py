@@ -77,6 +77,13 @@ class Record:
         return cls(**kwargs)
 
 
+#: The environment key under which a run records its oracle's version (reference/golden.py
+#: REFERENCE_VERSION, raised whenever what the golden or the verdict computes changes): labels
+#: of two runs compare only when the same oracle judged them (reports/gate.py, and
+#: conformance/merge.py for the shards of one run).
+REFERENCE_VERSION_KEY = "reference_version"
+
+
 @dataclass(frozen=True)
 class RunResults:
     """A whole run: environment, options and every record (in case order)."""
@@ -96,6 +103,12 @@ class RunResults:
         object.__setattr__(self, "options", clean_json(self.options))
     #: what the run selected (reports/selection.py reads it); None in files written before it
     selection: dict[str, Any] | None = None
+
+    @property
+    def reference_version(self) -> int | None:
+        """The oracle's version that judged the run; None in files written before it was
+        recorded (2026-12-04)."""
+        return self.environment.get(REFERENCE_VERSION_KEY)
 
     def to_json(self) -> dict[str, Any]:
         data = {

@@ -8,10 +8,10 @@ It may not ship (blocking findings) when
   - with ``run_slack_seconds``: a case's run time grew past the run-time budget (RUN_TIME);
   - with ``strict_expectations``: an expectation no longer matches a failure (STALE).
 Fixes and stale expectations are reported as good news; new cases (in the candidate only)
-are listed. Runs that cannot be compared (different backend, suite version or case set
-definition: matrix, profile, case modules, case file, ``-k``/``-m``; a single shard; an
-interrupted run) raise GateInputError. A change of the compile or run budget is a flagged note,
-not a refusal: the labels it affects are still judged. Time findings rest on one measurement
+are listed. Runs that cannot be compared (different backend, suite version, oracle (the
+reference version) or case set definition: matrix, profile, case modules, case file,
+``-k``/``-m``; a single shard; an interrupted run) raise GateInputError. A change of the
+compile or run budget is a flagged note, not a refusal: the labels it affects are still judged. Time findings rest on one measurement
 per run until reports/confirm.py measures them again (reports/timing.py: confirmed findings
 block, findings dismissed as noise do not).
 """
@@ -142,6 +142,25 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
         what, old, new = differences[0]
         raise GateInputError(f"{candidate_name}: {what} {new} differs from the baseline's {old} "
                              f"({baseline_name}); gate two runs of the same {what}")
+    _check_same_oracle(baseline, candidate, baseline_name, candidate_name)
+
+
+def _check_same_oracle(baseline: RunResults, candidate: RunResults, baseline_name: str,
+                       candidate_name: str) -> None:
+    """Raise GateInputError when another oracle judged the baseline: a label that changed
+    could then be the suite's change, not the release's. A file that records no version
+    (written before 2026-12-04) is not checked: what was not recorded cannot be."""
+    old, new = baseline.reference_version, candidate.reference_version
+    if old is None or new is None or old == new:
+        return
+    revision = baseline.environment.get("git_revision")  # "<sha>", "<sha>-dirty" or None
+    clean = isinstance(revision, str) and not revision.endswith("-dirty")
+    at_revision = f" (git checkout {one_line(revision)})" if clean else ""
+    raise GateInputError(
+        f"{candidate_name}: reference version {one_line(repr(new))} differs from the "
+        f"baseline's {one_line(repr(old))} "
+        f"({baseline_name}): another oracle judged it; run the baseline again with this suite, "
+        f"or gate with the suite that judged it{at_revision}")
 
 
 def decide(baseline: RunResults, candidate: RunResults,

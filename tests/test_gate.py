@@ -274,6 +274,42 @@ def test_runs_that_cannot_be_compared_are_bad_input(tmp_path, capsys, change, wo
         assert word in err
 
 
+def _judged_by(version: int | None, revision: str | None = None) -> RunResults:
+    """A run whose results.json says which oracle judged it (None: a file from before that
+    was recorded) and at which revision of the suite."""
+    results = run([record(A)])
+    environment = dict(results.environment)
+    if version is not None:
+        environment["reference_version"] = version
+    if revision is not None:
+        environment["git_revision"] = revision
+    return replace(results, environment=environment)
+
+
+def test_runs_judged_by_another_oracle_are_bad_input_that_says_how_to_gate_them(tmp_path,
+                                                                              capsys):
+    """A label that changed between runs that two versions of the oracle judged could be the
+    suite's change, not the release's: one line naming both versions and the suite revision
+    that judged the baseline (not a dirty one, which no checkout gives back). A file that
+    records no version is gated as before: what was not recorded cannot be checked."""
+    assert gate(tmp_path, _judged_by(17, "abc1234"), _judged_by(18, "def5678")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
+    for words in (f"{tmp_path / 'new.json'}: reference version 18 differs from the baseline's "
+                  f"17 ({tmp_path / 'old.json'})",
+                  "run the baseline again with this suite", "(git checkout abc1234)"):
+        assert words in err, err
+    assert gate(tmp_path, _judged_by(17, "abc1234-dirty"), _judged_by(18)) == 2
+    err = capsys.readouterr().err
+    assert "reference version 18" in err and "git checkout" not in err
+    assert gate(tmp_path, _judged_by(18, "abc1234"), _judged_by(18, "def5678"),
+                "--json", str(tmp_path / "gate.json")) == 0
+    decision = json.loads((tmp_path / "gate.json").read_text())
+    assert decision["baseline"]["reference_version"] == 18
+    assert gate(tmp_path, _judged_by(None), _judged_by(18)) == 0
+    assert gate(tmp_path, _judged_by(18), _judged_by(None)) == 0
+
+
 def test_unreadable_files_are_bad_input(tmp_path, capsys):
     write_results(run([record(A)]), tmp_path / "old.json")
     (tmp_path / "broken.json").write_text("{not json")

@@ -64,6 +64,7 @@ def test_three_shards_merge_into_the_whole_matrix_in_matrix_order():
     ({"options_profile": "full"}, "profile is 'full' there but 'smoke' here"),
     ({"options_backend": "cpu-inductor"}, "backend is 'cpu-inductor' there but 'cpu-eager' here"),
     ({"environment_torch": "2.11.0+cu126"}, "torch version is '2.11.0+cu126' there"),
+    ({"environment_reference_version": 17}, "reference version is 17 there but None here"),
     ({"environment_backend_code": "0123abcd"}, "plugin code (backend_code) is '0123abcd' there "
                                                 "but None here"),
     ({"environment_NEURON_CC_FLAGS": "-O1"}, "NEURON_CC_FLAGS is '-O1' there but None here"),

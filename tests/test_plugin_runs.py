@@ -16,6 +16,7 @@ import pytest
 
 from cases.model import Case, Shape, Variant
 from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
+from reference.golden import REFERENCE_VERSION
 from records.results import Label, load_results
 from tests import fault_backends
 
@@ -60,6 +61,7 @@ def test_two_workers_give_one_merged_results_file(tmp_path):
     assert results.environment["workers"] == 2
     assert results.environment["threads_per_worker"] == threads_per_worker(WorkerSlot(0, 2))
     assert results.environment["usable_cores"] == usable_cores()
+    assert results.reference_version == REFERENCE_VERSION  # the oracle that judged the run
     assert results.options["backend"] == "test-wrong-numbers"
     worker_files = sorted(p.name for p in (tmp_path / "report" / "records").glob("*.jsonl"))
     assert worker_files and all(name.startswith("gw") for name in worker_files)
