@@ -17,10 +17,10 @@ value) is rejected by flex_attention too; ``check_mods`` says so in one line.
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Callable
 
 import torch
-from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
@@ -41,7 +41,7 @@ class IndexAsAten(TorchFunctionMode):
     """flex_attention's indexing rule, ``TransformGetItemToIndex`` (torch/_dynamo/
     _trace_wrapped_higher_order_op.py): ``table[i, j]`` whose indices are all tensors is
     ``aten.index(table, [i, j])``; so are ints among them (as 0-d int64 tensors) where the
-    running torch's rule takes them (``_RULE_TAKES_INTS``); any other ``__getitem__`` (a slice,
+    running torch's rule takes them (``_rule_takes_ints``); any other ``__getitem__`` (a slice,
     None, ...) is Python's. The two differ, for example, on a list of ints: ``table[[1, 2]]``
     is ``table[1, 2]`` under the rule that takes ints.
 
@@ -56,10 +56,15 @@ class IndexAsAten(TorchFunctionMode):
     other gradients; ours gives the analytic ones (tested).
     """
 
+    def __init__(self):
+        super().__init__()
+        # asked here, before the mode is entered: the probe indexes a tensor itself
+        self._kinds = (torch.Tensor, int) if _rule_takes_ints() else torch.Tensor
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is torch.Tensor.__getitem__:
             table, indices = args[0], pytree.tree_leaves(args[1])
-            kinds = (torch.Tensor, int) if _RULE_TAKES_INTS else torch.Tensor
+            kinds = self._kinds
             if all(isinstance(i, kinds) for i in indices):
                 return torch.ops.aten.index(table, [
                     torch.tensor(i, dtype=torch.int64, device=table.device)
@@ -67,18 +72,22 @@ class IndexAsAten(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _torchs_rule_takes_ints() -> bool:
+@cache
+def _rule_takes_ints() -> bool:
     """Whether the running torch's TransformGetItemToIndex takes int indices (newer releases:
     ``t[1]`` is then aten.index, a new tensor) or leaves them to Python (older ones: a view).
-    A rule that cannot take the probe at all counts as the newer one."""
+    A rule that cannot take the probe at all counts as the newer one. Asked when a mod is
+    first evaluated, not at import: the rule's module imports all of torch._dynamo (1.3-2.4 s
+    here), which a process that evaluates no mod (the CLI, a run's controller whose goldens
+    the cache serves) does not need."""
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+
     try:
         with TransformGetItemToIndex():
             return not torch.arange(3)[1]._is_view()
     except Exception:  # noqa: BLE001 - a torch whose rule refuses a plain int index
         return True
 
-
-_RULE_TAKES_INTS = _torchs_rule_takes_ints()
 
 
 def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,

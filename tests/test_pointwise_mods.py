@@ -6,6 +6,9 @@ what a mask depends on is read off the mask."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -353,7 +356,7 @@ def test_under_a_torch_whose_rule_leaves_ints_to_python_ours_does_too(monkeypatc
         except Exception as exc:  # noqa: BLE001 - both rules must fail alike
             return type(exc)
 
-    monkeypatch.setattr(pointwise, "_RULE_TAKES_INTS", False)
+    monkeypatch.setattr(pointwise, "_rule_takes_ints", lambda: False)
     ours = evaluate()
     monkeypatch.setattr(pointwise, "IndexAsAten", _RuleThatLeavesIntsToPython)
     older = evaluate()
@@ -380,3 +383,21 @@ def test_a_score_mod_that_indexes_what_it_computes_from_the_score_has_its_true_g
     factor = torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)[torch.arange(6) % 3]
     assert torch.equal(out.detach(), score.detach() * factor.view(1, 6, 1, 1))
     assert torch.equal(grad, factor.view(1, 6, 1, 1).expand_as(score))
+
+
+def test_importing_the_pointwise_rules_leaves_torch_dynamo_unimported():
+    """torch._dynamo takes 1.3-2.4 s to import here, and a run's controller whose goldens the
+    cache serves imports this module without evaluating any mod: the indexing rule's probe
+    waits for the first evaluation. Checked in a fresh process; a mod that indexes then gets
+    the rule's value."""
+    code = ("import sys, torch\n"
+            "with_torch = 'torch._dynamo' in sys.modules\n"
+            "import cases.pointwise as p\n"
+            "before = 'torch._dynamo' in sys.modules and not with_torch\n"
+            "slopes = torch.tensor([0.5, 0.25])\n"
+            "s = p.evaluate_score(lambda s, b, h, q, kv: s + slopes[h], torch.zeros(1, 2, 3, 3),\n"
+            "                     torch.arange(1), torch.arange(2), torch.arange(3), torch.arange(3))\n"
+            "print(before, 'torch._dynamo' in sys.modules, float(s[0, 1, 0, 0]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert proc.stdout.split() == ["False", "True", "0.25"], proc.stderr[-2000:]
