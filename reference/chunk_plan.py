@@ -33,8 +33,8 @@ CHUNK_SCORE_ELEMENTS = 3 * 1024 * 1024
 
 #: A chunk takes a multiple of this many rows where it has at least as many (the rest goes to
 #: the next chunk): MKL's float64 products run their rows in blocks, and chunks of 99 or 101
-#: rows left a partial one. Causal and ALiBi at B2 H8 S4096 D64: their products 5-9% faster,
-#: the goldens 3-8% (docs/performance.md).
+#: rows left a partial one. The products alone ran 1-9% faster, the goldens 0-8% (causal and
+#: ALiBi, S4096 and S8192): about the host's noise, never slower by more (docs/performance.md).
 CHUNK_ROW_MULTIPLE = 16
 
 #: The mask is evaluated on this many full-width chunks of rows at once (see _row_spans).
