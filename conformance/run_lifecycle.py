@@ -245,7 +245,32 @@ def _resumable_run(options: opts.RunOptions, recorded: dict):
             raise pytest.UsageError(
                 f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
                 f"{now!r}; resume with the run's own options")
+    _refuse_another_oracle(options.report_dir)
     return manifest
+
+
+def _refuse_another_oracle(report_dir: Path) -> None:
+    """UsageError, one line, when another version of the oracle judged the run's finished
+    cases (records/results.py REFERENCE_VERSION_KEY): one results file would hold the
+    verdicts of two oracles. Records that name no version (written before it was recorded)
+    are not checked."""
+    from records.results import REFERENCE_VERSION_KEY
+    from records.store import read_events
+    from records.text import one_line
+    from reference.golden import REFERENCE_VERSION
+
+    for event in read_events(report_dir):
+        if not isinstance(event, dict) or event.get("event") != "environment" \
+                or not isinstance(event.get("environment"), dict):
+            continue
+        judged_by = event["environment"].get(REFERENCE_VERSION_KEY)
+        if judged_by is not None and judged_by != REFERENCE_VERSION:
+            where = one_line(str(report_dir))
+            raise pytest.UsageError(
+                f"--resume {where}: reference version {one_line(repr(judged_by))} judged its "
+                f"finished cases, this suite's is {REFERENCE_VERSION}; keep them as an "
+                f"incomplete report with flexconf recover {where}, or resume with the suite "
+                "that started the run")
 
 
 def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:

@@ -181,6 +181,22 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     assert other.returncode == 4
     assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
 
+    # Its cases judged by another version of the oracle: one results file would hold two.
+    from reference.golden import REFERENCE_VERSION
+    worker_files = list((tmp_path / "report" / "records").glob("*.jsonl"))
+    ours = f'"reference_version": {REFERENCE_VERSION}'
+    texts = {path: path.read_text() for path in worker_files}
+    assert any(ours in text for text in texts.values())
+    for path, text in texts.items():
+        path.write_text(text.replace(ours, '"reference_version": 7'))
+    judged = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
+                             "--resume", str(tmp_path / "report")))
+    assert judged.returncode == 4
+    assert (f"reference version 7 judged its finished cases, this suite's is "
+            f"{REFERENCE_VERSION}; keep them as an incomplete report") in judged.stderr
+    for path, text in texts.items():
+        path.write_text(text)
+
     # Resumed with another -k: the run stays the one that was started (what the gate and merge
     # compare), and a case outside it is named, not run into it.
     resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or alibi",
