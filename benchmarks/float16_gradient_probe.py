@@ -1,5 +1,5 @@
 """The 16-bit gradient verdict with and without the float16 underflow sizes
-(reference/row_noise.py, underflow_magnitudes), for docs/oracle.md ("Float16 gradient rows").
+(reference/underflow_noise.py, underflow_magnitudes), for docs/oracle.md ("Float16 gradient rows").
 
 Correct backwards: eager flex_attention's own (``eager``: torch refuses a CPU backward, so
 this probe lifts its device check for the call, and resets Dynamo before it: eager's backward
@@ -36,7 +36,7 @@ from cases.inputs import make_grad_output, make_inputs  # noqa: E402
 from cases.model import Case, Shape  # noqa: E402
 from cases.variants import build_mods  # noqa: E402
 from reference.golden import Reference  # noqa: E402
-from reference.row_noise import underflow_magnitudes  # noqa: E402
+from reference.underflow_noise import underflow_magnitudes  # noqa: E402
 from reference.verdict import judge  # noqa: E402
 from tests.fa_style_backward import eager_backward  # noqa: E402
 from tests.test_gradient_verdict import correct_backward  # noqa: E402

@@ -120,7 +120,7 @@ def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:
     if case_file:
         if not Path(case_file).is_file():
             return None, ""
-        from conformance.options import load_case_file
+        from conformance.case_file import load_case_file
 
         return [c.id for c in load_case_file(case_file)], f"the cases of case file {case_file}"
     from cases.catalog import MATRICES, PROFILES, matrix

@@ -345,10 +345,11 @@ def _build_runner(options: opts.RunOptions, workerinput: dict | None):
 
 def _select_cases(options: opts.RunOptions) -> list:
     from cases.custom import import_case_modules, select_cases
+    from conformance.case_file import load_case_file
 
     if options.case_file:  # a spec may name a custom variant: register its module first
         import_case_modules(list(options.cases_modules))
-        cases = opts.load_case_file(options.case_file)
+        cases = load_case_file(options.case_file)
     else:
         cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
     if not options.case_ids:

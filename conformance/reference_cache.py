@@ -21,8 +21,8 @@ from typing import Any
 #: defines the case's variant (a custom case module, say) is added per case.
 _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
                 "cases.pointwise", "reference.golden", "reference.kernel", "reference.chunk_plan",
-                "reference.heap", "reference.row_noise", "reference.partial_sums",
-                "reference.row_sizes", "reference.pair_terms")
+                "reference.heap", "reference.row_noise", "reference.underflow_noise",
+                "reference.partial_sums", "reference.row_sizes", "reference.pair_terms")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:

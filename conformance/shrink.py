@@ -181,7 +181,7 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     case spec file (its first case). ValueError, one line, when it is none of these."""
     from cases.catalog import PROFILES, find_case, matrix
     from cases.custom import entry_point_case_modules, load_case_modules
-    from conformance.options import load_case_file
+    from conformance.case_file import load_case_file
 
     if text.endswith(".json") or Path(text).is_file():
         return load_case_file(text)[0]

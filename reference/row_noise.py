@@ -2,7 +2,7 @@
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
 those rows by what a careful kernel can do. Four sources, summed per row
 (row_noise_magnitudes); the third, dS and P below float16's normal range
-(underflow_magnitudes), is described there, and the fourth, partial sums over shared
+(reference/underflow_noise.py), is described there, and the fourth, partial sums over shared
 key/value heads, in reference/partial_sums.py:
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
@@ -46,7 +46,10 @@ from cases.variants import Mods
 from reference.kernel import stacked_product
 from reference.pair_terms import PairTerms
 from reference.partial_sums import PartialSums, partial_sums_sized
-from reference.row_sizes import DRAWS_COVERED, RowSizes, over_pairs, spacing
+from reference.row_sizes import (DRAWS_COVERED, RowSizes, add_key_rows, mean_square,
+                                 over_pairs, spacing)
+from reference.underflow_noise import (UnderflowSizes, subnormal_rounding_variance,
+                                      underflows_before_float32)
 
 
 #: delta's rounding (_delta_rounding) is a sum of D + m independent roundings, close to normal:
@@ -75,7 +78,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
-    and P lose below float16's normal range (underflow_magnitudes, float16 gradients), what
+    and P lose below float16's normal range (underflow_noise.underflow_magnitudes, float16 gradients), what
     rounding partial sums adds to dK and dV rows where heads or batches share a key/value
     head (partial_sum_magnitudes, 16-bit gradients), plus a float32 kernel's roundings of P
     and dP (float32_rounding_magnitudes, float32 cases only: in bfloat16 and float16 units it
@@ -87,8 +90,8 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Cancelling(case, inputs))
     if case.dtype == "fp32":
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
-    if grad_out is not None and _underflows_before_float32(torch_dtype(case.dtype)):
-        parts.append(_Underflow(case, inputs))
+    if grad_out is not None and underflows_before_float32(torch_dtype(case.dtype)):
+        parts.append(UnderflowSizes(case, inputs))
     if grad_out is not None and partial_sums_sized(case):
         parts.append(PartialSums(case, inputs))
     noise: dict[str, torch.Tensor] = {}
@@ -135,8 +138,8 @@ class _Cancelling(RowSizes):
             .view_as(t.q)
         self.dq[t.b, :, t.rows] = self.scale * weight.squeeze(-1) * _rms(attended)
         var = (moved * weight).square_()  # (slope P w)^2
-        _add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)),
-                      self.group)
+        add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), mean_square(t.q)),
+                     self.group)
 
     def result(self) -> dict[str, torch.Tensor]:
         return {"dq": self.dq.float(), "dk": (self.scale * self.dk.sqrt()).float()}
@@ -208,7 +211,7 @@ class _Float32Rounding(RowSizes):
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
         in_p = dot.add_(lse_i.abs() + 2.0)
         var_p = (in_p * t.probs).square_()
-        dv_keys = torch.bmm(var_p.transpose(1, 2), _mean_square(t.d_out))
+        dv_keys = torch.bmm(var_p.transpose(1, 2), mean_square(t.d_out))
         del var_p
         var_ds = in_p.mul_(t.d_scores).square_()  # in_p's memory: P's rounding in dS
         in_dp = _dot_rounding(t.d_out, t.v, t.d_probs).mul_(DRAWS_COVERED).mul_(t.probs)
@@ -216,102 +219,16 @@ class _Float32Rounding(RowSizes):
             in_dp.mul_(t.slope)
         var_ds.add_(in_dp.square_())  # dP's rounding in dS
         del in_dp
-        ms_k = _mean_square(t.k).repeat_interleave(group, 0)  # [Hq, m, 1]
+        ms_k = mean_square(t.k).repeat_interleave(group, 0)  # [Hq, m, 1]
         self.dq[t.b, :, t.rows] = scale ** 2 * torch.bmm(var_ds, ms_k).squeeze(-1)
-        dk_keys = scale ** 2 * torch.bmm(var_ds.transpose(1, 2), _mean_square(t.q))
-        _add_key_rows(self.dk, t, dk_keys, group)
-        _add_key_rows(self.dv, t, dv_keys, group)
+        dk_keys = scale ** 2 * torch.bmm(var_ds.transpose(1, 2), mean_square(t.q))
+        add_key_rows(self.dk, t, dk_keys, group)
+        add_key_rows(self.dv, t, dv_keys, group)
 
     def result(self) -> dict[str, torch.Tensor]:
         found = (("out", self.o), ("dq", self.dq), ("dk", self.dk), ("dv", self.dv)) \
             if self.backward else (("out", self.o),)
         return {name: (self.to_dtype_units * var.sqrt()).float() for name, var in found}
-
-
-def underflow_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
-                         lse: torch.Tensor, grad_out: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per row of dQ, dK and dV, the RMS over the head dim of what the roundings of dS and P
-    to a case dtype whose exponent range is narrower than float32's (float16) lose to
-    underflow (``{"dq": [B, Hq, Sq], "dk"/"dv": [Bkv, Hkv, Skv]}``, in units of the case
-    dtype's unit roundoff). Below the smallest normal number a rounding is to a fixed spacing,
-    2^-24 in float16, an absolute error that no relative rounding (the dtype term) models:
-    about min(|x|, spacing / sqrt(12)) RMS for a value x, of which the part beyond a relative
-    rounding's is sized (_subnormal_rounding_variance).
-
-    dS: every backward rounds dS to the case dtype before its dQ and dK products, some times a
-    factor c: c = 1 in flex_attention's Triton template and FlashAttention, which scale dQ and
-    dK afterwards; c = the softmax scale in eager flex_attention. Sized with the coarser
-    spacing of the two, 2^-24 / scale, where c dS is subnormal. With inputs x4 the dS of a key
-    that no row attends are all that small, and its dK row is made of them: eager's dK failed
-    such rows by up to 3.4x (docs/oracle.md). dQ_i = scale sum_j dS_ij k_j and
-    dK_j = scale sum_i dS_ij q_i sum the roundings in quadrature.
-
-    P: every backward (fused kernels and eager alike) recomputes the normalized P_ij =
-    exp(s_ij - lse_i) and rounds it to the case dtype for dV_j = sum_i P_ij dO_i. The baseline
-    rounds its forward's unnormalized P (largest 1 in each row) instead, its row's normalizer
-    times larger, so below 2^-14 less often and there at a spacing that many times finer
-    relative to it: where a key is attended by no row, dV_j is made of P below 2^-14, and
-    correct backwards failed such dV rows by up to 4.4x (ALiBi with slopes on k - q both ways,
-    inputs x1; docs/oracle.md).
-
-    DRAWS_COVERED RMS of each, as in the other sizes (tests/test_float16_underflow.py holds the
-    model against the roundings themselves: one RMS is a median 0.25 of the size)."""
-    return over_pairs(case, inputs, mods, out, lse, grad_out, [_Underflow(case, inputs)])[0]
-
-
-class _Underflow(RowSizes):
-    """underflow_magnitudes, chunk by chunk (the baseline keeps dS in float32 and rounds its
-    unnormalized P: it does not draw these roundings)."""
-
-    unshared = True
-
-    def __init__(self, case: Case, inputs: Inputs):
-        s = case.shape
-        dtype = torch_dtype(case.dtype)
-        self.scale, self.group = 1.0 / math.sqrt(s.D), s.Hq // s.Hkv
-        self.tiny = torch.finfo(dtype).tiny
-        self.eps = torch.finfo(dtype).eps
-        self.spacing = self.tiny * self.eps  # of a subnormal number: 2^-24 in float16
-        self.to_dtype_units = DRAWS_COVERED / (self.eps / 2)  # u = eps / 2
-        self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
-        self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=inputs.q.device)
-        self.dv = torch.zeros_like(self.dk)
-
-    def add(self, t: PairTerms) -> None:
-        scale, group, tiny = self.scale, self.group, self.tiny
-        # dS's rounding times the softmax scale, which dQ and dK carry
-        var = _subnormal_rounding_variance(t.d_scores, scale, tiny, self.spacing / scale,
-                                           self.eps).mul_(scale ** 2)
-        self.dq[t.b, :, t.rows] = torch.bmm(
-            var, _mean_square(t.k).repeat_interleave(group, 0)).squeeze(-1)
-        _add_key_rows(self.dk, t, torch.bmm(var.transpose(1, 2), _mean_square(t.q)), group)
-        var = _subnormal_rounding_variance(t.probs, 1.0, tiny, self.spacing, self.eps)
-        _add_key_rows(self.dv, t, torch.bmm(var.transpose(1, 2), _mean_square(t.d_out)),
-                      group)
-
-    def result(self) -> dict[str, torch.Tensor]:
-        return {name: (self.to_dtype_units * var.sqrt()).float()
-                for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
-
-
-def _subnormal_rounding_variance(values: torch.Tensor, factor: float, tiny: float,
-                                 spacing: float, eps: float) -> torch.Tensor:
-    """Per value x, what the variance of its rounding where ``factor`` x is below the dtype's
-    smallest normal number ``tiny`` (``spacing``: x's spacing there), min(|x|, spacing /
-    sqrt(12))^2, adds to that of a rounding relative to x, (|x| eps)^2 / 12, which the dtype
-    term covers (at least 0: just below ``tiny`` the two are the same); 0 for normal
-    numbers. Without the subtraction, P around 2^-14 (full attention over 16,384 keys) gave
-    dV rows a size of 1.3x u rms(G) that a correct backward did not need (a review)."""
-    size = values.abs()
-    relative = (size * eps).square_().div_(12.0)
-    return size.clamp_max(spacing / math.sqrt(12.0)).square_().sub_(relative).clamp_min_(0.0) \
-        .masked_fill_(size * factor >= tiny, 0.0)
-
-
-def _underflows_before_float32(dtype: torch.dtype) -> bool:
-    """Whether ``dtype``'s normal numbers end above float32's (float16): its dS and P can
-    underflow where a float32 kernel's do not."""
-    return torch.finfo(dtype).tiny > torch.finfo(torch.float32).tiny
 
 
 def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
@@ -323,7 +240,7 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     kernels the unnormalized, each at most a spacing of 2u P_ij in the normalized scale, an
     RMS e_ij of at most u P_ij / sqrt(3)), which moves O_i by sum_j e_ij v_j and so delta_i by
     sum_j e_ij dP_ij; below float16's normal range, P_ij's rounding is to the fixed spacing
-    instead (_subnormal_rounding_variance adds what that spacing adds). The D and the m
+    instead (subnormal_rounding_variance adds what that spacing adds). The D and the m
     roundings are independent: in quadrature. In float32, where O's last rounding is the least
     of them, a float32 kernel's own arithmetic too (_float32_delta_variance). Until
     REFERENCE_VERSION 14 w_i was
@@ -333,9 +250,9 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     u = info.eps / 2
     of_out = (t.d_out * spacing(t.out, dtype)).square_().sum(-1, keepdim=True).div_(12 * u * u)
     var_p = t.probs.square().div_(3.0)  # in units of u^2
-    if _underflows_before_float32(dtype):  # float16: P below 2^-14
-        var_p.add_(_subnormal_rounding_variance(t.probs, 1.0, info.tiny, info.tiny * info.eps,
-                                                info.eps).div_(u * u))
+    if underflows_before_float32(dtype):  # float16: P below 2^-14
+        var_p.add_(subnormal_rounding_variance(t.probs, 1.0, info.tiny, info.tiny * info.eps,
+                                               info.eps).div_(u * u))
     of_probs = var_p.mul_(t.d_probs.square()).sum(-1, keepdim=True)
     var = of_out.add_(of_probs)
     if dtype == torch.float32:
@@ -392,24 +309,15 @@ def _float32_delta_variance(t: PairTerms) -> torch.Tensor:
     return of_probs.add_(of_sum).add_(of_dot)
 
 
-def _add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,
-                  group: int) -> None:
-    """Add one chunk's [Hq, m, 1] sums over its rows to ``acc`` ([Bkv, Hkv, Skv]) at its kept
-    keys, summed over the query heads that share each key/value head."""
-    full = torch.zeros_like(acc[t.kv_batch])
-    full[:, t.keys] = per_query_head.squeeze(-1).unflatten(0, (-1, group)).sum(1)
-    acc[t.kv_batch] += full
-
-
 def _output_variance(t: PairTerms, in_p: torch.Tensor, group: int) -> torch.Tensor:
     """[Hq, n]: sum_j (in_p_ij P_ij)^2 times the mean square over the head dim of V_j - O_i,
     that mean square taken apart as ms(V_j) - 2 V_j.O_i / D + ms(O_i). ``in_p`` is
     overwritten."""
     weights = in_p.mul_(t.probs).square_()
-    ms_v = _mean_square(t.v).repeat_interleave(group, 0)  # [Hq, m, 1]
+    ms_v = mean_square(t.v).repeat_interleave(group, 0)  # [Hq, m, 1]
     cross = stacked_product(t.out, t.v).mul_(weights).sum(-1, keepdim=True)
     var = torch.bmm(weights, ms_v).sub_(cross, alpha=2.0 / t.q.shape[-1]) \
-        .add_(weights.sum(-1, keepdim=True) * _mean_square(t.out))
+        .add_(weights.sum(-1, keepdim=True) * mean_square(t.out))
     return var.clamp_min_(0.0).squeeze(-1)
 
 
@@ -435,11 +343,6 @@ def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch
     return squares.mul_(d / 6.0).add_(dots.square().mul_(d / 9.0)).sqrt_()
 
 
-def _mean_square(x: torch.Tensor) -> torch.Tensor:
-    """The mean square over the head dim: [.., rows, D] -> [.., rows, 1]."""
-    return x.square().mean(-1, keepdim=True)
-
-
 def _rms(t: torch.Tensor) -> torch.Tensor:
     """The RMS over the head dim: [.., rows, D] -> [.., rows]."""
-    return _mean_square(t).squeeze(-1).sqrt()
+    return mean_square(t).squeeze(-1).sqrt()

@@ -1,7 +1,7 @@
 """What every kind of row size in reference/row_noise.py shares: the one pass over the
 golden's pair terms that feeds them (over_pairs), their base class (RowSizes), how many RMS
-of a noise a size is by default, and the spacing of a dtype's numbers at the golden's
-values."""
+of a noise a size is by default, the spacing of a dtype's numbers at the golden's values, and
+two small sums over a chunk's terms (add_key_rows, mean_square)."""
 from __future__ import annotations
 
 import torch
@@ -58,3 +58,17 @@ def spacing(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # a quarter of frexp and ldexp's time over the partial sums of a decoding case
     power = (x.view(torch.int64) & _FLOAT64_EXPONENT_BITS).view(torch.float64)
     return power.mul_(info.eps).clamp_min_(info.tiny * info.eps).masked_fill_(x == 0, 0.0)
+
+
+def add_key_rows(acc: torch.Tensor, t: PairTerms, per_query_head: torch.Tensor,
+                 group: int) -> None:
+    """Add one chunk's [Hq, m, 1] sums over its rows to ``acc`` ([Bkv, Hkv, Skv]) at its kept
+    keys, summed over the query heads that share each key/value head."""
+    full = torch.zeros_like(acc[t.kv_batch])
+    full[:, t.keys] = per_query_head.squeeze(-1).unflatten(0, (-1, group)).sum(1)
+    acc[t.kv_batch] += full
+
+
+def mean_square(x: torch.Tensor) -> torch.Tensor:
+    """The mean square over the head dim: [.., rows, D] -> [.., rows, 1]."""
+    return x.square().mean(-1, keepdim=True)

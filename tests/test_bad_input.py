@@ -212,7 +212,7 @@ def test_a_missing_reference_cache_is_made_as_the_cache_would_make_it(tmp_path):
 
 def test_a_case_file_that_lists_no_cases_is_one_line_and_sets_nothing_aside(tmp_path):
     """It ran pytest's placeholder case NOTSET, exit 0, and set the last run aside."""
-    from conformance.options import load_case_file
+    from conformance.case_file import load_case_file
 
     report = tmp_path / "report"
     _stale_green_run(report)
@@ -270,7 +270,7 @@ def test_options_a_run_would_ignore_are_one_line_usage_errors(tmp_path, extra, l
      "shape.Sq"),
 ])
 def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
-    from conformance.options import load_case_file
+    from conformance.case_file import load_case_file
 
     path = tmp_path / "case.json"
     path.write_text(json.dumps(spec))

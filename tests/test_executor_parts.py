@@ -15,6 +15,7 @@ from cases.model import Case, Shape, Variant
 from conformance import options as opts
 from conformance.backends import registry
 from conformance.backends.cpu import CpuInductor
+from conformance.case_file import load_case_file
 from conformance.protocol import Observation, label_of
 from records.store import RecordWriter, clear_records, merge_records
 from conformance.reference_cache import ReferenceCache, cache_key
@@ -63,11 +64,11 @@ def test_case_file_accepts_one_spec_or_a_list(tmp_path):
     one, many = tmp_path / "one.json", tmp_path / "many.json"
     one.write_text(json.dumps(a.to_json()))
     many.write_text(json.dumps({"cases": [a.to_json(), b.to_json()]}))
-    assert opts.load_case_file(str(one)) == [a]
-    assert opts.load_case_file(str(many)) == [a, b]
+    assert load_case_file(str(one)) == [a]
+    assert load_case_file(str(many)) == [a, b]
     many.write_text(json.dumps([a.to_json(), a.to_json()]))
     with pytest.raises(ValueError, match="lists case .* twice"):
-        opts.load_case_file(str(many))
+        load_case_file(str(many))
 
 
 @pytest.mark.parametrize("args, line", [

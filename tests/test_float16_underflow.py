@@ -1,7 +1,7 @@
 """float16 backward: dS and P below float16's normal range. Every backward rounds dS to the
 case dtype before its dQ and dK products, fused kernels dS itself and eager flex_attention dS
 times the softmax scale, and the normalized P for dV; where that is below 2^-14 the rounding
-is to a fixed spacing, an error that reference/row_noise.py's underflow_magnitudes sizes
+is to a fixed spacing, an error that reference/underflow_noise.py's underflow_magnitudes sizes
 (with inputs x4 for dS; for P, where a key is attended by no row). Both conventions must
 pass, and broken gradients must still be caught."""
 from __future__ import annotations
@@ -22,8 +22,8 @@ from reference.kernel import chunked_attention
 from reference import row_noise
 from reference.pair_terms import pair_terms
 from reference.partial_sums import partial_sum_magnitudes
-from reference.row_noise import (_subnormal_rounding_variance, cancelling_magnitudes,
-                                 underflow_magnitudes)
+from reference.row_noise import cancelling_magnitudes
+from reference.underflow_noise import subnormal_rounding_variance, underflow_magnitudes
 from reference.verdict import judge
 from tests.test_gradient_verdict import correct_backward
 
@@ -195,7 +195,7 @@ def test_only_what_the_fixed_spacing_adds_to_a_relative_rounding_is_sized():
     sqrt(12)) RMS); normal numbers get nothing."""
     spacing = FP16_TINY * 2 * FP16_U
     x = torch.tensor([0.999, 0.5, 0.1, 1e-3, 1e-6, 1.0, 2.0], dtype=torch.float64) * FP16_TINY
-    var = _subnormal_rounding_variance(x, 1.0, FP16_TINY, spacing, 2 * FP16_U)
+    var = subnormal_rounding_variance(x, 1.0, FP16_TINY, spacing, 2 * FP16_U)
     full = x.clamp_max(spacing / math.sqrt(12)).square()
     assert float(var[0]) < 0.01 * float(full[0])
     assert float(var[1]) == pytest.approx(0.75 * float(full[1]))
