@@ -18,12 +18,13 @@ value) is rejected by flex_attention too; ``check_mods`` says so in one line.
 from __future__ import annotations
 
 from functools import cache
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
+
+T = TypeVar("T")
 
 #: The index arguments of a mod, in flex_attention's order (vmapped outermost first).
 INDEX_NAMES = ("b", "h", "q_idx", "kv_idx")
@@ -37,13 +38,28 @@ class PointwiseModError(ValueError):
     """A mod that cannot be evaluated point by point (under torch.vmap)."""
 
 
+#: The running torch's rule for int indices (``_rule_takes_ints``), once a mod has needed it;
+#: None until then (see ``_IntRuleNeeded``).
+_takes_ints: bool | None = None
+
+
+class _IntRuleNeeded(BaseException):
+    """Raised by IndexAsAten at an index that mixes ints with tensors while the running torch's
+    rule for ints is not known yet: ``_under_flex_indexing`` catches it outside the mode, asks
+    (``_rule_takes_ints``), and evaluates the mod again (mods are pure functions). Asking
+    imports all of torch._dynamo (0.85-2.4 s), which the mods that index only with tensors, or
+    not at all, never need. A BaseException, so that a mod's own ``except Exception`` lets it
+    through."""
+
+
 class IndexAsAten(TorchFunctionMode):
     """flex_attention's indexing rule, ``TransformGetItemToIndex`` (torch/_dynamo/
     _trace_wrapped_higher_order_op.py): ``table[i, j]`` whose indices are all tensors is
     ``aten.index(table, [i, j])``; so are ints among them (as 0-d int64 tensors) where the
     running torch's rule takes them (``_rule_takes_ints``); any other ``__getitem__`` (a slice,
     None, ...) is Python's. The two differ, for example, on a list of ints: ``table[[1, 2]]``
-    is ``table[1, 2]`` under the rule that takes ints.
+    is ``table[1, 2]`` under the rule that takes ints. Entered through
+    ``_under_flex_indexing``, which learns that rule when an index first needs it.
 
     torch calls that ``aten.index`` through an autograd.Function (``ModIndex``, whose forward is
     exactly it, and whose backward is the scatter-add that aten.index's own derivative is) with
@@ -56,30 +72,44 @@ class IndexAsAten(TorchFunctionMode):
     other gradients; ours gives the analytic ones (tested).
     """
 
-    def __init__(self):
-        super().__init__()
-        # asked here, before the mode is entered: the probe indexes a tensor itself
-        self._kinds = (torch.Tensor, int) if _rule_takes_ints() else torch.Tensor
-
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is torch.Tensor.__getitem__:
             table, indices = args[0], pytree.tree_leaves(args[1])
-            kinds = self._kinds
-            if all(isinstance(i, kinds) for i in indices):
-                return torch.ops.aten.index(table, [
-                    torch.tensor(i, dtype=torch.int64, device=table.device)
-                    if isinstance(i, int) else i for i in indices])
+            if all(isinstance(i, torch.Tensor) for i in indices):
+                return torch.ops.aten.index(table, indices)
+            if all(isinstance(i, (torch.Tensor, int)) for i in indices):
+                if _takes_ints is None:
+                    raise _IntRuleNeeded
+                if _takes_ints:
+                    return torch.ops.aten.index(table, [
+                        torch.tensor(i, dtype=torch.int64, device=table.device)
+                        if isinstance(i, int) else i for i in indices])
         return func(*args, **(kwargs or {}))
+
+
+def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
+    """``evaluate()`` under IndexAsAten; where it indexes with ints before the running torch's
+    rule for them is known, the rule is asked here, outside the mode and any vmap, and
+    ``evaluate()`` runs again."""
+    global _takes_ints
+    try:
+        with IndexAsAten():
+            return evaluate()
+    except _IntRuleNeeded:
+        _takes_ints = _rule_takes_ints()
+    with IndexAsAten():
+        return evaluate()
 
 
 @cache
 def _rule_takes_ints() -> bool:
     """Whether the running torch's TransformGetItemToIndex takes int indices (newer releases:
     ``t[1]`` is then aten.index, a new tensor) or leaves them to Python (older ones: a view).
-    A rule that cannot take the probe at all counts as the newer one. Asked when a mod is
-    first evaluated, not at import: the rule's module imports all of torch._dynamo (1.3-2.4 s
-    here), which a process that evaluates no mod (the CLI, a run's controller whose goldens
-    the cache serves) does not need."""
+    A rule that cannot take the probe at all counts as the newer one. Asked only when a mod
+    first indexes with ints (``_IntRuleNeeded``): the rule's module imports all of torch._dynamo
+    (0.85-2.4 s here), which PyTorch's own golden imports on its first call, and which the
+    catalog's mods, a process that evaluates none (the CLI, a run's controller whose goldens
+    the cache serves) and the golden's first call do not need."""
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
     try:
@@ -95,8 +125,7 @@ def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: t
     """``mask_mod`` at every point of the grid b x h x q_idx x kv_idx (1-d index tensors):
     a bool tensor [len(b), len(h), len(q_idx), len(kv_idx)]. Dimensions the mask does not
     depend on come back expanded (stride 0, no copy)."""
-    with IndexAsAten():
-        mask = _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx)
+    mask = _under_flex_indexing(lambda: _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx))
     if mask.dtype != torch.bool:
         raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
     return mask
@@ -106,8 +135,8 @@ def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h:
                    q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
     """``score_mod`` at every point of the grid: ``score`` is [len(b), len(h), len(q_idx),
     len(kv_idx)], each point's score in the same place; the result has that shape too."""
-    with IndexAsAten():
-        return _vmap_bhqkv(score_mod, score=True)(score, b, h, q_idx, kv_idx)
+    return _under_flex_indexing(
+        lambda: _vmap_bhqkv(score_mod, score=True)(score, b, h, q_idx, kv_idx))
 
 
 def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
@@ -154,28 +183,23 @@ def mask_dependence(mask_mod: Callable, device: torch.device | str = "cpu") -> f
     """The index arguments (``INDEX_NAMES``) the value of ``mask_mod`` depends on (its
     captured tensors on ``device``).
 
-    Why it is exact: ``make_fx`` traces the scalar mod on 0-d int64 fake tensors, recording
-    every tensor operation, including indexing (under flex_attention's rule, ``IndexAsAten``).
-    Fake tensors carry no values, so a mod whose Python code branches on, or converts, an
-    index's value raises instead of being traced down one path; the graph therefore computes
-    the output for every index value, and an argument whose placeholder has no path to the
-    output cannot change it. The converse need not hold (``q_idx * 0`` counts as a
-    dependence): the answer errs only towards more dimensions, which costs memory, never
-    correctness. A mod that cannot be traced at all (an operation without a fake kernel)
-    counts as depending on everything, for the same reason.
+    Why it is exact: the mask is evaluated as every mask is (``evaluate_mask``: four nested
+    vmaps, flex_attention's indexing rule) on a grid of two points in each dimension. vmap
+    carries a dimension only through the operations that read it, and returns a result that
+    none of them reached expanded along it: stride 0, one value for every point. Nothing else
+    brings a dimension in, and nothing depends on which points the grid holds: vmap refuses a
+    mod whose Python code branches on, or converts, an index's value, so the same operations
+    run on any grid. The converse need not hold (``q_idx * 0`` counts as a dependence): the
+    answer errs only towards more dimensions, which costs memory, never correctness. A mask
+    that vmap cannot evaluate counts as depending on everything, for the same reason. (No
+    trace with make_fx: its fake tensors import all of torch._dynamo, 0.95 s of a golden's
+    first call here, and the vmaps are what the golden evaluates anyway.)
     """
-    args = [torch.zeros((), dtype=torch.int64, device=device) for _ in INDEX_NAMES]
+    two_points = torch.zeros(2, dtype=torch.int64, device=device)
     try:
-        with IndexAsAten():
-            graph = make_fx(mask_mod, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
-    except Exception:  # noqa: BLE001 - untraceable: assume the worst (see above)
+        mask = evaluate_mask(mask_mod, two_points, two_points, two_points, two_points)
+    except Exception:  # noqa: BLE001 - not evaluable: assume the worst (see above)
         return frozenset(INDEX_NAMES)
-    nodes = list(graph.graph.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    reached, stack = set(), [n for n in nodes if n.op == "output"]
-    while stack:
-        for source in stack.pop().all_input_nodes:
-            if source not in reached:
-                reached.add(source)
-                stack.append(source)
-    return frozenset(name for name, node in zip(INDEX_NAMES, placeholders) if node in reached)
+    if mask.dim() != len(INDEX_NAMES):  # not one value a point: check_mods says so
+        return frozenset(INDEX_NAMES)
+    return frozenset(name for name, stride in zip(INDEX_NAMES, mask.stride()) if stride != 0)

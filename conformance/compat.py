@@ -303,7 +303,8 @@ def keep_torch_trace_to_itself() -> None:
     no trace. pytest >= 9 attaches its capture to every non-propagating logger, this one too,
     and the records have empty messages (their payload is for tlparse): each failing case's
     "Captured log call" showed dozens of empty ``DEBUG torch.__trace:meta_utils.py`` lines from
-    the worker's make_fx traces of the mask. With TORCH_TRACE set they still pass, everywhere."""
+    make_fx traces (the worker traced each mask so until 2026-12-04; torch.compile traces so).
+    With TORCH_TRACE set they still pass, everywhere."""
     trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
     if not any(isinstance(f, _TorchTraceWritesSomewhere) for f in trace_log.filters):
         trace_log.addFilter(_TorchTraceWritesSomewhere(trace_log))

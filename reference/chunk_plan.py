@@ -44,8 +44,9 @@ _WINDOW_CHUNKS = 4
 #: each row's first and last key, each chunk's kept keys) once, for the first batch, and the
 #: plan is reused by the others, when a batch has at least this many query-key pairs: that
 #: bookkeeping took 49-66 ms per batch of causal at S4096 (10-13% of that batch's golden), and
-#: telling whether the mask depends on b (a make_fx trace) takes 10-15 ms. The plan holds the
-#: whole batch's mask meanwhile, so only up to _SHARED_PLAN_BYTES of it (one byte per entry).
+#: telling whether the mask depends on b (mask_dependence) took 10-15 ms then (under 1 ms
+#: since it no longer traces). The plan holds the whole batch's mask meanwhile, so only up to
+#: _SHARED_PLAN_BYTES of it (one byte per entry).
 _SHARED_PLAN_MIN_PAIRS = 1 << 22
 _SHARED_PLAN_BYTES = 64 << 20
 
@@ -75,7 +76,7 @@ def plan_batches(s: Shape, mods: Mods, heads: torch.Tensor):
 
 def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool:
     """Whether one batch's plan may serve all: the mask ignores b, the batches are large
-    enough for the trace that tells to pay, and their mask fits in _SHARED_PLAN_BYTES."""
+    enough for sharing to pay, and their mask fits in _SHARED_PLAN_BYTES."""
     if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
         return False
     depends = _mask_dependence_of(mods.mask_mod, device)
@@ -84,7 +85,7 @@ def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool
 
 
 #: mask_mod -> {device: mask_dependence}: reference.golden.reference_pair plans the same mods up
-#: to four times (golden, baseline, their gradients), and each trace takes 10-15 ms.
+#: to four times (golden, baseline, their gradients).
 _MASK_DEPENDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

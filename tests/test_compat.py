@@ -236,17 +236,21 @@ def test_inductor_compile_stages_from_torchs_metrics(monkeypatch, entries, timed
 
 def test_torchs_structured_trace_reaches_a_capture_only_when_torch_writes_a_trace(tmp_path):
     """pytest >= 9 attaches its log capture to torch's never-propagating trace logger: without
-    the filter every failing case showed dozens of empty DEBUG lines from the mask's make_fx
-    trace. With TORCH_TRACE (torch's own handler has a directory) the records still flow."""
+    the filter every failing case showed dozens of empty DEBUG lines from a make_fx trace (the
+    mask's dependence was traced so then; torch.compile traces so). With TORCH_TRACE (torch's
+    own handler has a directory) the records still flow."""
     import logging
 
     from torch._logging._internal import LazyTraceHandler
 
-    from cases.pointwise import mask_dependence
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     from conformance.compat import TORCH_TRACE_LOGGER, keep_torch_trace_to_itself
 
     trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
     captured: list[logging.LogRecord] = []
+    causal = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx  # noqa: E731
+    index = [torch.zeros((), dtype=torch.int64) for _ in range(4)]
 
     class Capture(logging.Handler):  # what pytest's capture handler is to the logger
         def emit(self, record):
@@ -258,10 +262,10 @@ def test_torchs_structured_trace_reaches_a_capture_only_when_torch_writes_a_trac
         keep_torch_trace_to_itself()
         keep_torch_trace_to_itself()  # idempotent: one filter
         assert sum(type(f).__name__ == "_TorchTraceWritesSomewhere" for f in trace_log.filters) == 1
-        mask_dependence(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, torch.device("cpu"))
+        make_fx(causal, tracing_mode="fake")(*index)
         assert captured == []
         trace_log.addHandler(writer)  # as TORCH_TRACE=DIR sets it up
-        mask_dependence(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, torch.device("cpu"))
+        make_fx(causal, tracing_mode="fake")(*index)
         assert captured and list(tmp_path.iterdir())  # the trace is written, and seen
     finally:
         trace_log.removeHandler(capture)

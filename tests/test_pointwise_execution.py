@@ -155,9 +155,13 @@ def test_the_golden_refuses_such_a_mod_with_the_same_sentence(bad_variants):
         golden_attention(case, make_inputs(case))
 
 
-def test_mask_dependence_of_an_untraceable_mask_is_everything():
-    def branches_on_a_captured_value(b, h, q_idx, kv_idx):
+def test_mask_dependence_of_a_mask_vmap_cannot_evaluate_is_everything():
+    def converts_an_index(b, h, q_idx, kv_idx):
+        return kv_idx <= int(q_idx)
+
+    def branches_on_a_captured_value(b, h, q_idx, kv_idx):  # the same branch at every point
         return kv_idx <= q_idx if table.sum() > 0 else kv_idx >= q_idx
 
     table = torch.ones(3)
-    assert mask_dependence(branches_on_a_captured_value) == {"b", "h", "q_idx", "kv_idx"}
+    assert mask_dependence(converts_an_index) == {"b", "h", "q_idx", "kv_idx"}
+    assert mask_dependence(branches_on_a_captured_value) == {"q_idx", "kv_idx"}

@@ -356,7 +356,7 @@ def test_under_a_torch_whose_rule_leaves_ints_to_python_ours_does_too(monkeypatc
         except Exception as exc:  # noqa: BLE001 - both rules must fail alike
             return type(exc)
 
-    monkeypatch.setattr(pointwise, "_rule_takes_ints", lambda: False)
+    monkeypatch.setattr(pointwise, "_takes_ints", False)
     ours = evaluate()
     monkeypatch.setattr(pointwise, "IndexAsAten", _RuleThatLeavesIntsToPython)
     older = evaluate()
@@ -385,19 +385,28 @@ def test_a_score_mod_that_indexes_what_it_computes_from_the_score_has_its_true_g
     assert torch.equal(grad, factor.view(1, 6, 1, 1).expand_as(score))
 
 
-def test_importing_the_pointwise_rules_leaves_torch_dynamo_unimported():
-    """torch._dynamo takes 1.3-2.4 s to import here, and a run's controller whose goldens the
-    cache serves imports this module without evaluating any mod: the indexing rule's probe
-    waits for the first evaluation. Checked in a fresh process; a mod that indexes then gets
-    the rule's value."""
+def test_torch_dynamo_is_imported_only_when_a_mod_indexes_with_ints():
+    """torch._dynamo takes 0.85-2.4 s to import here, and only flex_attention's rule for int
+    indices needs it (the rule's probe): importing this module, and evaluating masks and score
+    mods that index with tensors only, leave it unimported (the catalog's goldens, a run's
+    controller whose goldens the cache serves); the first mod that indexes with ints imports
+    it and gets the rule's value. Checked in a fresh process."""
     code = ("import sys, torch\n"
-            "with_torch = 'torch._dynamo' in sys.modules\n"
+            "dynamo = lambda: 'torch._dynamo' in sys.modules\n"
+            "with_torch = dynamo()\n"
             "import cases.pointwise as p\n"
-            "before = 'torch._dynamo' in sys.modules and not with_torch\n"
-            "slopes = torch.tensor([0.5, 0.25])\n"
-            "s = p.evaluate_score(lambda s, b, h, q, kv: s + slopes[h], torch.zeros(1, 2, 3, 3),\n"
-            "                     torch.arange(1), torch.arange(2), torch.arange(3), torch.arange(3))\n"
-            "print(before, 'torch._dynamo' in sys.modules, float(s[0, 1, 0, 0]))\n")
+            "grid = (torch.arange(1), torch.arange(2), torch.arange(3), torch.arange(3))\n"
+            "slopes = torch.tensor([[0.5, 0.25], [2.0, 4.0]])\n"
+            "by_tensor = p.evaluate_score(lambda s, b, h, q, kv: s + slopes[h, h],\n"
+            "                             torch.zeros(1, 2, 3, 3), *grid)\n"
+            "mask = p.evaluate_mask(lambda b, h, q, kv: slopes[h, h] * kv <= q, *grid)\n"
+            "depends = p.mask_dependence(lambda b, h, q, kv: slopes[h, h] * kv <= q)\n"
+            "before = dynamo()\n"
+            "by_int = p.evaluate_score(lambda s, b, h, q, kv: s + slopes[1, h],\n"
+            "                          torch.zeros(1, 2, 3, 3), *grid)\n"
+            "print(with_torch, before, dynamo(), float(by_tensor[0, 1, 0, 0]),\n"
+            "      int(mask.sum()), sorted(depends), float(by_int[0, 1, 0, 0]))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
-    assert proc.stdout.split() == ["False", "True", "0.25"], proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "False", "True", "4.0", "10",
+                                   "['h',", "'kv_idx',", "'q_idx']", "4.0"], proc.stderr[-2000:]
