@@ -13,7 +13,11 @@ A mod that is correct point by point need not be correct on broadcast index grid
 (``table[b, q_idx] == table[b, kv_idx]``, ``torch.where`` on shapes that only line up for
 scalars, a sum over an indexed slice): calling it once on broadcast grids can build another
 mask, or raise. A mod that vmap cannot run (``.item()``, ``int()``, a Python ``if`` on a tensor
-value) is rejected by flex_attention too; ``check_mods`` says so in one line.
+value) is rejected by flex_attention too; ``check_mods`` says so in one line. A mod that
+catches exceptions to choose what it computes (``try: 1 // b ... except: ...``) is not a
+function of its point: vmap raises for the whole grid it is given, so eager flex_attention (one
+grid) and the golden (chunk by chunk) can take different branches, and so can
+``mask_dependence``'s two-point grid; such mods are outside these semantics.
 """
 from __future__ import annotations
 
@@ -44,12 +48,12 @@ _takes_ints: bool | None = None
 
 
 class _IntRuleNeeded(BaseException):
-    """Raised by IndexAsAten at an index that mixes ints with tensors while the running torch's
-    rule for ints is not known yet: ``_under_flex_indexing`` catches it outside the mode, asks
-    (``_rule_takes_ints``), and evaluates the mod again (mods are pure functions). Asking
-    imports all of torch._dynamo (0.85-2.4 s), which the mods that index only with tensors, or
-    not at all, never need. A BaseException, so that a mod's own ``except Exception`` lets it
-    through."""
+    """Raised by IndexAsAten at an index of ints (alone or among tensors) while the running
+    torch's rule for ints is not known yet: ``_under_flex_indexing`` catches it outside the
+    mode, asks (``_rule_takes_ints``), and evaluates the mod again (mods are pure functions).
+    Asking imports all of torch._dynamo (0.85-2.4 s), which the mods that index only with
+    tensors, or not at all, never need. A BaseException, so that a mod's own ``except
+    Exception`` lets it through (a bare ``except:`` is caught out by the mode itself)."""
 
 
 class IndexAsAten(TorchFunctionMode):
@@ -72,6 +76,10 @@ class IndexAsAten(TorchFunctionMode):
     other gradients; ours gives the analytic ones (tested).
     """
 
+    def __init__(self):
+        super().__init__()
+        self.asked_for_int_rule = False  # raised _IntRuleNeeded, even if the mod swallowed it
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is torch.Tensor.__getitem__:
             table, indices = args[0], pytree.tree_leaves(args[1])
@@ -79,6 +87,7 @@ class IndexAsAten(TorchFunctionMode):
                 return torch.ops.aten.index(table, indices)
             if all(isinstance(i, (torch.Tensor, int)) for i in indices):
                 if _takes_ints is None:
+                    self.asked_for_int_rule = True
                     raise _IntRuleNeeded
                 if _takes_ints:
                     return torch.ops.aten.index(table, [
@@ -90,13 +99,20 @@ class IndexAsAten(TorchFunctionMode):
 def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
     """``evaluate()`` under IndexAsAten; where it indexes with ints before the running torch's
     rule for them is known, the rule is asked here, outside the mode and any vmap, and
-    ``evaluate()`` runs again."""
+    ``evaluate()`` runs again. So it does where a mod's bare ``except:`` swallowed the question
+    and returned what its except branch computes: that value would depend on whether an earlier
+    mod of the process had asked."""
     global _takes_ints
+    mode = IndexAsAten()
     try:
-        with IndexAsAten():
-            return evaluate()
+        with mode:
+            result = evaluate()
+        # torch's own rule, which tests put in IndexAsAten's place, never asks
+        if not getattr(mode, "asked_for_int_rule", False):
+            return result
     except _IntRuleNeeded:
-        _takes_ints = _rule_takes_ints()
+        pass
+    _takes_ints = _rule_takes_ints()
     with IndexAsAten():
         return evaluate()
 

@@ -410,3 +410,28 @@ def test_torch_dynamo_is_imported_only_when_a_mod_indexes_with_ints():
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert proc.stdout.split() == ["False", "False", "True", "4.0", "10",
                                    "['h',", "'kv_idx',", "'q_idx']", "4.0"], proc.stderr[-2000:]
+
+
+def test_a_mod_whose_bare_except_swallows_the_rules_question_still_gets_the_rule(monkeypatch):
+    """The indexing rule for ints is asked by raising from inside the mod; a bare ``except:``
+    there would catch that and return its other branch, a value that would then depend on
+    whether an earlier mod of the process had asked. The question is remembered and the mod
+    evaluated again with the answer."""
+    import cases.pointwise as pointwise
+
+    table = torch.tensor([[1.0, 2.0], [4.0, 8.0]], dtype=torch.float64)
+
+    def adds_a_table_entry(s, b, h, q, kv):
+        try:
+            return s + table[1, h]
+        except:  # noqa: E722 - what the test is about
+            return s
+
+    score = torch.zeros(1, 2, 3, 3, dtype=torch.float64)
+    grid = (torch.arange(1), torch.arange(2), torch.arange(3), torch.arange(3))
+    monkeypatch.setattr(pointwise, "_takes_ints", None)  # as in a process that never asked
+    asked_first = evaluate_score(adds_a_table_entry, score, *grid)
+    assert pointwise._takes_ints is not None
+    asked_before = evaluate_score(adds_a_table_entry, score, *grid)
+    assert torch.equal(asked_first, asked_before)
+    assert torch.equal(asked_first[0, :, 0, 0], table[1])  # the entries, not the except branch
