@@ -78,13 +78,13 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
-    and P lose below float16's normal range (underflow_noise.underflow_magnitudes, float16 gradients), what
-    rounding partial sums adds to dK and dV rows where heads or batches share a key/value
-    head (partial_sum_magnitudes, 16-bit gradients), plus a float32 kernel's roundings of P
-    and dP (float32_rounding_magnitudes, float32 cases only: in bfloat16 and float16 units it
-    is 2^-16 and 2^-13 of itself, and the dtype's own roundings set those limits; added to
-    fp16 runs with inputs x4, where it is largest, it moved no margin). None: nothing to add
-    (a 16-bit forward)."""
+    and P lose below float16's normal range (underflow_noise.underflow_magnitudes, float16
+    gradients), what rounding partial sums adds to dK and dV rows where heads or batches share
+    a key/value head (partial_sum_magnitudes, 16-bit gradients), plus a float32 kernel's
+    roundings of P and dP (float32_rounding_magnitudes, float32 cases only: in bfloat16 and
+    float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own roundings set those
+    limits; added to fp16 runs with inputs x4, where it is largest, it moved no margin). None:
+    nothing to add (a 16-bit forward)."""
     parts: list[RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
