@@ -110,6 +110,43 @@ def test_compile_time_budget(tmp_path, capsys, old_s, new_s, cache, extra, code)
     assert ("compile times not gated" in out) == (cache == "warm")
 
 
+def test_times_measured_on_different_machines_are_not_gated_but_labels_are(tmp_path, capsys):
+    """A compile 1.3x as long measured on another machine says nothing about the release (the
+    suite's own smoke matrix ran twice as fast on the Xeon VM as on the EPYC one): no time
+    finding either way, a flagged note that says why and how to gate them; a label that
+    regressed still blocks. A merged run whose shards ran on different machines has no one
+    machine; files that record no machine are compared as before."""
+    old = run([record(A, compile_seconds=4.0), record(B, compile_seconds=4.0)])
+    slower = run([replace(record(A, compile_seconds=8.0), run_seconds=1.0),
+                  record(B, compile_seconds=4.0)])
+    elsewhere = replace(slower, environment={**slower.environment, "device_name": "Xeon"})
+    old = replace(old, environment={**old.environment, "device_name": "EPYC"})
+    assert gate(tmp_path, old, replace(slower, environment=old.environment),  # one machine
+                "--run-time-slack", "0") == 1
+    assert {"COMPILE_TIME", "RUN_TIME"} <= set(capsys.readouterr().out.split())
+    assert gate(tmp_path, old, elsewhere, "--run-time-slack", "0",
+                "--json", str(tmp_path / "gate.json")) == 0
+    out = capsys.readouterr().out
+    note = ("  ! TIMES_NOT_GATED: times not gated: the runs were measured on different machines "
+            "(device_name 'EPYC' (baseline), 'Xeon' (candidate)); run the baseline again on the "
+            "candidate's machine to gate them")
+    assert note in out.splitlines() and "COMPILE_TIME" not in out and "RUN_TIME" not in out
+    data = json.loads((tmp_path / "gate.json").read_text())
+    assert [(n["kind"], n["flagged"]) for n in data["notes"]] == [("TIMES_NOT_GATED", True)]
+    assert data["findings"] == []
+    regressed = replace(elsewhere, records=(record(A, Label.MISMATCH, compile_seconds=8.0),
+                                            record(B, compile_seconds=4.0)))
+    assert gate(tmp_path, old, regressed) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    mixed = replace(slower, environment={**old.environment, "differs_between_shards": {
+        "device_name": ["EPYC", "Xeon"]}})
+    assert gate(tmp_path, old, mixed) == 0
+    assert "the candidate's shards ran on different machines (device_name 'EPYC', 'Xeon')" \
+        in capsys.readouterr().out
+    unrecorded = {k: v for k, v in slower.environment.items() if k != "device_name"}
+    assert gate(tmp_path, old, replace(slower, environment=unrecorded)) == 1
+
+
 def test_a_cache_hit_is_not_compared(tmp_path):
     old = run([record(A, compile_seconds=4.0)])
     new = run([record(A, compile_seconds=9.0, cache_hit=True)])
