@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from records.results import Label, Record, RunResults
+from records.text import one_line
 
 DEFAULT_SLOWER_FACTOR = 1.25
 DEFAULT_SLACK_SECONDS = 0.5
-
+#: What a run's environment says of the machine its times were measured on. Runs that differ
+#: in one of them were not timed on one kind of machine: the gate does not gate their times
+#: and the report shows them for information only (a compile 1.3x as long on a machine twice
+#: as fast would pass, and a slower machine would block a good release).
+MACHINE_FIELDS = ("device", "device_name", "cpu_count")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Comparison:
     faster: tuple[TimeChange, ...]
     both_cold: bool  # both runs compiled with a cold cache: compile times are comparable
     slower_factor: float
+    machines: str | None  # why the runs were not timed on one kind of machine, in words
 
     @property
     def unchanged(self) -> bool:
@@ -134,7 +140,27 @@ def compare_runs(baseline: RunResults, candidate: RunResults,
     faster.sort(key=lambda c: c.ratio)  # the most improved first
     both_cold = all(r.options.get("compile_cache") == "cold" for r in (baseline, candidate))
     return Comparison(tuple(regressions), tuple(fixes), tuple(changed), tuple(new),
-                      tuple(missing), slower, tuple(faster), both_cold, slower_factor)
+                      tuple(missing), slower, tuple(faster), both_cold, slower_factor,
+                      machine_difference(baseline, candidate))
+
+
+def machine_difference(baseline: RunResults, candidate: RunResults) -> str | None:
+    """Why the two runs' times were not measured on one kind of machine (MACHINE_FIELDS), in
+    words, or None. A field that a run does not record is not compared (files of earlier
+    suites); a merged run whose shards ran on machines that differ has no one machine."""
+    for name, run in (("baseline", baseline), ("candidate", candidate)):
+        mixed = run.environment.get("differs_between_shards") or {}
+        for field in MACHINE_FIELDS:
+            if field in mixed:
+                values = ", ".join(one_line(repr(v)) for v in mixed[field])
+                return f"the {name}'s shards ran on different machines ({field} {values})"
+    for field in MACHINE_FIELDS:
+        old, new = baseline.environment.get(field), candidate.environment.get(field)
+        if old is not None and new is not None and old != new:
+            return (f"the runs were measured on different machines ({field} "
+                    f"{one_line(repr(old))} (baseline), {one_line(repr(new))} (candidate))")
+    return None
+
 
 
 @dataclass(frozen=True)

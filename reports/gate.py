@@ -6,7 +6,8 @@ It may not ship (blocking findings) when
   - a case of the baseline is missing from the candidate (MISSING);
   - both runs compiled cold and a case's compile time grew past the budget (COMPILE_TIME);
   - with ``run_slack_seconds``: a case's run time grew past the run-time budget (RUN_TIME);
-    (times are gated only between runs measured on one kind of machine: MACHINE_FIELDS)
+    (times are gated only between runs measured on one kind of machine:
+    reports.compare.MACHINE_FIELDS)
   - with ``strict_expectations``: an expectation no longer matches a failure (STALE).
 Fixes and stale expectations are reported as good news; new cases (in the candidate only)
 are listed. Runs that cannot be compared (different backend, suite version, oracle (the
@@ -40,11 +41,6 @@ BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME",
 LISTED_KINDS = ("NEW",)
 #: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
 BUDGETS = ("compile_timeout", "run_timeout")
-#: What a run's environment says of the machine its times were measured on. Runs that differ
-#: in one of them were not timed on one kind of machine, and their times are not gated: a
-#: compile that takes 1.3x as long on a machine twice as fast would pass, and a slower machine
-#: would block a good release.
-MACHINE_FIELDS = ("device", "device_name", "cpu_count")
 CATEGORIES = ("blocking", "good news", "dismissed", "listed")
 
 
@@ -211,7 +207,7 @@ def decide(baseline: RunResults, candidate: RunResults,
     for rec in comparison.missing:
         findings.append(Finding("MISSING", rec.case_id,
                                 f"in the baseline ({rec.label.value}), absent now", True, rec))
-    machines = machine_difference(baseline, candidate)
+    machines = comparison.machines
     rules = [TimeRule("compile", budget, slack_seconds)] \
         if comparison.both_cold and machines is None else []
     if run_slack_seconds is not None and machines is None:
@@ -258,24 +254,6 @@ def ordered(findings) -> tuple[Finding, ...]:
     order = {kind: i for i, kind in enumerate(BLOCKING_ORDER + LISTED_KINDS)}
     return tuple(sorted(findings, key=lambda f: (CATEGORIES.index(f.category),
                                                  order.get(f.kind, len(order)))))
-
-
-def machine_difference(baseline: RunResults, candidate: RunResults) -> str | None:
-    """Why the two runs' times were not measured on one kind of machine (MACHINE_FIELDS), in
-    words, or None. A field that a run does not record is not compared (files of earlier
-    suites); a merged run whose shards ran on machines that differ has no one machine."""
-    for name, run in (("baseline", baseline), ("candidate", candidate)):
-        mixed = run.environment.get("differs_between_shards") or {}
-        for field in MACHINE_FIELDS:
-            if field in mixed:
-                values = ", ".join(one_line(repr(v)) for v in mixed[field])
-                return f"the {name}'s shards ran on different machines ({field} {values})"
-    for field in MACHINE_FIELDS:
-        old, new = baseline.environment.get(field), candidate.environment.get(field)
-        if old is not None and new is not None and old != new:
-            return (f"the runs were measured on different machines ({field} "
-                    f"{one_line(repr(old))} (baseline), {one_line(repr(new))} (candidate))")
-    return None
 
 
 def time_finding(rule: TimeRule, old: Record, new: Record, before: float,

@@ -142,6 +142,25 @@ def test_baseline_comparison_lists_regressions_fixes_new_missing_and_slower(tmp_
     assert "### Regressions (1)" in summary and f"`{a}`" in summary
 
 
+def test_a_baseline_timed_on_another_machine_has_its_times_shown_for_information_only(
+        tmp_path):
+    """The gate does not gate times across machines (tests/test_gate.py); the report says so
+    above the compile-time tables, with the machines' names as text."""
+    a = case_id(seq=128)
+    old = run([record(a, compile_seconds=4.0)])
+    new = run([record(a, compile_seconds=5.2)])
+    for out, device_name in ((tmp_path / "same", "EPYC"), (tmp_path / "other", "<b>Xeon</b>")):
+        write_report(replace(new, environment={**new.environment, "device_name": device_name}),
+                     out, baseline=replace(old, environment={**old.environment,
+                                                             "device_name": "EPYC"}))
+    note = ("Times not compared: the runs were measured on different machines (device_name "
+            "'EPYC' (baseline), '<b>Xeon</b>' (candidate)); they are shown for information only.")
+    assert note in Page((tmp_path / "other" / "index.html").read_text()).texts
+    assert "<b>Xeon</b>" not in (tmp_path / "other" / "index.html").read_text()  # escaped
+    assert not any(text.startswith("Times not compared")
+                   for text in Page((tmp_path / "same" / "index.html").read_text()).texts)
+
+
 def test_several_runs_side_by_side_show_disagreements_and_compile_time_per_run(tmp_path):
     a, b = case_id(seq=128), case_id(seq=256)
     runs = [run([record(a, compile_seconds=1.0), record(b)]),
