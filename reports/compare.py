@@ -5,7 +5,9 @@ A *regression* is a case that passed in the baseline and does not pass now; a *f
 reverse. Compile times are compared only for cases that compiled in both runs without a
 cache hit; a case is *slower* when its compile time grew by at least ``slower_factor`` and by
 more than ``slack_seconds`` (the slack keeps sub-second noise from being flagged): ``grew``,
-the one rule, which the gate also applies to run times and to repeated measurements.
+the one rule, which the gate also applies to run times and to repeated measurements. Times
+of runs timed on different kinds of machine (MACHINE_FIELDS) are not comparable:
+``Comparison.machines`` says why, and the gate then gates none.
 """
 from __future__ import annotations
 
@@ -160,7 +162,6 @@ def machine_difference(baseline: RunResults, candidate: RunResults) -> str | Non
             return (f"the runs were measured on different machines ({field} "
                     f"{one_line(repr(old))} (baseline), {one_line(repr(new))} (candidate))")
     return None
-
 
 
 @dataclass(frozen=True)
