@@ -1,0 +1,236 @@
+"""What the release gate refuses, each as one line and exit 2: runs that cannot be compared
+(another case set, backend, suite or oracle), unreadable files, values out of range, and outputs
+it cannot write or that would overwrite an input; and the output directories it makes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import pytest
+
+from conformance.cli import main
+from records.results import Label, RunResults, write_results
+from tests.test_gate import A, REPO, gate, known, selected
+from tests.test_report_doctored import record, run
+
+@pytest.mark.parametrize("old_selection, new_selection, words", [
+    (dict(), dict(matrix="extended"), ["matrix 'extended' differs from the baseline's 'core'"]),
+    (dict(), dict(keyword="causal"), ["-k expression 'causal' differs from the baseline's ''"]),
+    (dict(), dict(markexpr="slow"), ["-m expression 'slow'"]),
+    (dict(), dict(cases_modules=("my.cases",)), ["cases modules my.cases differs from the "
+                                                 "baseline's none"]),
+    (dict(case_file="/a/cases.json", case_file_sha256="1" * 64),
+     dict(case_file="/b/cases.json", case_file_sha256="2" * 64),
+     ["case file /b/cases.json (sha256 222222222222) differs from the baseline's "
+      "/a/cases.json (sha256 111111111111)"]),
+    (dict(), dict(shard="1/2"), ["new.json: shard 1/2 of a run, not the whole run; merge"]),
+])
+def test_runs_of_different_case_set_definitions_are_refused(tmp_path, capsys, old_selection,
+                                                           new_selection, words):
+    old = selected(run([record(A)]), **old_selection)
+    new = selected(run([record(A)]), **new_selection)
+    assert gate(tmp_path, old, new) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
+    for word in words:
+        assert word in err, err
+
+
+def test_a_case_file_at_another_path_with_the_same_content_is_comparable(tmp_path):
+    old = selected(run([record(A)]), case_file="/a/cases.json", case_file_sha256="1" * 64)
+    new = selected(run([record(A)]), case_file="/b/cases.json", case_file_sha256="1" * 64)
+    assert gate(tmp_path, old, new) == 0
+
+
+def test_a_baseline_of_another_matrix_without_a_selection_block_is_refused(tmp_path, capsys):
+    old = run([record(A)])
+    old = replace(old, options={**old.options, "matrix": "extended"})
+    assert gate(tmp_path, old, selected(run([record(A)]))) == 2
+    assert "matrix 'core' differs from the baseline's 'extended'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(profile="full"), ["new.json", "profile 'full'", "baseline's 'smoke'"]),
+    (dict(suite_version="0.2.0"), ["suite version '0.2.0'"]),
+    (dict(backend="cuda-inductor"), ["backend 'cuda-inductor'"]),
+    (dict(complete=False), ["new.json", "interrupted"]),
+])
+def test_runs_that_cannot_be_compared_are_bad_input(tmp_path, capsys, change, words):
+    assert gate(tmp_path, run([record(A)]), run([record(A)], **change)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
+    for word in words:
+        assert word in err
+
+
+def _judged_by(version: int | None, revision: str | None = None) -> RunResults:
+    """A run whose results.json says which oracle judged it (None: a file from before that
+    was recorded) and at which revision of the suite."""
+    results = run([record(A)])
+    environment = dict(results.environment)
+    if version is not None:
+        environment["reference_version"] = version
+    if revision is not None:
+        environment["git_revision"] = revision
+    return replace(results, environment=environment)
+
+
+def test_runs_judged_by_another_oracle_are_bad_input_that_says_how_to_gate_them(tmp_path,
+                                                                              capsys):
+    """A label that changed between runs that two versions of the oracle judged could be the
+    suite's change, not the release's: one line naming both versions and the suite revision
+    that judged the baseline (not a dirty one, which no checkout gives back). A file that
+    records no version is gated as before: what was not recorded cannot be checked."""
+    assert gate(tmp_path, _judged_by(17, "abc1234"), _judged_by(18, "def5678")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
+    for words in (f"{tmp_path / 'new.json'}: reference version 18 differs from the baseline's "
+                  f"17 ({tmp_path / 'old.json'})",
+                  "run the baseline again with this suite", "(git checkout abc1234)"):
+        assert words in err, err
+    assert gate(tmp_path, _judged_by(17, "abc1234-dirty"), _judged_by(18)) == 2
+    err = capsys.readouterr().err
+    assert "reference version 18" in err and "git checkout" not in err
+    assert gate(tmp_path, _judged_by(18, "abc1234"), _judged_by(18, "def5678"),
+                "--json", str(tmp_path / "gate.json")) == 0
+    decision = json.loads((tmp_path / "gate.json").read_text())
+    assert decision["baseline"]["reference_version"] == 18
+    assert gate(tmp_path, _judged_by(None), _judged_by(18)) == 0
+    assert gate(tmp_path, _judged_by(18), _judged_by(None)) == 0
+
+
+def test_unreadable_files_are_bad_input(tmp_path, capsys):
+    write_results(run([record(A)]), tmp_path / "old.json")
+    (tmp_path / "broken.json").write_text("{not json")
+    assert main(["gate", "--baseline", str(tmp_path / "old.json"),
+                 "--candidate", str(tmp_path / "absent.json")]) == 2
+    assert "absent.json: no such file" in capsys.readouterr().err
+    assert main(["gate", "--baseline", str(tmp_path / "broken.json"),
+                 "--candidate", str(tmp_path / "old.json")]) == 2
+    assert "broken.json: not JSON" in capsys.readouterr().err
+    assert gate(tmp_path, run([record(A)]), run([record(A)]),
+                expectations=known(A, "PASSED")) == 2
+    assert "known.toml:1: unknown label 'PASSED'" in capsys.readouterr().err
+
+
+def test_unreadable_kinds_of_file_name_the_file_and_the_fix(tmp_path, capsys):
+    write_results(run([record(A)]), tmp_path / "old.json")
+    (tmp_path / "binary.json").write_bytes(b"\xd9\x00garbage")  # 0xd9 needs a continuation
+    (tmp_path / "other.json").write_text('{"anything": 1}')
+    (tmp_path / "dir.json").mkdir()
+    for name, problem in (("binary.json", "not UTF-8 text (byte 0xd9 at offset 0)"),
+                          ("dir.json", "is a directory, not a file"),
+                          ("other.json", "not a valid results file at (top level)")):
+        assert main(["gate", "--baseline", str(tmp_path / "old.json"),
+                     "--candidate", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(f"flexconf gate: error: {tmp_path / name}: {problem}")
+        assert err.endswith("; pass the results.json of a run")
+
+
+@pytest.mark.parametrize("flag", ["--compile-time-budget", "--run-time-budget",
+                                  "--compile-time-slack", "--run-time-slack"])
+@pytest.mark.parametrize("value", ["nan", "-1"])
+def test_a_factor_or_slack_that_is_not_a_number_in_range_is_bad_input(tmp_path, capsys, flag,
+                                                                      value):
+    """nan compares false with everything: as a budget it let every compile time through,
+    and a run that the default budget blocks shipped (exit 0)."""
+    old = run([replace(record(A, compile_seconds=4.0), run_seconds=0.1)])
+    new = run([replace(record(A, compile_seconds=8.0), run_seconds=0.2)])
+    assert gate(tmp_path, old, new, "--run-time-slack", "0") == 1  # blocked, as it must be
+    capsys.readouterr()
+    extra = (flag, value) if flag == "--run-time-slack" else (flag, value, "--run-time-slack", "0")
+    assert gate(tmp_path, old, new, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"flexconf gate: error: {flag} ")
+    assert "is not a" in err and "; give" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--run-time-slack", "abc"), "argument --run-time-slack: invalid float value: 'abc'"),
+    (("--no-such-option",), "unrecognized arguments: --no-such-option"),
+])
+def test_a_value_argparse_refuses_is_one_line_naming_it_and_where_the_usage_is(tmp_path, args,
+                                                                                words):
+    write_results(run([record(A)]), tmp_path / "old.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "gate", "--baseline", str(tmp_path / "old.json"),
+         "--candidate", str(tmp_path / "old.json"), *args], cwd=REPO, capture_output=True,
+        text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"flexconf gate: error: {words}; see flexconf gate -h"]
+
+
+def test_an_output_the_gate_cannot_write_is_bad_input_before_judging(tmp_path, capsys):
+    """It printed the whole verdict (with --confirm, after seconds of measuring) and only then
+    failed on the path."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for unwritable, problem in ((afile / "g.json",
+                                 f"its directory {afile}: it is a file, not a directory"),
+                                (afile / "dir" / "g.json", f"its directory {afile / 'dir'}: "
+                                                           "it cannot be made (Not a directory)")):
+        assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
+                    "--json", str(unwritable)) == 2
+        out, err = capsys.readouterr()
+        assert out == ""  # nothing judged
+        assert err.splitlines() == [f"flexconf gate: error: --json {unwritable}: {problem}; "
+                                    "give a path this user can write, e.g. --json gate.json"]
+    assert gate(tmp_path, run([record(A)]), run([record(A)]), "--junit", str(tmp_path)) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: --junit {tmp_path}: it is a directory, not a file; give a path "
+        "this user can write, e.g. --junit gate.xml"]
+
+
+#: flag -> the example file's extension in the gate's messages.
+OUTPUTS_BY_FLAG = (("--json", "json"), ("--markdown", "md"), ("--junit", "xml"))
+
+
+def test_an_output_that_is_an_input_or_another_output_is_bad_input_and_nothing_is_lost(
+        tmp_path, capsys):
+    """``--candidate new.json --json new.json`` replaced the candidate's results with the
+    gate's decision, and said MAY SHIP (an audit)."""
+    write_results(run([record(A)]), tmp_path / "old.json")
+    write_results(run([record(A)]), tmp_path / "new.json")
+    kept = {name: (tmp_path / name).read_bytes() for name in ("old.json", "new.json")}
+    for flag, output, clash in (("--json", "new.json", "--candidate"),
+                                ("--markdown", "old.json", "--baseline"),
+                                ("--junit", "./new.json", "--candidate")):  # another spelling
+        assert main(["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+                     str(tmp_path / "new.json"), flag, f"{tmp_path}/{output}"]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.splitlines() == [
+            f"flexconf gate: error: {flag} {tmp_path}/{output}: it is the {clash} file, which "
+            f"the gate would overwrite; give another path, e.g. {flag} "
+            f"gate.{dict(OUTPUTS_BY_FLAG)[flag]}"]
+    assert main(["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+                 str(tmp_path / "new.json"), "--json", str(tmp_path / "g"), "--junit",
+                 str(tmp_path / "g")]) == 2
+    assert "--junit " + str(tmp_path / "g") + ": it is the --json file" in capsys.readouterr().err
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_run_gated_against_itself_is_bad_input_not_may_ship(tmp_path, capsys):
+    write_results(run([record(A)]), tmp_path / "new.json")
+    assert main(["gate", "--baseline", str(tmp_path / "new.json"), "--candidate",
+                 f"{tmp_path}/./new.json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: --baseline and --candidate are the same file "
+        f"({tmp_path}/./new.json); give the baseline run's results.json as --baseline "
+        "and the candidate's as --candidate"]
+
+
+def test_missing_directories_of_the_gate_outputs_are_made(tmp_path):
+    new = tmp_path / "new" / "dir"
+    assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
+                "--markdown", str(new / "g.md"), "--json", str(new / "g.json"),
+                "--junit", str(new / "deeper" / "g.xml")) == 1
+    assert json.loads((new / "g.json").read_text())["verdict"] == "MAY_NOT_SHIP"
+    assert (new / "g.md").read_text().startswith("## Release gate")
+    assert ET.parse(new / "deeper" / "g.xml").getroot() is not None
