@@ -17,6 +17,7 @@ import torch
 from cases.inputs import Inputs
 from cases.model import Case
 from cases.pointwise import check_mods, evaluate_score
+from cases.score_addend import adds_to_score, score_addend
 from cases.variants import Mods
 from reference.chunk_plan import plan_batches
 from reference.heap import keep_freed_heap
@@ -28,7 +29,9 @@ from reference.heap import keep_freed_heap
 #: formed first (exactly, where it matters: near the row's maximum), so the one extra rounding
 #: changes a probability by at most |x| * 2^-53 relative: a term e^x carries an error of at
 #: most e^-1 * 2^-53 of the largest term. (Without a score_mod, log2(e) is folded into the
-#: scale instead: an error of |s| * 2^-53 in each score, as the scale's own rounding.) The
+#: scale instead: an error of |s| * 2^-53 in each score, as the scale's own rounding; with a
+#: score mod that adds to the score, into the product that accumulates its addend x: about
+#: (|s| + |x|) * 2^-52, see _scores_plus_addend.) The
 #: float32 baseline keeps exp: the verdict's limits are calibrated on it, and exp2 moved its
 #: per-row error enough to flip a fuzzed fp32 case at the edge (row margin 0.96 -> 1.47).
 _LOG2E = 1.0 / math.log(2.0)
@@ -154,6 +157,7 @@ class Chunk:
     group: int  # query heads per key/value head
     golden: bool  # the float64 golden (scale in q, exp as exp2), not the baseline
     key_norm: float | None  # max ||k_j|| of the batch where its softmax may skip the shift
+    score_adds: bool  # the golden's score mod adds to the score (cases/score_addend.py)
 
 
 def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
@@ -165,6 +169,8 @@ def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dt
     check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
     heads = torch.arange(s.Hq, device=device)
     golden = compute_dtype == torch.float64
+    score_adds = (golden and mods.score_mod is not None
+                  and adds_to_score(mods.score_mod, compute_dtype, device))
     for b, (batch, plan) in enumerate(plan_batches(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
@@ -180,7 +186,7 @@ def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dt
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             yield Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
-                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm)
+                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm, score_adds)
         del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
 
 
@@ -193,12 +199,68 @@ def stacked_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a.reshape(hkv, hq // hkv * n, d), b.transpose(1, 2)).view(hq, n, -1)
 
 
+def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor,
+                 k_sel: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The scores of ``chunk`` ([Hq, n, m]: its rows q, unscaled, by its kept keys k_sel),
+    after the score mod if there is one, in q's dtype, as a new tensor that the softmax may
+    work on in place; and whether they are in log2 units (times log2 e). The golden's are
+    wherever nothing reads them in natural units: with no score mod (log2 e folded into the
+    scale, one pass fewer before exp2), or one whose addend the product accumulates."""
+    golden = chunk.golden
+    if golden and mods.score_mod is None:  # scale and log2 e folded into q: a pass over
+        return stacked_product(q * (chunk.scale * _LOG2E), k_sel), True  # [Hq, n, D] only
+    if golden:
+        q = q * chunk.scale
+        if chunk.score_adds:
+            scores = _scores_plus_addend(chunk, mods, q, k_sel)
+            if scores is not None:
+                return scores, True
+    scores = stacked_product(q, k_sel)
+    if not golden:  # the baseline scales its float32 scores as fused kernels do
+        scores.mul_(chunk.scale)
+    if mods.score_mod is None:
+        return scores, False
+    modded = modded_scores(chunk, mods, scores)
+    scores = modded.to(q.dtype).contiguous()
+    # The softmax works on the scores in place; under autograd the mod's own output may be
+    # what its backward saved (torch.tanh(score) returned as is): it gets a copy.
+    if scores.requires_grad and scores.data_ptr() == modded.data_ptr():
+        scores = scores.clone()
+    return scores, False
+
+
 def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
     """The score mod of ``chunk`` on its scores ([Hq, n, m] over its kept keys), point by
     point (cases/pointwise.py)."""
     kv_idx = torch.arange(chunk.k.shape[1], device=scores.device)[chunk.keys]
     return evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
                           chunk.q_idx, kv_idx)[0]
+
+
+def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
+                        k_sel: torch.Tensor) -> torch.Tensor | None:
+    """The scores after a score mod that adds to the score (cases/score_addend.py), in log2
+    units, from q scaled: the addend, evaluated point by point without the scores and cast to
+    their dtype as the mod's add casts it, is the accumulator of the q k^T product (baddbmm,
+    log2 e as both its factors), so the scores are written once, with the addend in them, and
+    no pass multiplies them by log2 e. What differs from the mod's add, then log2 e, is float64
+    rounding: an error of about (|s| + |x|) 2^-52 on each score s plus addend x, in log2
+    units, as log2 e's own rounding makes. None where the mod does not add after all (then it
+    runs on the scores)."""
+    kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
+    addend = score_addend(mods.score_mod, q.dtype, chunk.batch, chunk.heads, chunk.q_idx,
+                          kv_idx)
+    if addend is None:
+        return None
+    hq, n, d = q.shape
+    hkv, m = k_sel.shape[0], k_sel.shape[1]
+    scores = torch.empty(hq, n, m, dtype=q.dtype, device=q.device)
+    scores.copy_(addend[0])  # broadcasts the dimensions the addend does not depend on
+    stacked = scores.view(hkv, hq // hkv * n, m)  # as stacked_product lays out its rows
+    q_rows, k_cols = q.reshape(hkv, hq // hkv * n, d), k_sel.transpose(1, 2)
+    if q_rows.requires_grad or k_cols.requires_grad:  # autograd: not in place
+        return torch.baddbmm(stacked, q_rows, k_cols, beta=_LOG2E, alpha=_LOG2E).view(hq, n, m)
+    return stacked.baddbmm_(q_rows, k_cols, beta=_LOG2E, alpha=_LOG2E).view(hq, n, m)
 
 
 def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
@@ -254,24 +316,10 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     golden = chunk.golden
-    # Without a score_mod nothing needs the scores in natural units: the golden's are made in
-    # log2 units (log2(e) folded into the scale too), one pass fewer before exp2.
-    log2_units = golden and mods.score_mod is None
-    if golden:  # the scale folded into q: a pass over [Hq, n, D], not over the scores
-        q = q * (chunk.scale * _LOG2E if log2_units else chunk.scale)
-    scores = stacked_product(q, k_sel)
-    if not golden:
-        scores.mul_(chunk.scale)
-    if mods.score_mod is not None:
-        modded = modded_scores(chunk, mods, scores)
-        scores = modded.to(q.dtype).contiguous()
-        # The softmax below works on the scores in place; under autograd the mod's own output
-        # may be what its backward saved (torch.tanh(score) returned as is): it gets a copy.
-        if scores.requires_grad and scores.data_ptr() == modded.data_ptr():
-            scores = scores.clone()
+    scores, log2_units = chunk_scores(chunk, mods, q, k_sel)
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
-    if log2_units and _shift_is_needless(q, chunk.key_norm):  # see _UNSHIFTED_LOG2_BOUND
+    if log2_units and _shift_is_needless(q, chunk.scale * _LOG2E, chunk.key_norm):
         probs, row_max = scores.exp2_(), None
     else:
         # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
@@ -342,12 +390,14 @@ class _DivideWithRoundedDelta(torch.autograd.Function):
         return grad / denom, -(grad * rounded).sum(-1, keepdim=True) / denom, None
 
 
-def _shift_is_needless(q: torch.Tensor, key_norm: float | None) -> bool:
-    """Whether the golden's scores q k^T of this chunk (q scaled in log2 units) are all within
-    _UNSHIFTED_LOG2_BOUND by Cauchy-Schwarz, given the batch's largest key norm."""
+def _shift_is_needless(q: torch.Tensor, scale: float, key_norm: float | None) -> bool:
+    """Whether the golden's scores q k^T ``scale`` of this chunk (``scale`` in log2 units)
+    are all within _UNSHIFTED_LOG2_BOUND by Cauchy-Schwarz, given the batch's largest key
+    norm (None: see _key_norm_for_unshifted)."""
     if key_norm is None:
         return False
-    return float(q.detach().norm(dim=-1).amax()) * key_norm <= _UNSHIFTED_LOG2_BOUND
+    q_norm = float(q.detach().norm(dim=-1).amax()) * scale
+    return q_norm * key_norm <= _UNSHIFTED_LOG2_BOUND
 
 
 def _exp2_flushed(exponent: torch.Tensor) -> torch.Tensor:
