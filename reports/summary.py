@@ -118,17 +118,24 @@ def _word(text) -> str:
 
 
 def comparison_line(comparison: Comparison) -> str:
-    """``2 regressions · 1 fix · 3 new · 0 missing · 1 slower to compile``."""
+    """``2 regressions · 1 fix · 3 new · 0 missing · 1 slower to compile``; the last says
+    so where the two runs' times cannot be compared (timed on different machines, or not both
+    with a cold compile cache)."""
     def count(n: int, word: str, plural: str) -> str:
         return f"{n} {word if n == 1 else plural}"
 
+    slower = count(len(comparison.slower), "slower to compile", "slower to compile")
+    if comparison.machines:
+        slower += " (timed on different machines: not compared)"
+    elif not comparison.both_cold:
+        slower += " (not both compiled cold: for information only)"
     return " · ".join([
         count(len(comparison.regressions), "regression", "regressions"),
         count(len(comparison.fixes), "fix", "fixes"),
         count(len(comparison.changed), "other label change", "other label changes"),
         count(len(comparison.new), "new case", "new cases"),
         count(len(comparison.missing), "missing case", "missing cases"),
-        count(len(comparison.slower), "slower to compile", "slower to compile"),
+        slower,
     ])
 
 

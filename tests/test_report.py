@@ -159,6 +159,16 @@ def test_a_baseline_timed_on_another_machine_has_its_times_shown_for_information
     assert "<b>Xeon</b>" not in (tmp_path / "other" / "index.html").read_text()  # escaped
     assert not any(text.startswith("Times not compared")
                    for text in Page((tmp_path / "same" / "index.html").read_text()).texts)
+    # the line under the verdict, and summary.md's, qualify their count of slower compiles
+    caveat = "1 slower to compile (timed on different machines: not compared)"
+    for where in ("index.html", "summary.md"):
+        assert caveat in (tmp_path / "other" / where).read_text()
+        same = (tmp_path / "same" / where).read_text()
+        assert "1 slower to compile" in same and "not compared" not in same
+    write_report(replace(new, options={**new.options, "compile_cache": "warm"}),
+                 tmp_path / "warm", baseline=old)
+    assert ("1 slower to compile (not both compiled cold: for information only)"
+            in (tmp_path / "warm" / "summary.md").read_text())
 
 
 def test_several_runs_side_by_side_show_disagreements_and_compile_time_per_run(tmp_path):
