@@ -125,7 +125,8 @@ def adds_to_score(score_mod: Callable, score_dtype: torch.dtype,
     # indices 0 and 1: an addend of zero at every point would hide what happens to it (a mod
     # that cannot index 1, on a dimension of one, is evaluated as before)
     two_points = torch.arange(2, device=device)
-    scores = torch.randn(2, 2, 2, 2, 2, device=device).to(score_dtype)
+    seeded = torch.Generator(device=device).manual_seed(0)  # not the global generator's draws
+    scores = torch.randn(2, 2, 2, 2, 2, device=device, generator=seeded).to(score_dtype)
     scores_before = scores.clone()
     watch = _AddWatch(compute_add=True)
     per_score = torch.vmap(_vmap_bhqkv(_addend_of(score_mod, watch, with_output=True),
