@@ -271,3 +271,9 @@ def test_a_chunk_whose_addend_cannot_be_had_falls_back_to_the_mod_on_its_scores(
     want = chunked_attention(case, inputs, mods, torch.float64)
     for got, expected in zip(fell_back, want):
         assert torch.equal(got, expected)
+
+
+def test_telling_whether_a_mod_adds_draws_nothing_from_torchs_global_generator():
+    state = torch.get_rng_state()
+    assert adds_to_score(alibi_like, torch.float64)
+    assert torch.equal(torch.get_rng_state(), state)
