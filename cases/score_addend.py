@@ -1,16 +1,17 @@
 """Score mods that add to the score: ``score_mod(score, b, h, q_idx, kv_idx)`` is ``score +
 addend(b, h, q_idx, kv_idx)``, the addend computed without the score.
 
-ALiBi, relative and T5 bucketed position biases, document and prefix biases are such mods. For
-them the golden need not hand the mod its scores: it evaluates the addend, point by point as
-the mod computes it, and makes it the accumulator of the q k^T product (reference/kernel.py),
-which saves a pass over each chunk's scores and a second buffer for them.
+ALiBi, relative and T5 bucketed position biases and the like are such mods. For them the
+golden need not hand the mod its scores: it evaluates the addend, point by point as the mod
+computes it, and makes it the accumulator of the q k^T product (reference/kernel.py), which
+saves passes over each chunk's scores and a second buffer for them.
 
 A mod counts as one (``adds_to_score``) when, run as every mod is run (flex_attention's four
 vmaps and indexing rule, cases/pointwise.py):
-- its last operation is an add of the score itself and a tensor, ``score + x``, ``x + score``
-  or ``torch.add(score, x)`` with no ``alpha`` and no ``out``, and it returns that add's
-  result; after the add it only reads metadata (a dtype, a shape, a device);
+- its last operation is an add of the score itself and a plain tensor (not a subclass, whose
+  ``__torch_function__`` could make ``+`` anything), ``score + x``, ``x + score`` or
+  ``torch.add(score, x)`` with no ``alpha`` and no ``out``, and it returns that add's result;
+  after the add it only reads metadata (a dtype, a shape, a device);
 - the score goes into no other operation, reading its metadata aside: not even in place
   (``score.mul_(2)`` would change what is added), nor into a view;
 - the addend is 0-d at each point, of a dtype that the score's absorbs (a float, an int, a bool:
@@ -21,10 +22,10 @@ vmaps and indexing rule, cases/pointwise.py):
   torch-function modes disabled), the same argument as cases.pointwise.mask_dependence;
 - on that grid (indices 0 and 1) of random scores, the scores are unchanged afterwards and the
   mod's output is bit for bit the scores plus the addend.
-The first three are read off the calls that a TorchFunctionMode sees, which are all of a mod's
-Python-level torch calls; the last two are read off values, and catch what a mod hides from the
-mode (``torch._C.DisableTorchFunction``, an addend of a tensor subclass is refused outright)
-where the grid of two points shows it. A mod that hides an operation from torch-function modes
+The first three are read off the calls that a TorchFunctionMode sees (all of a mod's
+Python-level torch calls); the last two off vmap's dimensions and off values, so they also
+catch what a mod hides from the mode (code run under ``torch._C.DisableTorchFunction``), where
+the grid of two points shows it. A mod that hides an operation from torch-function modes
 and makes its effect depend on the index values could pass the grid and not be an add
 elsewhere: such code is outside what this guarantees, as mods that catch exceptions to choose
 their value are outside the semantics (cases/pointwise.py). Under vmap the same operations run
