@@ -20,8 +20,9 @@ vmaps and indexing rule, cases/pointwise.py):
   score alone, it comes back expanded along that dimension (stride 0). vmap carries a dimension
   through every operation that reads it, whatever route the mod takes (torch.ops, code run with
   torch-function modes disabled), the same argument as cases.pointwise.mask_dependence;
-- on that grid (indices 0 and 1) of random scores, the scores are unchanged afterwards and the
-  mod's output is bit for bit the scores plus the addend.
+- on that grid (indices 0 and 1, where the case's dimension has them) of random scores, the
+  scores are unchanged afterwards and the mod's output is bit for bit the scores plus the
+  addend.
 The first three are read off the calls that a TorchFunctionMode sees (all of a mod's
 Python-level torch calls); the last two off vmap's dimensions and off values, so they also
 catch what a mod hides from the mode (code run under ``torch._C.DisableTorchFunction``), where
@@ -119,13 +120,15 @@ def _addend_of(score_mod: Callable, watch: _AddWatch, with_output: bool = False)
     return addend
 
 
-def adds_to_score(score_mod: Callable, score_dtype: torch.dtype,
+def adds_to_score(score_mod: Callable, score_dtype: torch.dtype, sizes: tuple[int, ...],
                   device: torch.device | str = "cpu") -> bool:
     """Whether ``score_mod`` on scores of ``score_dtype`` is ``score + addend(b, h, q_idx,
-    kv_idx)`` with the addend computed without the score (see the module)."""
-    # indices 0 and 1: an addend of zero at every point would hide what happens to it (a mod
-    # that cannot index 1, on a dimension of one, is evaluated as before)
-    two_points = torch.arange(2, device=device)
+    kv_idx)`` with the addend computed without the score (see the module), for a grid of
+    ``sizes`` (B, Hq, Sq, Skv)."""
+    # indices 0 and 1 where a dimension has them (0 twice where it has one: never an index
+    # the mod need not take, which on a GPU would be a device-side assert, not an exception):
+    # an addend of zero at every point would hide what happens to it
+    grids = [torch.tensor([0, min(1, size - 1)], device=device) for size in sizes]
     seeded = torch.Generator(device=device).manual_seed(0)  # not the global generator's draws
     scores = torch.randn(2, 2, 2, 2, 2, device=device, generator=seeded).to(score_dtype)
     scores_before = scores.clone()
@@ -135,7 +138,7 @@ def adds_to_score(score_mod: Callable, score_dtype: torch.dtype,
 
     def evaluate():
         with watch:
-            return per_score(scores, two_points, two_points, two_points, two_points)
+            return per_score(scores, *grids)
 
     try:
         out, addend = _under_flex_indexing(evaluate)

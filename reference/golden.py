@@ -47,8 +47,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 17: float32 delta's rounding also carries the forward's roundings of P, the sum over keys
 #:     of P V and delta's own dot product.
 #: 18: chunks of a multiple of 16 rows where they have that many (float64 rounding).
-#: 19: a score mod that adds to the score has its addend accumulated by the q k^T product, in
-#:     log2 units (cases/score_addend.py; float64 rounding).
+#: 19: a score mod that adds to the score has its addend accumulated by the q k^T product
+#:     (cases/score_addend.py; bit for bit on MKL, float64 rounding on another BLAS).
 REFERENCE_VERSION = 19
 
 

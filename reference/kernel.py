@@ -29,9 +29,7 @@ from reference.heap import keep_freed_heap
 #: formed first (exactly, where it matters: near the row's maximum), so the one extra rounding
 #: changes a probability by at most |x| * 2^-53 relative: a term e^x carries an error of at
 #: most e^-1 * 2^-53 of the largest term. (Without a score_mod, log2(e) is folded into the
-#: scale instead: an error of |s| * 2^-53 in each score, as the scale's own rounding; with a
-#: score mod that adds to the score, into the product that accumulates its addend x: about
-#: (|s| + |x|) * 2^-52, see _scores_plus_addend.) The
+#: scale instead: an error of |s| * 2^-53 in each score, as the scale's own rounding.) The
 #: float32 baseline keeps exp: the verdict's limits are calibrated on it, and exp2 moved its
 #: per-row error enough to flip a fuzzed fp32 case at the edge (row margin 0.96 -> 1.47).
 _LOG2E = 1.0 / math.log(2.0)
@@ -170,7 +168,8 @@ def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dt
     heads = torch.arange(s.Hq, device=device)
     golden = compute_dtype == torch.float64
     score_adds = (golden and mods.score_mod is not None
-                  and adds_to_score(mods.score_mod, compute_dtype, device))
+                  and adds_to_score(mods.score_mod, compute_dtype, (s.B, s.Hq, s.Sq, s.Skv),
+                                    device))
     for b, (batch, plan) in enumerate(plan_batches(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
@@ -199,34 +198,32 @@ def stacked_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a.reshape(hkv, hq // hkv * n, d), b.transpose(1, 2)).view(hq, n, -1)
 
 
-def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor,
-                 k_sel: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor) -> torch.Tensor:
     """The scores of ``chunk`` ([Hq, n, m]: its rows q, unscaled, by its kept keys k_sel),
     after the score mod if there is one, in q's dtype, as a new tensor that the softmax may
-    work on in place; and whether they are in log2 units (times log2 e). The golden's are
-    wherever nothing reads them in natural units: with no score mod (log2 e folded into the
-    scale, one pass fewer before exp2), or one whose addend the product accumulates."""
+    work on in place. The golden's are in log2 units (times log2 e) where there is no score
+    mod (see _attend), in natural units otherwise."""
     golden = chunk.golden
     if golden and mods.score_mod is None:  # scale and log2 e folded into q: a pass over
-        return stacked_product(q * (chunk.scale * _LOG2E), k_sel), True  # [Hq, n, D] only
+        return stacked_product(q * (chunk.scale * _LOG2E), k_sel)  # [Hq, n, D] only
     if golden:
         q = q * chunk.scale
         if chunk.score_adds:
             scores = _scores_plus_addend(chunk, mods, q, k_sel)
             if scores is not None:
-                return scores, True
+                return scores
     scores = stacked_product(q, k_sel)
     if not golden:  # the baseline scales its float32 scores as fused kernels do
         scores.mul_(chunk.scale)
     if mods.score_mod is None:
-        return scores, False
+        return scores
     modded = modded_scores(chunk, mods, scores)
     scores = modded.to(q.dtype).contiguous()
     # The softmax works on the scores in place; under autograd the mod's own output may be
     # what its backward saved (torch.tanh(score) returned as is): it gets a copy.
     if scores.requires_grad and scores.data_ptr() == modded.data_ptr():
         scores = scores.clone()
-    return scores, False
+    return scores
 
 
 def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
@@ -239,14 +236,15 @@ def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tenso
 
 def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
                         k_sel: torch.Tensor) -> torch.Tensor | None:
-    """The scores after a score mod that adds to the score (cases/score_addend.py), in log2
-    units, from q scaled: the addend, evaluated point by point without the scores and cast to
-    their dtype as the mod's add casts it, is the accumulator of the q k^T product (baddbmm,
-    log2 e as both its factors), so the scores are written once, with the addend in them, and
-    no pass multiplies them by log2 e. What differs from the mod's add, then log2 e, is float64
-    rounding: an error of about (|s| + |x|) 2^-52 on each score s plus addend x, in log2
-    units, as log2 e's own rounding makes. None where the mod does not add after all (then it
-    runs on the scores)."""
+    """The scores after a score mod that adds to the score (cases/score_addend.py), from q
+    scaled: the addend, evaluated point by point without the scores and cast to their dtype
+    as the mod's add casts it, is the accumulator of the q k^T product (baddbmm), so the scores
+    are written once, with the addend in them. The product adds its sum to the addend, as the
+    mod's add does (bit for bit the same on MKL in tests/test_score_addend.py; a BLAS that
+    accumulates in another order differs by float64 rounding of s + x). Nothing is scaled
+    (log2 e is applied after the shift, as for any score mod): a huge addend, such as
+    finfo.min or -1e9 as a mask, stays what the mod makes of it. None where the mod does not
+    add after all (then it runs on the scores)."""
     kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
     addend = score_addend(mods.score_mod, q.dtype, chunk.batch, chunk.heads, chunk.q_idx,
                           kv_idx)
@@ -259,8 +257,8 @@ def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
     stacked = scores.view(hkv, hq // hkv * n, m)  # as stacked_product lays out its rows
     q_rows, k_cols = q.reshape(hkv, hq // hkv * n, d), k_sel.transpose(1, 2)
     if q_rows.requires_grad or k_cols.requires_grad:  # autograd: not in place
-        return torch.baddbmm(stacked, q_rows, k_cols, beta=_LOG2E, alpha=_LOG2E).view(hq, n, m)
-    return stacked.baddbmm_(q_rows, k_cols, beta=_LOG2E, alpha=_LOG2E).view(hq, n, m)
+        return torch.baddbmm(stacked, q_rows, k_cols).view(hq, n, m)
+    return stacked.baddbmm_(q_rows, k_cols).view(hq, n, m)
 
 
 def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
@@ -316,7 +314,10 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     golden = chunk.golden
-    scores, log2_units = chunk_scores(chunk, mods, q, k_sel)
+    # Without a score_mod nothing needs the scores in natural units: the golden's are made in
+    # log2 units (log2(e) folded into the scale too), one pass fewer before exp2.
+    log2_units = golden and mods.score_mod is None
+    scores = chunk_scores(chunk, mods, q, k_sel)
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
     if log2_units and _shift_is_needless(q, chunk.scale * _LOG2E, chunk.key_norm):

@@ -20,6 +20,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 from tests import gym_variants
 
 SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
+#: The grid sizes (B, Hq, Sq, Skv) the probe may index: the unit tests' tables cover them.
+SIZES = (2, 4, 16, 16)
 TABLE = torch.randn(4, 33, generator=torch.Generator().manual_seed(3))
 
 
@@ -44,6 +46,14 @@ def bool_addend(score, b, h, q_idx, kv_idx):
     return score + (kv_idx % 3 == 0)
 
 
+def padding_as_finfo_min(score, b, h, q_idx, kv_idx):
+    """An HF-style additive mask: the first 6 keys are padding, plus causal; rows 0-5 see no
+    key, so every score of theirs is finfo.min (not -inf): eager flex_attention averages V
+    there, and log2 e times finfo.min would be -inf, a fully masked row."""
+    hidden = (kv_idx > q_idx) | (kv_idx < 6)
+    return score + hidden.to(score.dtype) * torch.finfo(score.dtype).min
+
+
 def reads_metadata(score, b, h, q_idx, kv_idx):
     bias = (SLOPES[h] * (kv_idx - q_idx)).to(score.dtype)
     assert score.shape == () and score.dim() == 0
@@ -51,7 +61,7 @@ def reads_metadata(score, b, h, q_idx, kv_idx):
 
 
 ADDING = [alibi_like, addend_first, through_torch_add, int_addend, bool_addend,
-          reads_metadata]
+          padding_as_finfo_min, reads_metadata]
 
 
 def scaled(score, b, h, q_idx, kv_idx):
@@ -163,12 +173,12 @@ NOT_ADDING = [scaled, doubled, with_alpha, in_place_first, op_after, in_place_af
 
 @pytest.mark.parametrize("mod", ADDING, ids=lambda m: m.__name__)
 def test_mods_that_add_a_score_free_addend_are_recognised(mod):
-    assert adds_to_score(mod, torch.float64)
+    assert adds_to_score(mod, torch.float64, SIZES)
 
 
 @pytest.mark.parametrize("mod", NOT_ADDING, ids=lambda m: m.__name__)
 def test_mods_that_do_not_just_add_are_evaluated_with_their_scores(mod):
-    assert not adds_to_score(mod, torch.float64)
+    assert not adds_to_score(mod, torch.float64, SIZES)
 
 
 @pytest.mark.parametrize("mod", HIDING, ids=lambda m: m.__name__)
@@ -183,12 +193,25 @@ def test_a_golden_with_a_mod_that_only_seems_to_add_matches_eager_flex_attention
 
 def test_the_catalogs_and_third_party_biases_are_recognised_and_softcap_is_not():
     shape = Shape.parse("b2-h4x2-s64x64-d16")
-    found = {variant.token: adds_to_score(build_mods(variant, shape).score_mod, torch.float64)
+    sizes = (shape.B, shape.Hq, shape.Sq, shape.Skv)
+    found = {variant.token: adds_to_score(build_mods(variant, shape).score_mod, torch.float64,
+                                          sizes)
              for variant in (v.alibi(), v.rel_bias(8), v.softcap(5.0),
                              gym_variants.t5_bias(32, 128),
                              gym_variants.softcap_window(30, 16))}
     assert found == {"alibi": True, "rel_bias-nb8": True, "softcap-cap5": False,
                      "t5_bias-nb32-md128": True, "softcap_window-cap30-w16": False}
+
+
+def test_the_probe_indexes_only_what_the_case_has_so_a_dimension_of_one_still_adds():
+    one_head_table = torch.tensor([0.75])
+
+    def per_head_bias(score, b, h, q_idx, kv_idx):  # a table sized to the case's one head
+        return score + one_head_table[h] * (kv_idx - q_idx)
+
+    assert adds_to_score(per_head_bias, torch.float64, (1, 1, 8, 8))
+    assert adds_to_score(per_head_bias, torch.float64, (1, 1, 1, 1))
+    assert not adds_to_score(per_head_bias, torch.float64, (1, 2, 8, 8))  # index 1: refused
 
 
 def test_the_addend_is_what_the_mod_adds_at_each_point_with_expanded_dimensions():
@@ -231,8 +254,8 @@ def test_accumulating_the_addend_gives_the_mods_own_add_to_float64_rounding(
             torch.testing.assert_close(got, expected, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("mod", [alibi_like, through_torch_add, int_addend],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize("mod", [alibi_like, through_torch_add, int_addend,
+                                 padding_as_finfo_min], ids=lambda m: m.__name__)
 def test_accumulated_golden_matches_eager_flex_attention_in_float64(mod):
     case = _case("b2-h4x2-s70x70-d16")
     inputs = make_inputs(case, 5)
@@ -245,7 +268,12 @@ def test_accumulated_golden_matches_eager_flex_attention_in_float64(mod):
                                  Mods(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 20, mod),
                                  torch.float64)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+    # Rows whose every score is finfo.min: eager's log-sum-exp, made in log2 units, overflows
+    # to -inf; the golden's is finfo.min (plus a log that it absorbs), as before this path.
+    overflowed = torch.isneginf(want_lse) & ~torch.isneginf(lse)
+    assert torch.all(lse[overflowed] == torch.finfo(torch.float64).min)
+    assert (mod is padding_as_finfo_min) == bool(overflowed.any())
+    torch.testing.assert_close(lse[~overflowed], want_lse[~overflowed], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("mod", [alibi_like, addend_first], ids=lambda m: m.__name__)
@@ -275,5 +303,5 @@ def test_a_chunk_whose_addend_cannot_be_had_falls_back_to_the_mod_on_its_scores(
 
 def test_telling_whether_a_mod_adds_draws_nothing_from_torchs_global_generator():
     state = torch.get_rng_state()
-    assert adds_to_score(alibi_like, torch.float64)
+    assert adds_to_score(alibi_like, torch.float64, SIZES)
     assert torch.equal(torch.get_rng_state(), state)
