@@ -54,7 +54,7 @@ def _floor_of_chunk(chunk, mods: Mods) -> float:
     m = k_sel.shape[1]
     if m == 0:
         return 0.0
-    scores, _ = chunk_scores(chunk, mods, chunk.q, k_sel)
+    scores = chunk_scores(chunk, mods, chunk.q, k_sel)
     out = torch.bmm(scores.view(hq // chunk.group, chunk.group * n, m),
                     chunk.v_ones[:, chunk.keys])
     return float(out[0, 0, 0])

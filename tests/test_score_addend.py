@@ -4,6 +4,8 @@ flex_attention gives), forward and backward."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -305,3 +307,15 @@ def test_telling_whether_a_mod_adds_draws_nothing_from_torchs_global_generator()
     state = torch.get_rng_state()
     assert adds_to_score(alibi_like, torch.float64, SIZES)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_benchmarks_floor_runs_the_goldens_own_scores_with_and_without_the_mod():
+    """benchmarks/golden_floor.py times the golden's products and mod through chunk_scores;
+    it must keep up with that function's contract."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from golden_floor import products_and_score_mod
+
+    case = _case("b1-h4x2-s64x64-d16")
+    inputs = make_inputs(case, 0)
+    with_mod, without = (products_and_score_mod(case, inputs, flag) for flag in (True, False))
+    assert math.isfinite(with_mod) and math.isfinite(without) and with_mod != without
