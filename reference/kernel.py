@@ -229,9 +229,13 @@ def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor)
 def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
     """The score mod of ``chunk`` on its scores ([Hq, n, m] over its kept keys), point by
     point (cases/pointwise.py)."""
-    kv_idx = torch.arange(chunk.k.shape[1], device=scores.device)[chunk.keys]
     return evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
-                          chunk.q_idx, kv_idx)[0]
+                          chunk.q_idx, _kept_key_indices(chunk))[0]
+
+
+def _kept_key_indices(chunk: Chunk) -> torch.Tensor:
+    """The kv_idx of the chunk's kept keys, the grid its mods are evaluated on."""
+    return torch.arange(chunk.k.shape[1], device=chunk.k.device)[chunk.keys]
 
 
 def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
@@ -245,9 +249,8 @@ def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
     (log2 e is applied after the shift, as for any score mod): a huge addend, such as
     finfo.min or -1e9 as a mask, stays what the mod makes of it. None where the mod does not
     add after all (then it runs on the scores)."""
-    kv_idx = torch.arange(chunk.k.shape[1], device=q.device)[chunk.keys]
     addend = score_addend(mods.score_mod, q.dtype, chunk.batch, chunk.heads, chunk.q_idx,
-                          kv_idx)
+                          _kept_key_indices(chunk))
     if addend is None:
         return None
     hq, n, d = q.shape
