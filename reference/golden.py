@@ -49,7 +49,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 18: chunks of a multiple of 16 rows where they have that many (float64 rounding).
 #: 19: a score mod that adds to the score has its addend accumulated by the q k^T product
 #:     (cases/score_addend.py; bit for bit on MKL, float64 rounding on another BLAS).
-REFERENCE_VERSION = 19
+#: 20: the noise of a pair whose P is 0 is 0 (it was inf * 0 = NaN beside a fill of float64's
+#:     min); a row whose live pairs share one score carries none from that score's rounding.
+REFERENCE_VERSION = 20
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ class PairTerms:
     modded: torch.Tensor  # the scores after the score mod (0 where masked)
     slope: torch.Tensor | None  # d modded / d score, pointwise (None: no score mod, 1)
     probs: torch.Tensor  # P = exp(modded - lse), 0 where masked
+    #: [Hq, n, 1]: rows whose pairs that contribute all have one score after the mod (a row
+    #: of one key, or a row a mod hides whole with one constant, as HF-style padding does):
+    #: a rounding of that score is the same for every pair and cancels in the normalization
+    tied: torch.Tensor | None = None
     d_out: torch.Tensor | None = None  # [Hq, n, D]
     d_probs: torch.Tensor | None = None  # dP = dO v^T
     d_scores: torch.Tensor | None = None  # dS = slope * P * (dP - delta): each raw score's
@@ -63,22 +67,33 @@ def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: t
             modded, scores = modded.detach(), scores.detach()
             slope = torch.zeros_like(modded) if slope is None else slope  # the score ignored
         row_lse = lse[chunk.b, :, chunk.rows].unsqueeze(-1).to(modded.dtype)
-        # a pair that contributes nothing: masked, in a fully masked row, or a score the mod
-        # made -inf (P = 0 exactly, and its size would be inf * 0)
+        # a pair that contributes nothing: masked, in a fully masked row, a score the mod
+        # made -inf, or one whose P is 0 in float64 (as a score of -1e30 beside live ones):
+        # P = 0 exactly, and its size would be inf * 0 or a huge score's rounding times 0
         dead = ~torch.isfinite(row_lse) | ~torch.isfinite(modded)
         if chunk.mask is not None:
             dead = dead | ~chunk.mask[..., chunk.keys]
+        probs = (modded.masked_fill(dead, 0.0)
+                 - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_()
+        dead = dead | (probs == 0)
+        probs.masked_fill_(dead, 0.0)
+        tied = _tied_rows(modded, dead)
         modded = modded.masked_fill(dead, 0.0)
-        probs = (modded - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_() \
-            .masked_fill_(dead, 0.0)
         if slope is not None:
             slope.masked_fill_(dead, 0.0)
         rows_out = out[chunk.b, :, chunk.rows].to(modded.dtype)
         terms = PairTerms(chunk.b, chunk.kv_batch, chunk.rows, chunk.keys, chunk.q, k, v,
-                          rows_out, row_lse, scores, modded, slope, probs)
+                          rows_out, row_lse, scores, modded, slope, probs, tied)
         if grad_out is not None:
             terms = _with_backward(terms, grad_out[chunk.b, :, chunk.rows].to(modded.dtype))
         yield terms
+
+
+def _tied_rows(modded: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
+    """[Hq, n, 1]: whether each row's live pairs all share one value of ``modded``."""
+    top = modded.masked_fill(dead, -float("inf")).amax(-1, keepdim=True)
+    bottom = modded.masked_fill(dead, float("inf")).amin(-1, keepdim=True)
+    return top == bottom
 
 
 def _with_backward(t: PairTerms, d_out: torch.Tensor) -> PairTerms:

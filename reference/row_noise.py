@@ -204,12 +204,14 @@ class _Float32Rounding(RowSizes):
         dot.add_(t.modded.abs())  # the score's rounding, before the exponent's own
         lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
         in_p_forward = (t.modded - lse_i).abs_().add_(2.0).add_(dot)
+        if t.tied is not None:  # one rounding for the whole row: O does not move
+            in_p_forward.masked_fill_(t.tied, 0.0)
         self.o[t.b, :, t.rows] = _output_variance(t, in_p_forward, group)
         del in_p_forward
         if not self.backward:
             return
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
-        in_p = dot.add_(lse_i.abs() + 2.0)
+        in_p = _finite(dot.add_(lse_i.abs() + 2.0))
         var_p = (in_p * t.probs).square_()
         dv_keys = torch.bmm(var_p.transpose(1, 2), mean_square(t.d_out))
         del var_p
@@ -257,7 +259,7 @@ def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:
     var = of_out.add_(of_probs)
     if dtype == torch.float32:
         var.add_(_float32_delta_variance(t))
-    return var.sqrt_().mul_(_DELTA_DRAWS_COVERED)
+    return _finite(var.sqrt_().mul_(_DELTA_DRAWS_COVERED))
 
 
 #: The variance of a float32 exponential's own relative error, in units of u^2: 2u RMS, an
@@ -296,6 +298,7 @@ def _float32_delta_variance(t: PairTerms) -> torch.Tensor:
     in_p = of_score.add_((t.modded - lse_i).square_()
                          .add_(t.modded.square().mul_(roundings_of_modded))
                          .div_(3.0)).add_(_EXP_VARIANCE)
+    _finite(in_p)
     of_probs = in_p.mul_(((t.d_probs - delta) * t.probs).square_()).sum(-1, keepdim=True)
     del in_p
     hkv, m = t.v.shape[0], t.probs.shape[-1]
@@ -341,6 +344,14 @@ def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch
     d = a.shape[-1]
     squares = stacked_product(a.square(), b.square())
     return squares.mul_(d / 6.0).add_(dots.square().mul_(d / 9.0)).sqrt_()
+
+
+def _finite(sizes: torch.Tensor) -> torch.Tensor:
+    """``sizes`` with inf made the dtype's largest value, in place, where a mod's score is so
+    large (a row hidden with float64's min) that a size overflows: it still sizes the row's
+    noise beyond any error, and where it meets a term of 0 (a mod that ignores its score there)
+    it makes 0, not inf * 0 = NaN, which failed every row."""
+    return sizes.clamp_(max=torch.finfo(sizes.dtype).max)
 
 
 def _rms(t: torch.Tensor) -> torch.Tensor:

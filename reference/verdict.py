@@ -33,6 +33,7 @@ import torch
 
 from cases.model import Case
 from reference.golden import Reference
+from reference.overflow_rows import rows_hidden_by_overflow
 
 
 @dataclass(frozen=True)
@@ -77,17 +78,36 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     tol = TOLERANCES[case.dtype]
     noise = golden.row_noise or {}
     unshared = golden.unshared_noise or {}
-    verdict = _judge_tensor(golden.out, base.out, obs.out, tol, "output", noise.get("out"),
+    hidden = rows_hidden_by_overflow(golden.lse, case.dtype)
+    gold_out, base_out, as_masked = _masked_where_taken(golden.out, base.out, obs.out, hidden)
+    verdict = _judge_tensor(gold_out, base_out, obs.out, tol, "output", noise.get("out"),
                             unshared.get("out"))
+    if hidden is not None:
+        verdict.metrics.update(overflow_rows=int(hidden.sum()), overflow_rows_zero=as_masked)
     parts: list[tuple[str, Verdict]] = []
     if case.mode == "fwd+lse":
-        parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse)))
+        parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse, hidden)))
     if case.mode == "fwd+bwd":
         for name in ("dq", "dk", "dv"):
             got = (obs.grads or {}).get(name)
             parts.append((name, _judge_tensor(golden.grads[name], base.grads[name], got, tol,
                                               name, noise.get(name), unshared.get(name))))
     return _combine(verdict, parts)
+
+
+def _masked_where_taken(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
+                        hidden: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The golden and baseline outputs with the rows a score mod hides by overflow
+    (reference/overflow_rows.py) that the backend returned as fully masked (exactly 0) set to
+    0 too: the one other answer a correct flex_attention gives there. And how many."""
+    if hidden is None or not isinstance(observed, torch.Tensor) \
+            or tuple(observed.shape) != tuple(golden.shape):
+        return golden, baseline, 0
+    taken = hidden & (observed.detach().cpu() == 0).all(-1)
+    if not bool(taken.any()):
+        return golden, baseline, 0
+    rows = taken.unsqueeze(-1)
+    return golden.masked_fill(rows, 0.0), baseline.masked_fill(rows, 0.0), int(taken.sum())
 
 
 def _combine(main: Verdict, parts: list[tuple[str, Verdict]]) -> Verdict:
@@ -139,12 +159,19 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     return _decide(stats, tol, key_rows=what in ("dk", "dv"))
 
 
-def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> Verdict:
+def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
+               hidden: torch.Tensor | None = None) -> Verdict:
+    """``hidden``: rows a score mod hides by overflow, where -inf is right too
+    (reference/overflow_rows.py)."""
     malformed = _malformed("log-sum-exp", golden, observed)
     if malformed:
         return malformed
     obs = observed.detach().cpu().to(torch.float64)
     masked = torch.isneginf(golden)
+    as_masked = 0
+    if hidden is not None:
+        taken = hidden & torch.isneginf(obs)
+        masked, as_masked = masked | taken, int(taken.sum())
     wrong_masked = int((masked & ~torch.isneginf(obs)).sum())
     nonfinite = int((~masked & ~torch.isfinite(obs)).sum())
     live = ~masked & torch.isfinite(obs)
@@ -159,7 +186,8 @@ def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any) -> V
         "worst_row_margin": float(margins[worst]) if margins.numel() else 0.0,
         "worst_place": dict(zip("bhq", worst)),
         "failing_rows": failing,
-        "fully_masked_rows": int(masked.sum()),
+        "fully_masked_rows": int(masked.sum()) - as_masked,
+        "overflow_rows_minus_inf": as_masked,
         "nonfinite_count": nonfinite,
         "not_minus_inf_on_masked_rows": wrong_masked,
     }

@@ -1,0 +1,46 @@
+"""Rows a score mod hides whole with a finite constant so large that flex_attention's kernels
+overflow it: there, correct implementations give two different answers, and the verdict
+accepts either (reference/verdict.py).
+
+flex_attention's kernels work in log2 units: the Triton template multiplies each score by
+log2(e) after the mod (``post_mod_scores *= RCP_LN2``), and the eager path divides its
+log-sum-exp by ln(2) before the top-level op multiplies it back. A row whose scores are all
+below -max * ln(2) (max: the largest finite value of the dtype the kernel holds them in) is
+a row of -inf in log2 units. HF-style padding written as a
+score mod does this: ``torch.where(pad, torch.finfo(torch.float32).min, score)``, or -1e30
+in a float16 case. Measured on torch 2.13.0 (docs/oracle.md, "Rows hidden by overflow"):
+- eager flex_attention keeps the exact softmax in the output (the mean of V over the row's
+  keys) and returns lse = -inf (its ln(2) round trip overflows float32);
+- the Triton template treats the row as fully masked (output 0, lse -inf): read from its
+  source (torch/_inductor/kernel/flex/templates/common.py.jinja), not run here;
+- the CPU Inductor template, in bfloat16 and float16 cases, rounds the mod's constant to the
+  query's dtype (the score's dtype, as flex_attention's docstring says), where -1e30 and
+  float32's min are -inf: output 0.
+The golden computes the exact softmax (float64, natural units). The verdict accepts, in these
+rows only, either the golden's row or the fully masked row's (output exactly 0, lse -inf).
+The limit is the case dtype's largest value (float32's for a float32 case): the smallest that
+any of the kernels above holds scores in, so the widest set of rows where one of them may
+overflow."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cases.inputs import torch_dtype
+
+
+def overflow_limit(case_dtype: str) -> float:
+    """The natural-log value below which a row's log-sum-exp (and so its largest score) is
+    beyond the case dtype's range in log2 units."""
+    return torch.finfo(torch_dtype(case_dtype)).max * math.log(2.0)
+
+
+def rows_hidden_by_overflow(golden_lse: torch.Tensor | None, case_dtype: str
+                            ) -> torch.Tensor | None:
+    """[B, Hq, Sq] bool: rows whose golden log-sum-exp is finite and below -overflow_limit
+    (every score of such a row is at most its lse); None when there are none."""
+    if golden_lse is None:
+        return None
+    rows = torch.isfinite(golden_lse) & (golden_lse < -overflow_limit(case_dtype))
+    return rows if bool(rows.any()) else None

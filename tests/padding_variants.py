@@ -1,0 +1,59 @@
+"""Padding written as a score mod, the way Hugging Face models build an attention mask: the
+padded positions of each sequence get a large negative constant instead of being masked, so a
+padded query row sees every key hidden by the same constant. Four constants, as models write
+them: float32's min (``torch.finfo(torch.float32).min``), the score's own dtype's min
+(``torch.finfo(score.dtype).min``: float32's under eager flex_attention, the case dtype's under
+the CPU Inductor template, float64's in the golden), -1e30, and -1e4.
+
+For tests/test_overflow_rows.py: the first three hide rows beyond flex_attention's log2 units
+in some dtype (reference/overflow_rows.py), the last hides rows within range."""
+from __future__ import annotations
+
+import torch
+
+from cases.catalog import check_profile
+from cases.model import Case, Shape, Variant
+from cases.variants import Mods, builder
+
+FILLS = ("f32min", "dtypemin", "1e30", "1e4")
+
+
+def pad_by_score(fill: str) -> Variant:
+    """Batch b holds ``3 S / 4`` and then ``S / 2`` real tokens; a pair with a padded query or
+    key gets ``fill``."""
+    return Variant("pad_by_score", (("fill", fill),))
+
+
+@builder("pad_by_score")
+def _build_pad_by_score(variant, shape, device) -> Mods:
+    fill = variant.param("fill")
+    lengths = torch.tensor([shape.Sq * 3 // 4, shape.Sq // 2] * shape.B, device=device)[:shape.B]
+
+    def padded_score(score, b, h, q_idx, kv_idx):
+        padded = (q_idx >= lengths[b]) | (kv_idx >= lengths[b])
+        if fill == "f32min":
+            value = torch.finfo(torch.float32).min
+        elif fill == "dtypemin":
+            value = torch.finfo(score.dtype).min
+        else:
+            value = -float(fill)
+        return torch.where(padded, value, score)
+
+    return Mods(None, padded_score)
+
+
+def padded_rows(case: Case) -> torch.Tensor:
+    """[B, Hq, Sq] bool: the rows whose query is padding (every key hidden by the fill)."""
+    s = case.shape
+    lengths = torch.tensor([s.Sq * 3 // 4, s.Sq // 2] * s.B)[:s.B]
+    rows = torch.arange(s.Sq).view(1, -1) >= lengths.view(-1, 1)
+    return rows.view(s.B, 1, s.Sq).expand(s.B, s.Hq, s.Sq)
+
+
+def cases(profile: str) -> list[Case]:
+    check_profile(profile)
+    tags = frozenset({"custom", profile})
+    shape = Shape(B=2, Hq=4, Hkv=2, Sq=128, Skv=128, D=32)
+    return [Case(pad_by_score(fill), shape, dtype, mode, tags=tags)
+            for fill in FILLS for dtype in ("bf16", "fp16", "fp32")
+            for mode in ("fwd", "fwd+lse")]
