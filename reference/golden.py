@@ -22,6 +22,7 @@ import torch
 from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods, build_mods
+from reference.overflow_rows import masking_hidden_rows, rows_hidden_by_overflow
 from reference.row_noise import row_noise_magnitudes
 from reference.kernel import chunked_attention, chunked_gradients
 
@@ -70,25 +71,41 @@ class Reference:
     grads: dict[str, torch.Tensor] | None = None
     row_noise: dict[str, torch.Tensor] | None = None
     unshared_noise: dict[str, torch.Tensor] | None = None
+    #: A backward case with rows a score mod hides by overflow (reference/overflow_rows.py):
+    #: the same computation with those rows masked, the gradients' other right answer.
+    masked_overflow: Reference | None = None
 
 
 def reference_pair(case: Case, inputs: Inputs,
                    grad_out: torch.Tensor | None = None) -> tuple[Reference, Reference]:
     """The golden (float64) and the baseline (case dtype) of everything ``case.mode`` checks:
     the output always, the log-sum-exp for ``fwd+lse``, dQ/dK/dV for ``fwd+bwd`` (then
-    ``grad_out`` is dO, see cases.inputs.make_grad_output)."""
+    ``grad_out`` is dO, see cases.inputs.make_grad_output); for a backward case with rows
+    hidden by overflow, each with its ``masked_overflow``."""
+    backward = case.mode == "fwd+bwd"
+    if backward and grad_out is None:
+        raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
     mods = build_mods(case.variant, case.shape, inputs.q.device)
+    golden, baseline = _pair(case, inputs, mods, grad_out if backward else None)
+    hidden = rows_hidden_by_overflow(golden.lse, case.dtype) if backward else None
+    if hidden is not None:
+        other_golden, other_baseline = _pair(case, inputs, masking_hidden_rows(mods, hidden),
+                                             grad_out)
+        golden = replace(golden, masked_overflow=other_golden)
+        baseline = replace(baseline, masked_overflow=other_baseline)
+    return golden, baseline
+
+
+def _pair(case: Case, inputs: Inputs, mods: Mods,
+          grad_out: torch.Tensor | None) -> tuple[Reference, Reference]:
     dtype = torch_dtype(case.dtype)
     out, lse = chunked_attention(case, inputs, mods, torch.float64)
     base_out, base_lse = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
     baseline = Reference(base_out.to(dtype), base_lse)
-    backward = case.mode == "fwd+bwd"
-    if backward and grad_out is None:
-        raise ValueError(f"{case.id}: a backward case needs grad_out (dO)")
-    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out if backward else None)
+    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out)
     golden = Reference(out, lse, row_noise=noise.sizes if noise else None,
                        unshared_noise=noise.unshared if noise else None)
-    if backward:
+    if grad_out is not None:
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64))
         base_grads = chunked_gradients(case, inputs, mods, grad_out, torch.float32, dtype)

@@ -106,21 +106,27 @@ def reference_to_dict(ref: Reference) -> dict:
 
     return {"out": _cpu(ref.out), "lse": None if ref.lse is None else _cpu(ref.lse),
             "grads": on_cpu(ref.grads), "row_noise": on_cpu(ref.row_noise),
-            "unshared_noise": on_cpu(ref.unshared_noise)}
+            "unshared_noise": on_cpu(ref.unshared_noise),
+            "masked_overflow": None if ref.masked_overflow is None
+            else reference_to_dict(ref.masked_overflow)}
 
 
 def reference_from_dict(data: dict) -> Reference:
     """The Reference of ``reference_to_dict``."""
     noise = data.get("row_noise", data.get("cancelling"))  # its name before 2026-12-03
+    other = data.get("masked_overflow")
     return Reference(data["out"], data.get("lse"), data.get("grads"), noise,
-                     data.get("unshared_noise"))
+                     data.get("unshared_noise"),
+                     None if other is None else reference_from_dict(other))
 
 
 def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
     found = [outputs.inputs.q, outputs.inputs.k, outputs.inputs.v]
     if outputs.grad_out is not None:
         found.append(outputs.grad_out)
-    for ref in (outputs.observed, outputs.golden, outputs.baseline):
+    refs = [outputs.observed, outputs.golden, outputs.baseline]
+    refs += [ref.masked_overflow for ref in refs if ref.masked_overflow is not None]
+    for ref in refs:
         found.append(ref.out)
         if ref.lse is not None:
             found.append(ref.lse)

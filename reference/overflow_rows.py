@@ -17,7 +17,9 @@ in a float16 case. Measured on torch 2.13.0 (docs/oracle.md, "Rows hidden by ove
   query's dtype (the score's dtype, as flex_attention's docstring says), where -1e30 and
   float32's min are -inf: output 0.
 The golden computes the exact softmax (float64, natural units). The verdict accepts, in these
-rows only, either the golden's row or the fully masked row's (output exactly 0, lse -inf).
+rows only, either the golden's row or the fully masked row's (output exactly 0, lse -inf), and
+for the gradients of a backward case either the golden's or those of the case with these rows
+masked (``masking_hidden_rows``; the golden's ``masked_overflow``).
 The limit is the case dtype's largest value (float32's for a float32 case): the smallest that
 any of the kernels above holds scores in, so the widest set of rows where one of them may
 overflow."""
@@ -28,6 +30,7 @@ import math
 import torch
 
 from cases.inputs import torch_dtype
+from cases.variants import Mods
 
 
 def overflow_limit(case_dtype: str) -> float:
@@ -44,3 +47,16 @@ def rows_hidden_by_overflow(golden_lse: torch.Tensor | None, case_dtype: str
         return None
     rows = torch.isfinite(golden_lse) & (golden_lse < -overflow_limit(case_dtype))
     return rows if bool(rows.any()) else None
+
+
+def masking_hidden_rows(mods: Mods, hidden: torch.Tensor) -> Mods:
+    """``mods`` with the rows ``hidden`` ([B, Hq, Sq] bool, on the inputs' device) masked: the
+    case as a kernel that holds them as -inf computes it, for the gradients' other right
+    answer (reference/golden.py)."""
+    inner = mods.mask_mod
+
+    def unless_hidden(b, h, q_idx, kv_idx):
+        seen = ~hidden[b, h, q_idx]
+        return seen if inner is None else seen & inner(b, h, q_idx, kv_idx)
+
+    return Mods(unless_hidden, mods.score_mod)

@@ -73,8 +73,7 @@ def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: t
         dead = ~torch.isfinite(row_lse) | ~torch.isfinite(modded)
         if chunk.mask is not None:
             dead = dead | ~chunk.mask[..., chunk.keys]
-        probs = (modded.masked_fill(dead, 0.0)
-                 - row_lse.masked_fill(~torch.isfinite(row_lse), 0.0)).exp_()
+        probs = _probabilities(modded, row_lse, dead)
         dead = dead | (probs == 0)
         probs.masked_fill_(dead, 0.0)
         tied = _tied_rows(modded, dead)
@@ -87,6 +86,28 @@ def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: t
         if grad_out is not None:
             terms = _with_backward(terms, grad_out[chunk.b, :, chunk.rows].to(modded.dtype))
         yield terms
+
+
+#: Beyond this magnitude float64 holds a row's lse to no better than 2^-22 of log(n).
+_LSE_HOLDS_LOG_N = 2.0 ** 30
+
+
+def _probabilities(modded: torch.Tensor, row_lse: torch.Tensor,
+                   dead: torch.Tensor) -> torch.Tensor:
+    """P = exp(modded - lse), from the stored lse; but in a row whose lse is beyond
+    _LSE_HOLDS_LOG_N (a padded row a mod hides with -1e30 or float32's min, where lse and
+    every score round to one value and that P would be 1 for each of its n keys), the row's
+    softmax over its live pairs (a chunk holds every key its rows see)."""
+    finite = torch.isfinite(row_lse)
+    shift = row_lse.masked_fill(~finite, 0.0)
+    huge = finite & (row_lse.abs() > _LSE_HOLDS_LOG_N)
+    if bool(huge.any()):
+        row_max = modded.masked_fill(dead, -float("inf")).amax(-1, keepdim=True)
+        shift = torch.where(huge, row_max, shift)
+    probs = (modded.masked_fill(dead, 0.0) - shift).exp_().masked_fill_(dead, 0.0)
+    if bool(huge.any()):
+        probs = torch.where(huge, probs / probs.sum(-1, keepdim=True), probs)
+    return probs
 
 
 def _tied_rows(modded: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:

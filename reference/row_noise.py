@@ -211,7 +211,7 @@ class _Float32Rounding(RowSizes):
         if not self.backward:
             return
         # in_p: the relative rounding of P_ij in units of u (see above), built in place
-        in_p = _finite(dot.add_(lse_i.abs() + 2.0))
+        in_p = _finite(dot.add_(lse_i.abs() + 2.0)).masked_fill_(_lse_beyond_float32(t), 2.0)
         var_p = (in_p * t.probs).square_()
         dv_keys = torch.bmm(var_p.transpose(1, 2), mean_square(t.d_out))
         del var_p
@@ -298,7 +298,7 @@ def _float32_delta_variance(t: PairTerms) -> torch.Tensor:
     in_p = of_score.add_((t.modded - lse_i).square_()
                          .add_(t.modded.square().mul_(roundings_of_modded))
                          .div_(3.0)).add_(_EXP_VARIANCE)
-    _finite(in_p)
+    _finite(in_p).masked_fill_(_lse_beyond_float32(t), _EXP_VARIANCE)
     of_probs = in_p.mul_(((t.d_probs - delta) * t.probs).square_()).sum(-1, keepdim=True)
     del in_p
     hkv, m = t.v.shape[0], t.probs.shape[-1]
@@ -344,6 +344,23 @@ def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch
     d = a.shape[-1]
     squares = stacked_product(a.square(), b.square())
     return squares.mul_(d / 6.0).add_(dots.square().mul_(d / 9.0)).sqrt_()
+
+
+#: Beyond this magnitude float32's spacing is 2 or more, so a log-sum-exp stored in float32
+#: cannot hold the log(n) that tells P = 1/n from P = 1 (tests/test_overflow_rows.py).
+_FLOAT32_LSE_RESOLVES = 2.0 ** 24
+
+
+def _lse_beyond_float32(t: PairTerms) -> torch.Tensor:
+    """[Hq, n, 1]: tied rows (one score after the mod for every live pair: padding written as
+    a huge constant) whose lse float32 cannot resolve. There a backward that recomputes P as
+    exp(s - lse) from a float32 lse gets 1 for each of the row's n keys instead of 1/n: not a
+    rounding but a wrong gradient (n times the row's share of dV), so its size is not noise.
+    A correct kernel computes the row's softmax (eager) or holds the row as masked (the
+    golden's masked_overflow); P's rounding there is the exponential's own."""
+    if t.tied is None:
+        return torch.zeros_like(t.lse, dtype=torch.bool)
+    return t.tied & (t.lse.abs() > _FLOAT32_LSE_RESOLVES)
 
 
 def _finite(sizes: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 
 from cases.model import Case
 from reference.golden import Reference
-from reference.overflow_rows import rows_hidden_by_overflow
+from reference.overflow_rows import overflow_limit, rows_hidden_by_overflow
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,37 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
         verdict.metrics.update(overflow_rows=int(hidden.sum()), overflow_rows_zero=as_masked)
     parts: list[tuple[str, Verdict]] = []
     if case.mode == "fwd+lse":
-        parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse, hidden)))
+        parts.append(("lse", _judge_lse(golden.lse, base.lse, obs.lse, hidden,
+                                        overflow_limit(case.dtype))))
     if case.mode == "fwd+bwd":
         for name in ("dq", "dk", "dv"):
-            got = (obs.grads or {}).get(name)
-            parts.append((name, _judge_tensor(golden.grads[name], base.grads[name], got, tol,
-                                              name, noise.get(name), unshared.get(name))))
+            parts.append((name, _judge_gradient(name, golden, base, obs, tol)))
     return _combine(verdict, parts)
+
+
+def _judge_gradient(name: str, golden: Reference, baseline: Reference, observed: Reference,
+                    tol: Tolerance) -> Verdict:
+    """One gradient against the golden's; where rows are hidden by overflow and it fails
+    there, against the golden's other right answer, those rows masked (``masked_overflow``,
+    reference/overflow_rows.py); its metrics say which (``as_masked_overflow``)."""
+    got = (observed.grads or {}).get(name)
+    answers = [(golden, baseline)]
+    if golden.masked_overflow is not None and baseline.masked_overflow is not None:
+        answers.append((golden.masked_overflow, baseline.masked_overflow))
+    verdicts = []
+    for gold, base in answers:
+        noise, unshared = gold.row_noise or {}, gold.unshared_noise or {}
+        verdicts.append(_judge_tensor(gold.grads[name], base.grads[name], got, tol, name,
+                                      noise.get(name), unshared.get(name)))
+        if verdicts[-1].passed:
+            break
+    verdict = verdicts[-1] if verdicts[-1].passed else verdicts[0]
+    if len(answers) > 1:
+        verdict.metrics["as_masked_overflow"] = verdict is not verdicts[0]
+        if not verdict.passed:
+            verdict = Verdict(False, verdict.summary + "; and with the rows a score mod hides "
+                              "by overflow masked, too", verdict.metrics)
+    return verdict
 
 
 def _masked_where_taken(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
@@ -160,21 +184,26 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
 
 
 def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
-               hidden: torch.Tensor | None = None) -> Verdict:
-    """``hidden``: rows a score mod hides by overflow, where -inf is right too
-    (reference/overflow_rows.py)."""
+               hidden: torch.Tensor | None = None, overflow_at: float = math.inf) -> Verdict:
+    """``hidden``: rows a score mod hides by overflow (reference/overflow_rows.py), where an
+    lse is right when it is -inf or itself at most ``-overflow_at``: the mod's constant may be the
+    score dtype's (``torch.finfo(score.dtype).min``), so its value there is the kernel's own;
+    what every correct kernel agrees on is that the row is beyond the dtype's range."""
     malformed = _malformed("log-sum-exp", golden, observed)
     if malformed:
         return malformed
     obs = observed.detach().cpu().to(torch.float64)
     masked = torch.isneginf(golden)
-    as_masked = 0
-    if hidden is not None:
+    as_masked, in_range = 0, 0
+    if hidden is None:
+        hidden = torch.zeros_like(masked)
+    else:
         taken = hidden & torch.isneginf(obs)
         masked, as_masked = masked | taken, int(taken.sum())
+        in_range = int((hidden & ~taken & ~(obs <= -overflow_at)).sum())  # NaN counts as in range
     wrong_masked = int((masked & ~torch.isneginf(obs)).sum())
-    nonfinite = int((~masked & ~torch.isfinite(obs)).sum())
-    live = ~masked & torch.isfinite(obs)
+    nonfinite = int((~masked & ~hidden & ~torch.isfinite(obs)).sum())
+    live = ~masked & ~hidden & torch.isfinite(obs)
     err = torch.where(live, (obs - golden).abs(), 0.0)
     base_err = torch.where(live, (baseline.to(torch.float64) - golden).abs(), 0.0)
     limit = LSE_FACTOR * base_err + LSE_RTOL * golden.abs().clamp_min(1.0).where(live, 1.0)
@@ -188,6 +217,7 @@ def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
         "failing_rows": failing,
         "fully_masked_rows": int(masked.sum()) - as_masked,
         "overflow_rows_minus_inf": as_masked,
+        "overflow_rows_in_range": in_range,
         "nonfinite_count": nonfinite,
         "not_minus_inf_on_masked_rows": wrong_masked,
     }
@@ -198,6 +228,10 @@ def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     if nonfinite:
         failed.append("nonfinite")
         summary.append(f"{nonfinite} non-finite lse value(s) where the golden is finite")
+    if in_range:
+        failed.append("overflow_rows")
+        summary.append(f"{in_range} row(s) a score mod hides beyond the dtype's range in log2 "
+                       f"units have an lse above -{overflow_at:.3g} (want -inf, or at most that)")
     if failing:
         failed.append("row")
         b, h, q = worst

@@ -101,15 +101,16 @@ def block_mask_of(case):
     return create_block_mask(mask_mod, s.B if s.Bkv != s.B else None, None, s.Sq, s.Skv, "cpu")
 
 
-def eager_backward(case: Case, seed: int) -> Reference | None:
-    """Eager flex_attention's own output and gradients on the CPU, or None where it raises.
-    torch refuses a CPU backward, so its device check is lifted for the call; Dynamo is reset
-    first: eager's backward traces the mods, and state left by one variant made the next
-    raise."""
+def eager_backward(case: Case, seed: int, mask_mod=None) -> Reference | None:
+    """Eager flex_attention's own output and gradients on the CPU, or None where it raises
+    (``mask_mod``: this mask instead of the case's, for every batch and head). torch refuses a
+    CPU backward, so its device check is lifted for the call; Dynamo is reset first: eager's
+    backward traces the mods, and state left by one variant made the next raise."""
     s, mods = case.shape, build_mods(case.variant, case.shape)
     inputs, grad_out = make_inputs(case, seed), make_grad_output(case, seed)
     q, k, val = (t.clone().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
-    block_mask = block_mask_of(case)
+    block_mask = block_mask_of(case) if mask_mod is None else \
+        create_block_mask(mask_mod, s.B, s.Hq, s.Sq, s.Skv, "cpu")
     check = getattr(flex_module, "_validate_device", None)
     flex_module._validate_device = lambda *args, **kwargs: None
     torch._dynamo.reset()

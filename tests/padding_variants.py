@@ -6,7 +6,8 @@ them: float32's min (``torch.finfo(torch.float32).min``), the score's own dtype'
 the CPU Inductor template, float64's in the golden), -1e30, and -1e4.
 
 For tests/test_overflow_rows.py: the first three hide rows beyond flex_attention's log2 units
-in some dtype (reference/overflow_rows.py), the last hides rows within range."""
+in some dtype (reference/overflow_rows.py), the last hides rows within range. Each fill either
+replaces the score (``torch.where``) or is added to it (HF's additive 4D mask)."""
 from __future__ import annotations
 
 import torch
@@ -16,30 +17,43 @@ from cases.model import Case, Shape, Variant
 from cases.variants import Mods, builder
 
 FILLS = ("f32min", "dtypemin", "1e30", "1e4")
+#: "where": the fill replaces the score; "add": it is added to it, as HF adds its 4D mask
+FORMS = ("where", "add")
+#: Not "dtypemin" added: flex_attention traces a mod with the score in the query's dtype, so
+#: in a float16 case the fill is -65504, and -65504 + score keeps each padded row's softmax of
+#: its scores, where the golden's float64 min makes it uniform: the mod is another function in
+#: each dtype, and the golden evaluates it in float64 (docs/oracle.md, "Limits").
+FORMS_AND_FILLS = tuple((form, fill) for form in FORMS for fill in FILLS
+                        if (form, fill) != ("add", "dtypemin"))
 
 
-def pad_by_score(fill: str) -> Variant:
+def pad_by_score(fill: str, form: str = "where") -> Variant:
     """Batch b holds ``3 S / 4`` and then ``S / 2`` real tokens; a pair with a padded query or
-    key gets ``fill``."""
-    return Variant("pad_by_score", (("fill", fill),))
+    key gets ``fill`` instead of its score (``form`` "where") or added to it ("add")."""
+    return Variant("pad_by_score", (("fill", fill), ("form", form)))
 
 
 @builder("pad_by_score")
 def _build_pad_by_score(variant, shape, device) -> Mods:
-    fill = variant.param("fill")
+    fill, form = variant.param("fill"), variant.param("form")
     lengths = torch.tensor([shape.Sq * 3 // 4, shape.Sq // 2] * shape.B, device=device)[:shape.B]
+
+    def fill_value(score):
+        if fill == "f32min":
+            return torch.finfo(torch.float32).min
+        if fill == "dtypemin":
+            return torch.finfo(score.dtype).min
+        return -float(fill)
 
     def padded_score(score, b, h, q_idx, kv_idx):
         padded = (q_idx >= lengths[b]) | (kv_idx >= lengths[b])
-        if fill == "f32min":
-            value = torch.finfo(torch.float32).min
-        elif fill == "dtypemin":
-            value = torch.finfo(score.dtype).min
-        else:
-            value = -float(fill)
-        return torch.where(padded, value, score)
+        return torch.where(padded, fill_value(score), score)
 
-    return Mods(None, padded_score)
+    def padded_bias(score, b, h, q_idx, kv_idx):
+        padded = (q_idx >= lengths[b]) | (kv_idx >= lengths[b])
+        return score + torch.where(padded, fill_value(score), torch.zeros_like(score))
+
+    return Mods(None, padded_score if form == "where" else padded_bias)
 
 
 def padded_rows(case: Case) -> torch.Tensor:
@@ -54,6 +68,6 @@ def cases(profile: str) -> list[Case]:
     check_profile(profile)
     tags = frozenset({"custom", profile})
     shape = Shape(B=2, Hq=4, Hkv=2, Sq=128, Skv=128, D=32)
-    return [Case(pad_by_score(fill), shape, dtype, mode, tags=tags)
-            for fill in FILLS for dtype in ("bf16", "fp16", "fp32")
+    return [Case(pad_by_score(fill, form), shape, dtype, mode, tags=tags)
+            for form, fill in FORMS_AND_FILLS for dtype in ("bf16", "fp16", "fp32")
             for mode in ("fwd", "fwd+lse")]

@@ -1,8 +1,8 @@
 """Rows a score mod hides whole with a huge finite constant (tests/padding_variants.py: HF-style
 padding as a score mod): where flex_attention's log2 units overflow, correct implementations
 give either the exact softmax or a fully masked row, and the verdict takes either, in those
-rows alone (reference/overflow_rows.py); the noise the golden sizes there stays finite and
-small, so a wrong answer in them is still caught."""
+rows alone (reference/overflow_rows.py), for the output, the lse and the gradients; the noise
+the golden sizes there stays finite and small, so a wrong answer in them is still caught."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -15,21 +15,22 @@ from cases.inputs import make_grad_output, make_inputs
 from cases.variants import build_mods
 from records.results import Label
 from reference.golden import Reference, reference_pair
-from reference.overflow_rows import rows_hidden_by_overflow
+from reference.overflow_rows import masking_hidden_rows, rows_hidden_by_overflow
 from reference.verdict import judge
 from tests import padding_variants as pv
+from tests.fa_style_backward import eager_backward, fa_style_gradients
 from tests.test_backends_cpu import execute
 
 CASES = pv.cases("smoke")
 MODULES = ("tests.padding_variants",)
 #: (fill, dtype) whose padded rows are beyond the dtype's range in log2 units
-OVERFLOWS = {(fill, dtype) for fill in ("f32min", "dtypemin") for dtype in ("bf16", "fp16", "fp32")} \
-    | {("1e30", "fp16")}
+OVERFLOWS = {(fill, dtype) for fill in ("f32min", "dtypemin")
+             for dtype in ("bf16", "fp16", "fp32")} | {("1e30", "fp16")}
 
 
-def _case(fill: str, dtype: str, mode: str = "fwd+lse"):
+def _case(fill: str, dtype: str, mode: str = "fwd+lse", form: str = "where"):
     return next(c for c in CASES if c.variant.param("fill") == fill and c.dtype == dtype
-                and c.mode == mode)
+                and c.variant.param("form") == form and c.mode == mode)
 
 
 def _eager(case, inputs) -> Reference:
@@ -136,6 +137,19 @@ def test_minus_inf_lse_on_a_live_row_fails(fill, dtype):
     assert "lse:nonfinite" in verdict.metrics["failed_rules"]
 
 
+@pytest.mark.parametrize("fill,dtype", sorted(OVERFLOWS))
+@pytest.mark.parametrize("value", [0.0, -1.0, 1e30])
+def test_an_lse_within_range_on_a_hidden_row_fails(fill, dtype, value):
+    """With float64's min as the fill the baseline's error is 1.8e308 and its limit inf: before
+    the rule below, any finite lse passed there."""
+    case = _case(fill, dtype)
+    rows = pv.padded_rows(case)
+    verdict = _verdict(case, lambda eager: Reference(eager.out, eager.lse.masked_fill(rows, value)))
+    assert not verdict.passed
+    assert verdict.metrics["failed_rules"] == ["lse:overflow_rows"]
+    assert verdict.metrics["lse"]["overflow_rows_in_range"] == int(rows.sum())
+
+
 @pytest.mark.parametrize("fill", pv.FILLS)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_the_golden_sizes_finite_noise_on_padding_forward_and_backward(fill, dtype):
@@ -161,3 +175,99 @@ def test_cpu_inductor_returns_zero_rows_in_16_bit_cases_and_passes(tmp_path):
     record = records[0]
     assert record.label is Label.PASS, record.message
     assert record.metrics["overflow_rows"] == int(pv.padded_rows(case).sum())
+
+
+# -- gradients ------------------------------------------------------------------------------
+BACKWARD = [(form, fill, dtype) for form, fill in pv.FORMS_AND_FILLS if fill != "1e4"
+            for dtype in ("bf16", "fp16", "fp32")]
+
+
+def _backward_case(form: str, fill: str, dtype: str):
+    return replace(_case(fill, dtype, "fwd", form), mode="fwd+bwd")
+
+
+def _pair(case):
+    inputs = make_inputs(case, 0)
+    return reference_pair(case, inputs, make_grad_output(case, 0))
+
+
+def _eager_with_hidden_rows_masked(case) -> Reference:
+    """Eager flex_attention's output and gradients with the rows hidden by overflow masked:
+    what a kernel that holds them as -inf (the Triton template, for float32's min) returns."""
+    mods = build_mods(case.variant, case.shape)
+    return eager_backward(case, 0, masking_hidden_rows(mods, pv.padded_rows(case)).mask_mod)
+
+
+@pytest.mark.parametrize("form,fill,dtype", [b for b in BACKWARD if b[1:] in OVERFLOWS
+                                             and b[1:] != ("1e30", "fp16")])
+def test_eager_backward_passes_where_the_fill_overflows(form, fill, dtype):
+    """Eager flex_attention's own backward (its CPU device check lifted): on these rows torch
+    2.13.0 gives the masked answer where its float32 lse overflows in log2 units and the exact
+    one where it does not (float16's min in a float16 case); either passes. Not -1e30: there
+    eager's backward recomputes P from a float32 lse that cannot hold log(n)
+    (docs/findings.md, finding 4; test_p_recomputed_from_a_float32_lse... below)."""
+    case = _backward_case(form, fill, dtype)
+    golden, baseline = _pair(case)
+    verdict = judge(case, golden, baseline, eager_backward(case, 0))
+    assert verdict.passed, verdict.summary
+
+
+@pytest.mark.parametrize("form,fill,dtype", [b for b in BACKWARD if b[1:] in OVERFLOWS])
+def test_a_backward_that_masks_the_hidden_rows_passes_as_the_other_answer(form, fill, dtype):
+    case = _backward_case(form, fill, dtype)
+    golden, baseline = _pair(case)
+    assert golden.masked_overflow is not None and baseline.masked_overflow is not None
+    verdict = judge(case, golden, baseline, _eager_with_hidden_rows_masked(case))
+    assert verdict.passed, verdict.summary
+    assert verdict.metrics["overflow_rows_zero"] == int(pv.padded_rows(case).sum())
+    assert verdict.metrics["dv"]["as_masked_overflow"]  # the padded rows' share of dV is gone
+
+
+@pytest.mark.parametrize("form,fill", [b[:2] for b in BACKWARD if b[2] == "fp32"])
+def test_p_recomputed_from_a_float32_lse_that_cannot_hold_log_n_fails_dv(form, fill):
+    """A FlashAttention-style backward takes P = exp(s - lse) with lse in float32; beside a
+    constant beyond 2^24 the lse cannot hold log(n), so P is 1 for each of a padded row's n
+    keys and the row adds n times its share to dV: a wrong gradient, not a rounding (the
+    golden's noise sized it as one before, and dV went unjudged in float32 cases)."""
+    case = _backward_case(form, fill, "fp32")
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    golden, baseline = _pair(case)
+    eager = eager_backward(case, 0)
+    grads = fa_style_gradients(case, inputs, grad_out, eager.out)
+    verdict = judge(case, golden, baseline, Reference(eager.out, None, grads))
+    assert not verdict.passed
+    assert any(rule.startswith("dv:") for rule in verdict.metrics["failed_rules"])
+
+
+@pytest.mark.parametrize("form,fill,dtype", BACKWARD)
+@pytest.mark.parametrize("fault", ["dv_zero", "dv_x1.05", "dq_x1.05", "dk_x1.05"])
+def test_a_wrong_gradient_fails_beside_the_hidden_rows(form, fill, dtype, fault):
+    """dV scaled or zeroed, dQ or dK scaled (in the where form the padded rows feed dQ and dK
+    nothing, so those are judged on the live rows alone): caught in every dtype. In float32
+    cases they all passed before, dV's noise being inf or 1.6e31."""
+    case = _backward_case(form, fill, dtype)
+    golden, baseline = _pair(case)
+    eager = eager_backward(case, 0)
+    name, how = fault.split("_")
+    grads = dict(eager.grads)
+    grads[name] = torch.zeros_like(grads[name]) if how == "zero" else grads[name] * 1.05
+    verdict = judge(case, golden, baseline, Reference(eager.out, None, grads))
+    assert not verdict.passed
+    assert any(rule.startswith(f"{name}:") for rule in verdict.metrics["failed_rules"])
+
+
+def test_the_masked_answer_survives_the_reference_cache(tmp_path):
+    """The workers take references from the cache (conformance/reference_cache.py), which
+    stores them as plain tensors: the gradients' other answer must come back too."""
+    from conformance.reference_cache import ReferenceCache
+
+    case = _backward_case("where", "f32min", "fp32")
+    cache = ReferenceCache(tmp_path, 1 << 30)
+    first, _ = cache.get(case, 0)
+    golden, baseline = cache.get(case, 0)
+    assert any(tmp_path.iterdir())  # the second came from the file
+    for ref in (golden, baseline):
+        assert ref.masked_overflow is not None
+        assert set(ref.masked_overflow.grads) == {"dq", "dk", "dv"}
+    assert torch.equal(golden.masked_overflow.grads["dv"], first.masked_overflow.grads["dv"])
+    assert golden.masked_overflow.row_noise is not None
