@@ -22,7 +22,8 @@ from typing import Any
 _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
                 "cases.pointwise", "cases.score_addend", "reference.golden", "reference.kernel",
                 "reference.chunk_plan", "reference.heap", "reference.row_noise", "reference.underflow_noise",
-                "reference.partial_sums", "reference.row_sizes", "reference.pair_terms")
+                "reference.partial_sums", "reference.row_sizes", "reference.pair_terms",
+                "reference.overflow_rows")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:

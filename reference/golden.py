@@ -52,7 +52,10 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     (cases/score_addend.py; bit for bit on MKL, float64 rounding on another BLAS).
 #: 20: the noise of a pair whose P is 0 is 0 (it was inf * 0 = NaN beside a fill of float64's
 #:     min); a row whose live pairs share one score carries none from that score's rounding.
-REFERENCE_VERSION = 20
+#: 21: backward cases with such rows also carry the answer with them masked (masked_overflow);
+#:     P of rows whose lse float64 cannot hold log(n) from their own softmax; a float32 lse
+#:     that cannot (tied rows beyond 2^24) is no longer sized as a rounding of P.
+REFERENCE_VERSION = 21
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ The file is ``torch.save`` of a dict of plain values and CPU tensors (so
     observed    {"out", "lse", "grads": {"dq", "dk", "dv"}}: what it returned (on the CPU)
     golden      the same keys: the float64 golden            baseline the same: the dtype baseline
 
-``lse`` and ``grads`` are None when the case's mode has none.
+``lse`` and ``grads`` are None when the case's mode has none. The golden's and the baseline's
+also hold ``row_noise`` and ``unshared_noise`` (reference/golden.py) and, for a backward case
+with rows a score mod hides by overflow, ``masked_overflow``: the same keys, for the case with
+those rows masked (reference/overflow_rows.py); None otherwise.
 """
 from __future__ import annotations
 
