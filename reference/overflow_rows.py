@@ -49,6 +49,20 @@ def rows_hidden_by_overflow(golden_lse: torch.Tensor | None, case_dtype: str
     return rows if bool(rows.any()) else None
 
 
+#: Beyond this magnitude float32's spacing is 2 or more, so a log-sum-exp stored in float32
+#: cannot hold the log(n) that tells P = 1/n from P = 1 in a row a huge constant pads
+#: (docs/findings.md, finding 4; reference/row_noise.py sizes P's rounding accordingly).
+FLOAT32_LSE_RESOLVES = 2.0 ** 24
+
+
+def rows_beyond_float32_lse(golden_lse: torch.Tensor | None) -> int:
+    """How many rows have a finite golden lse beyond FLOAT32_LSE_RESOLVES: where a backward
+    that recomputes P from a float32 lse gets it wrong (finding 4)."""
+    if golden_lse is None:
+        return 0
+    return int((torch.isfinite(golden_lse) & (golden_lse.abs() > FLOAT32_LSE_RESOLVES)).sum())
+
+
 def masking_hidden_rows(mods: Mods, hidden: torch.Tensor) -> Mods:
     """``mods`` with the rows ``hidden`` ([B, Hq, Sq] bool, on the inputs' device) masked: the
     case as a kernel that holds them as -inf computes it, for the gradients' other right

@@ -44,6 +44,7 @@ from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods
 from reference.kernel import stacked_product
+from reference.overflow_rows import FLOAT32_LSE_RESOLVES
 from reference.pair_terms import PairTerms
 from reference.partial_sums import PartialSums, partial_sums_sized
 from reference.row_sizes import (DRAWS_COVERED, RowSizes, add_key_rows, mean_square,
@@ -346,11 +347,6 @@ def _dot_rounding(a: torch.Tensor, b: torch.Tensor, dots: torch.Tensor) -> torch
     return squares.mul_(d / 6.0).add_(dots.square().mul_(d / 9.0)).sqrt_()
 
 
-#: Beyond this magnitude float32's spacing is 2 or more, so a log-sum-exp stored in float32
-#: cannot hold the log(n) that tells P = 1/n from P = 1 (tests/test_overflow_rows.py).
-_FLOAT32_LSE_RESOLVES = 2.0 ** 24
-
-
 def _lse_beyond_float32(t: PairTerms) -> torch.Tensor:
     """[Hq, n, 1]: tied rows (one score after the mod for every live pair: padding written as
     a huge constant) whose lse float32 cannot resolve. There a backward that recomputes P as
@@ -360,7 +356,7 @@ def _lse_beyond_float32(t: PairTerms) -> torch.Tensor:
     golden's masked_overflow); P's rounding there is the exponential's own."""
     if t.tied is None:
         return torch.zeros_like(t.lse, dtype=torch.bool)
-    return t.tied & (t.lse.abs() > _FLOAT32_LSE_RESOLVES)
+    return t.tied & (t.lse.abs() > FLOAT32_LSE_RESOLVES)
 
 
 def _finite(sizes: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,8 @@ import torch
 
 from cases.model import Case
 from reference.golden import Reference
-from reference.overflow_rows import overflow_limit, rows_hidden_by_overflow
+from reference.overflow_rows import (overflow_limit, rows_beyond_float32_lse,
+                                     rows_hidden_by_overflow)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,14 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     if case.mode == "fwd+bwd":
         for name in ("dq", "dk", "dv"):
             parts.append((name, _judge_gradient(name, golden, base, obs, tol)))
-    return _combine(verdict, parts)
+    combined = _combine(verdict, parts)
+    beyond = rows_beyond_float32_lse(golden.lse) if case.mode == "fwd+bwd" else 0
+    if beyond and any(not part.passed for _, part in parts):
+        combined = Verdict(False, f"{combined.summary}; {beyond} query row(s) have an lse "
+                           "beyond what float32 resolves beside log(n) (a padding constant such "
+                           "as -1e30): a backward that recomputes P from a float32 lse is "
+                           "wrong there (docs/findings.md, finding 4)", combined.metrics)
+    return combined
 
 
 def _judge_gradient(name: str, golden: Reference, baseline: Reference, observed: Reference,

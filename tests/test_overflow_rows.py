@@ -237,6 +237,7 @@ def test_p_recomputed_from_a_float32_lse_that_cannot_hold_log_n_fails_dv(form, f
     verdict = judge(case, golden, baseline, Reference(eager.out, None, grads))
     assert not verdict.passed
     assert any(rule.startswith("dv:") for rule in verdict.metrics["failed_rules"])
+    assert "finding 4" in verdict.summary  # the message says why
 
 
 @pytest.mark.parametrize("form,fill,dtype", BACKWARD)
