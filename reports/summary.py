@@ -117,6 +117,19 @@ def _word(text) -> str:
     return shlex.quote(one_line(text))
 
 
+def masked_answer_cases(records) -> list[str]:
+    """Ids of the passing records whose verdict took the fully masked answer somewhere, on
+    rows a score mod hides by overflow (reference/overflow_rows.py; the verdict's metrics)."""
+    def took(metrics: dict) -> bool:
+        return bool(metrics.get("overflow_rows_zero")) \
+            or bool((metrics.get("lse") or {}).get("overflow_rows_minus_inf")) \
+            or any((metrics.get(name) or {}).get("as_masked_overflow")
+                   for name in ("dq", "dk", "dv"))
+
+    return [r.case_id for r in records
+            if r.label is Label.PASS and isinstance(r.metrics, dict) and took(r.metrics)]
+
+
 def comparison_line(comparison: Comparison) -> str:
     """``2 regressions · 1 fix · 3 new · 0 missing · 1 slower to compile``; the last says
     so where the two runs' times cannot be compared (timed on different machines, or not both
@@ -176,6 +189,12 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
                   f"{DENSE_THRESHOLD:g}x what skipping their empty tiles would, e.g. "
                   f"{md_code(dense[0].case_id)}: {dense[0].tile_efficiency:.2f}x); see "
                   "index.html. Not a conformance failure.", ""]
+    masked = masked_answer_cases(results.records)
+    if masked:
+        lines += [f"Oracle note: {len(masked)} passing case(s) returned rows that a score mod "
+                  "hides by overflow as fully masked (output 0, lse -inf or the gradients "
+                  f"without them), e.g. {md_code(masked[0])}: one of the two answers correct "
+                  "kernels give there (docs/oracle.md, \"Rows hidden by overflow\").", ""]
     env = results.environment
     facts = [f"{key} {env[key]}" for key in ("device", "torch", "torch_neuronx", "device_check",
                                              "host") if env.get(key)]

@@ -277,3 +277,18 @@ def test_compile_anatomy_draws_a_stacked_bar_per_case_slowest_first(tmp_path):
     table = Page((tmp_path / "index.html").read_text())
     assert "Compile anatomy: where the compile time went" in table.texts
     assert build_anatomy(records[2:]).rows == []  # no stages, no section
+
+
+def test_summary_notes_passes_that_took_the_fully_masked_answer():
+    from reports.summary import summary_markdown
+    from tests.test_report_doctored import case_id, record, run
+
+    took = [record(case_id(seq=128), metrics={"overflow_rows": 384, "overflow_rows_zero": 384}),
+            record(case_id(seq=256), metrics={"lse": {"overflow_rows_minus_inf": 12}}),
+            record(case_id(seq=512), metrics={"dv": {"as_masked_overflow": True}})]
+    exact = [record(case_id(seq=1024), metrics={"overflow_rows": 384, "overflow_rows_zero": 0,
+                                                "dv": {"as_masked_overflow": False}}),
+             record(case_id(seq=2048), Label.MISMATCH, metrics={"overflow_rows_zero": 384})]
+    assert "Oracle note: 3 passing case(s)" in summary_markdown(run(took + exact))
+    assert "Oracle note" not in summary_markdown(run(exact))
+
