@@ -101,13 +101,12 @@ def _probabilities(modded: torch.Tensor, row_lse: torch.Tensor,
     finite = torch.isfinite(row_lse)
     shift = row_lse.masked_fill(~finite, 0.0)
     huge = finite & (row_lse.abs() > _LSE_HOLDS_LOG_N)
-    if bool(huge.any()):
-        row_max = modded.masked_fill(dead, -float("inf")).amax(-1, keepdim=True)
-        shift = torch.where(huge, row_max, shift)
-    probs = (modded.masked_fill(dead, 0.0) - shift).exp_().masked_fill_(dead, 0.0)
-    if bool(huge.any()):
-        probs = torch.where(huge, probs / probs.sum(-1, keepdim=True), probs)
-    return probs
+    if not bool(huge.any()):
+        return (modded.masked_fill(dead, 0.0) - shift).exp_().masked_fill_(dead, 0.0)
+    row_max = modded.masked_fill(dead, -float("inf")).amax(-1, keepdim=True)
+    probs = (modded.masked_fill(dead, 0.0) - torch.where(huge, row_max, shift)).exp_() \
+        .masked_fill_(dead, 0.0)
+    return torch.where(huge, probs / probs.sum(-1, keepdim=True), probs)
 
 
 def _tied_rows(modded: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
