@@ -244,9 +244,18 @@ def _judge_lse(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
         failed.append("row")
         b, h, q = worst
         summary.append(f"{failing} row(s) off, worst b={b} h={h} q={q}: error "
-                       f"{float(err[worst]):.3g} vs limit {float(limit[worst]):.3g}")
+                       f"{float(err[worst]):.3g} vs limit {float(limit[worst]):.3g}"
+                       + _narrow_lse_hint(observed.dtype))
     metrics["failed_rules"] = failed
     return Verdict(not failed, "; ".join(summary), metrics)
+
+
+def _narrow_lse_hint(dtype: torch.dtype) -> str:
+    """Why an lse of fewer bits than float32 is off: it cannot hold what the golden does."""
+    if not dtype.is_floating_point or torch.finfo(dtype).bits >= 32:
+        return ""
+    return (f" (the lse came back as {str(dtype).removeprefix('torch.')}; flex_attention's "
+            "kernels return float32: docs/findings.md, finding 6)")
 
 
 @dataclass
