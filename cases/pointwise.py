@@ -28,6 +28,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from cases.score_dtype import with_traced_dtype
+
 T = TypeVar("T")
 
 #: The index arguments of a mod, in flex_attention's order (vmapped outermost first).
@@ -148,11 +150,17 @@ def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: t
 
 
 def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h: torch.Tensor,
-                   q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+                   q_idx: torch.Tensor, kv_idx: torch.Tensor,
+                   traced_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``score_mod`` at every point of the grid: ``score`` is [len(b), len(h), len(q_idx),
-    len(kv_idx)], each point's score in the same place; the result has that shape too."""
-    return _under_flex_indexing(
-        lambda: _vmap_bhqkv(score_mod, score=True)(score, b, h, q_idx, kv_idx))
+    len(kv_idx)], each point's score in the same place; the result has that shape too. With
+    ``traced_dtype`` (the query's dtype, as flex_attention traces the mod), the score's dtype
+    reads as that (cases/score_dtype.py)."""
+    def evaluate():
+        lens, mod = with_traced_dtype(score_mod, traced_dtype, score.dtype)
+        with lens:
+            return _vmap_bhqkv(mod, score=True)(score, b, h, q_idx, kv_idx)
+    return _under_flex_indexing(evaluate)
 
 
 def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
@@ -166,10 +174,12 @@ def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
 
 
 def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: str,
-               device: torch.device | str = "cpu") -> None:
+               device: torch.device | str = "cpu",
+               traced_dtype: torch.dtype | None = None) -> None:
     """Raise PointwiseModError (one line: the variant, the reason, how to write it) when a mod
     cannot be evaluated point by point, or returns something else than a scalar per point
-    (a bool one for the mask). Runs each mod on a one-point grid (all indices 0)."""
+    (a bool one for the mask). Runs each mod on a one-point grid (all indices 0), the score
+    mod on a float64 score whose dtype reads as ``traced_dtype`` (``evaluate_score``)."""
     point = torch.zeros(1, dtype=torch.int64, device=device)
     for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
         if mod is None:
@@ -179,7 +189,7 @@ def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: s
                 out = evaluate_mask(mod, point, point, point, point)
             else:
                 score = torch.zeros(1, 1, 1, 1, dtype=torch.float64, device=device)
-                out = evaluate_score(mod, score, point, point, point, point)
+                out = evaluate_score(mod, score, point, point, point, point, traced_dtype)
             if not isinstance(out, torch.Tensor) or out.shape != (1, 1, 1, 1):
                 raise TypeError(f"it returned {_shape_of(out)} per point, not a 0-d tensor")
         except Exception as exc:  # noqa: BLE001 - the user's mod: say which and why

@@ -43,6 +43,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from cases.pointwise import _under_flex_indexing, _vmap_bhqkv
+from cases.score_dtype import with_traced_dtype
 
 #: The calls that add two tensors as ``score + x`` does (``x + score`` and ``score + 1.0`` come
 #: as Tensor.add too).
@@ -121,10 +122,12 @@ def _addend_of(score_mod: Callable, watch: _AddWatch, with_output: bool = False)
 
 
 def adds_to_score(score_mod: Callable, score_dtype: torch.dtype, sizes: tuple[int, ...],
-                  device: torch.device | str = "cpu") -> bool:
+                  device: torch.device | str = "cpu",
+                  traced_dtype: torch.dtype | None = None) -> bool:
     """Whether ``score_mod`` on scores of ``score_dtype`` is ``score + addend(b, h, q_idx,
     kv_idx)`` with the addend computed without the score (see the module), for a grid of
-    ``sizes`` (B, Hq, Sq, Skv)."""
+    ``sizes`` (B, Hq, Sq, Skv); the score's dtype reads as ``traced_dtype``
+    (cases/score_dtype.py)."""
     # indices 0 and 1 where a dimension has them (0 twice where it has one: never an index
     # the mod need not take, which on a GPU would be a device-side assert, not an exception):
     # an addend of zero at every point would hide what happens to it
@@ -133,11 +136,12 @@ def adds_to_score(score_mod: Callable, score_dtype: torch.dtype, sizes: tuple[in
     scores = torch.randn(2, 2, 2, 2, 2, device=device, generator=seeded).to(score_dtype)
     scores_before = scores.clone()
     watch = _AddWatch(compute_add=True)
-    per_score = torch.vmap(_vmap_bhqkv(_addend_of(score_mod, watch, with_output=True),
-                                       score=True), in_dims=(0, None, None, None, None))
 
     def evaluate():
-        with watch:
+        lens, mod = with_traced_dtype(score_mod, traced_dtype, score_dtype)
+        per_score = torch.vmap(_vmap_bhqkv(_addend_of(mod, watch, with_output=True),
+                                           score=True), in_dims=(0, None, None, None, None))
+        with lens, watch:  # the lens outside: it must not see the watch's own calls
             return per_score(scores, *grids)
 
     try:
@@ -158,8 +162,8 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def score_addend(score_mod: Callable, score_dtype: torch.dtype, b: torch.Tensor,
-                 h: torch.Tensor, q_idx: torch.Tensor,
-                 kv_idx: torch.Tensor) -> torch.Tensor | None:
+                 h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor,
+                 traced_dtype: torch.dtype | None = None) -> torch.Tensor | None:
     """What ``score_mod`` adds to the score at every point of the grid b x h x q_idx x kv_idx,
     [len(b), len(h), len(q_idx), len(kv_idx)] in the addend's own dtype (dimensions it does not
     depend on expanded), for a mod that ``adds_to_score``; the score is not computed. None where
@@ -167,11 +171,12 @@ def score_addend(score_mod: Callable, score_dtype: torch.dtype, b: torch.Tensor,
     scores)."""
     score = torch.zeros((), dtype=score_dtype, device=b.device)
     watch = _AddWatch(compute_add=False)
-    addend_at = _addend_of(score_mod, watch)
-    per_point = _vmap_bhqkv(lambda *index: addend_at(score, *index), score=False)
 
     def evaluate():
-        with watch:
+        lens, mod = with_traced_dtype(score_mod, traced_dtype, score_dtype)
+        addend_at = _addend_of(mod, watch)
+        per_point = _vmap_bhqkv(lambda *index: addend_at(score, *index), score=False)
+        with lens, watch:
             return per_point(b, h, q_idx, kv_idx)
 
     try:

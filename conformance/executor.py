@@ -212,13 +212,14 @@ def _mask_dependence(case: Case) -> frozenset[str]:
     """What the case's mask depends on (b, h, q_idx, kv_idx), for the memory estimate, after
     checking that its mods run point by point (PointwiseModError, one line, when not)."""
     from cases.pointwise import check_mods, mask_dependence
+    from cases.score_dtype import traced_score_dtype
     from cases.variants import build_mods
 
     try:
         mods = build_mods(case.variant, case.shape)
     except Exception:  # noqa: BLE001 - the child reports it, before it allocates any grid
         return frozenset()
-    check_mods(mods.mask_mod, mods.score_mod, case.variant.token)
+    check_mods(mods.mask_mod, mods.score_mod, case.variant.token, "cpu", traced_score_dtype(case))
     return mask_dependence(mods.mask_mod) if mods.mask_mod else frozenset()
 
 

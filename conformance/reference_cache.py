@@ -20,7 +20,8 @@ from typing import Any
 #: reference.heap only sets malloc's thresholds, and is keyed all the same). The module that
 #: defines the case's variant (a custom case module, say) is added per case.
 _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
-                "cases.pointwise", "cases.score_addend", "reference.golden", "reference.kernel",
+                "cases.pointwise", "cases.score_addend", "cases.score_dtype", "reference.golden",
+                "reference.kernel",
                 "reference.chunk_plan", "reference.heap", "reference.row_noise", "reference.underflow_noise",
                 "reference.partial_sums", "reference.row_sizes", "reference.pair_terms",
                 "reference.overflow_rows")

@@ -55,7 +55,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 21: backward cases with such rows also carry the answer with them masked (masked_overflow);
 #:     P of rows whose lse float64 cannot hold log(n) from their own softmax; a float32 lse
 #:     that cannot (tied rows beyond 2^24) is no longer sized as a rounding of P.
-REFERENCE_VERSION = 21
+#: 22: a score mod reads its score's dtype as flex_attention traces it, the query's
+#:     (cases/score_dtype.py): finfo(score.dtype), .to(score.dtype).
+REFERENCE_VERSION = 22
 
 
 @dataclass(frozen=True)

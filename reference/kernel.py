@@ -18,6 +18,7 @@ from cases.inputs import Inputs
 from cases.model import Case
 from cases.pointwise import check_mods, evaluate_score
 from cases.score_addend import adds_to_score, score_addend
+from cases.score_dtype import traced_score_dtype
 from cases.variants import Mods
 from reference.chunk_plan import plan_batches
 from reference.heap import keep_freed_heap
@@ -156,6 +157,7 @@ class Chunk:
     golden: bool  # the float64 golden (scale in q, exp as exp2), not the baseline
     key_norm: float | None  # max ||k_j|| of the batch where its softmax may skip the shift
     score_adds: bool  # the golden's score mod adds to the score (cases/score_addend.py)
+    traced_dtype: torch.dtype  # the score's dtype as the mods read it (cases/score_dtype.py)
 
 
 def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
@@ -164,12 +166,13 @@ def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dt
     when asked, so autograd can run through one chunk at a time)."""
     s = case.shape
     device = inputs.q.device
-    check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device)
+    traced_dtype = traced_score_dtype(case)
+    check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device, traced_dtype)
     heads = torch.arange(s.Hq, device=device)
     golden = compute_dtype == torch.float64
     score_adds = (golden and mods.score_mod is not None
                   and adds_to_score(mods.score_mod, compute_dtype, (s.B, s.Hq, s.Sq, s.Skv),
-                                    device))
+                                    device, traced_dtype))
     for b, (batch, plan) in enumerate(plan_batches(s, mods, heads)):
         kv_batch = b if s.Bkv == s.B else 0
         k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
@@ -185,7 +188,8 @@ def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dt
             q_idx = torch.arange(span.start, span.stop, device=device)
             q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
             yield Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
-                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm, score_adds)
+                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm, score_adds,
+                        traced_dtype)
         del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
 
 
@@ -230,7 +234,7 @@ def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tenso
     """The score mod of ``chunk`` on its scores ([Hq, n, m] over its kept keys), point by
     point (cases/pointwise.py)."""
     return evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
-                          chunk.q_idx, _kept_key_indices(chunk))[0]
+                          chunk.q_idx, _kept_key_indices(chunk), chunk.traced_dtype)[0]
 
 
 def _kept_key_indices(chunk: Chunk) -> torch.Tensor:
@@ -250,7 +254,7 @@ def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
     finfo.min or -1e9 as a mask, stays what the mod makes of it. None where the mod does not
     add after all (then it runs on the scores)."""
     addend = score_addend(mods.score_mod, q.dtype, chunk.batch, chunk.heads, chunk.q_idx,
-                          _kept_key_indices(chunk))
+                          _kept_key_indices(chunk), chunk.traced_dtype)
     if addend is None:
         return None
     hq, n, d = q.shape

@@ -271,9 +271,11 @@ def test_accumulated_golden_matches_eager_flex_attention_in_float64(mod):
                                  torch.float64)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     # Rows whose every score is finfo.min: eager's log-sum-exp, made in log2 units, overflows
-    # to -inf; the golden's is finfo.min (plus a log that it absorbs), as before this path.
+    # to -inf; the golden's is finfo.min (plus a log that it absorbs), as before this path:
+    # bfloat16's min, the case's dtype, which the golden's mod reads as flex_attention traces
+    # it (cases/score_dtype.py), where this eager call on float64 inputs reads float64's.
     overflowed = torch.isneginf(want_lse) & ~torch.isneginf(lse)
-    assert torch.all(lse[overflowed] == torch.finfo(torch.float64).min)
+    assert torch.all(lse[overflowed] == torch.finfo(torch.bfloat16).min)
     assert (mod is padding_as_finfo_min) == bool(overflowed.any())
     torch.testing.assert_close(lse[~overflowed], want_lse[~overflowed], rtol=1e-12, atol=1e-12)
 

@@ -1,0 +1,226 @@
+"""The score's dtype as flex_attention traces it, and the mod's 16-bit arithmetic.
+
+flex_attention does not run a score mod on the scores as it computes them: it traces the mod
+first (dynamo in eager mode, then make_fx for a compiler), with the score a 0-d tensor of the
+query's dtype, and runs the traced graph on its scores (float32 for bfloat16, float16 and
+float32 queries). What the mod computes in Python from the score's dtype is fixed by that trace:
+``torch.finfo(score.dtype).min`` is bfloat16's min in a bfloat16 case, in eager and compiled
+flex_attention alike.
+
+The golden runs mods on float64 scores, the baseline on float32 ones. Under
+``ScoreDtypeAsTraced`` a read of the dtype of the score, or of a tensor made from it, gives the
+dtype the trace gives it: the score's is the query's, and each operation on a tensor that reads
+otherwise passes its inputs' traced dtypes on by torch's own rules (the operation run again on
+zeros of those dtypes: ``score * 2`` is bfloat16, ``score.float()`` float32, ``score + t``
+with a float32 ``t`` float32, ``score.double()`` float64).
+
+What the two implementations do with 16-bit values in the mod differs (torch 2.13.0, CPU,
+B1 H2 S128 D32): eager flex_attention runs each such operation in 16 bits, so
+``x.to(score.dtype)`` rounds (the mod ``score.to(score.dtype)`` moves eager's output by 0.0078
+in bfloat16, 0.00073 in float16), and ``torch.tensor(0.3, dtype=score.dtype) * (kv_idx -
+q_idx)`` is a bfloat16 product; compiled flex_attention keeps them in float32 (Inductor does
+not emulate casts to 16 bits by default: the same ``.to`` moves nothing, the product is a
+float32 one). Neither rounding is the mod's function, so the golden (``keep_precision``) does
+that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
+rounded constant the mod names, and operations on 16-bit values run widened. The baseline runs
+the mod as eager does, roundings and all, and since the verdict's limits scale with the
+baseline's error, they span both implementations.
+
+Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
+computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
+``itemsize``) or of ``Tensor.type()``.
+"""
+from __future__ import annotations
+
+import weakref
+from contextlib import nullcontext
+from typing import Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from cases.inputs import TORCH_DTYPES
+from cases.model import Case
+
+#: The property whose getter a TorchFunctionMode sees as ``func`` with this ``__self__``.
+_DTYPE_PROPERTY = torch.Tensor.dtype
+
+
+#: Score mods seen, in an evaluation under the lens, neither to read a tensor's dtype nor to
+#: make a 16-bit tensor. A mod's Python code takes the same path at every point of any grid
+#: (vmap refuses a branch on a value, and every point is a 0-d tensor), so such a mod never
+#: does, and the lens, which costs a Python call per operation, has nothing to change for it.
+_UNTOUCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_SIXTEEN_BITS = (torch.bfloat16, torch.float16)
+#: Operations that move 16-bit values without arithmetic: the golden runs them as they are
+#: (indexing a large 16-bit table in float64 would copy it at every evaluation).
+_EXACT = frozenset({torch.Tensor.__getitem__, torch.ops.aten.index.Tensor})
+#: Conversions with no dtype argument to widen: in the golden they keep their input.
+_NARROWING = frozenset({torch.Tensor.half, torch.Tensor.bfloat16})
+
+
+class ScoreDtypeAsTraced(TorchFunctionMode):
+    """Within one evaluation of ``score_mod`` (run as ``wrap`` returns it), the dtype of its
+    score reads as ``traced_dtype``, and the dtype of every tensor computed from it as
+    flex_attention's trace would have it (see the module). With ``keep_precision`` (the
+    golden), an operation that the trace makes 16-bit runs in float64 instead."""
+
+    def __init__(self, score_mod: Callable, traced_dtype: torch.dtype, keep_precision: bool):
+        super().__init__()
+        self.score_mod = score_mod
+        self.traced_dtype = traced_dtype
+        self.keep_precision = keep_precision
+        self.read_a_dtype = self.made_16_bits = False
+        self._traced: dict[int, tuple[weakref.ref, torch.dtype]] = {}
+
+    def wrap(self) -> Callable:
+        """The score mod, with its score (the 0-d tensor that vmap hands it) marked."""
+        def traced_score_mod(score, *index):
+            # not _remember: reading score.dtype here, under the mode, would count as the mod's
+            self._traced[id(score)] = (weakref.ref(score), self.traced_dtype)
+            return self.score_mod(score, *index)
+        return traced_score_mod
+
+    def __exit__(self, exc_type, exc, traceback):
+        super().__exit__(exc_type, exc, traceback)
+        if exc_type is None and not (self.read_a_dtype or self.made_16_bits):
+            try:
+                _UNTOUCHED[self.score_mod] = True
+            except TypeError:  # a mod that cannot be weakly referenced: asked every time
+                pass
+
+    def traced_dtype_of(self, tensor: torch.Tensor) -> torch.dtype:
+        entry = self._traced.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return tensor.dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__self__", None) is _DTYPE_PROPERTY and len(args) == 1:
+            self.read_a_dtype = True
+            return self.traced_dtype_of(args[0])
+        leaves = pytree.tree_leaves((args, kwargs))
+        if not self._may_trace_otherwise(leaves):
+            return func(*args, **kwargs)
+        traced = self._traced_dtypes(func, args, kwargs)
+        sixteen = traced is not None and any(d in _SIXTEEN_BITS for d in traced)
+        self.made_16_bits |= sixteen
+        if self.keep_precision and sixteen:
+            out = self._in_float64(func, args, kwargs, leaves)
+        else:
+            out = func(*args, **kwargs)
+        return self._pass_on(out, traced, [a for a in leaves if isinstance(a, torch.Tensor)
+                                          and self._is_marked(a)])
+
+    def _may_trace_otherwise(self, leaves) -> bool:
+        """Whether a call on ``leaves`` may make other dtypes in the trace than it makes here:
+        a marked tensor, a 16-bit tensor or a 16-bit dtype among them."""
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                if leaf.dtype in _SIXTEEN_BITS or self._is_marked(leaf):
+                    return True
+            elif isinstance(leaf, torch.dtype) and leaf in _SIXTEEN_BITS:
+                return True
+        return False
+
+    def _traced_dtypes(self, func, args, kwargs) -> list[torch.dtype] | None:
+        """The dtypes of the outputs of ``func`` as the trace makes them (run on zeros of the
+        traced dtypes); None where it cannot run so."""
+        try:
+            traced = pytree.tree_leaves(func(*self._stand_ins(args), **self._stand_ins(kwargs)))
+        except Exception:  # noqa: BLE001 - not on zeros (in place on a broadcast, say)
+            return None
+        return [t.dtype for t in traced if isinstance(t, torch.Tensor)]
+
+    def _in_float64(self, func, args, kwargs, leaves):
+        """What ``func`` makes, with the 16-bit arithmetic the trace gives it done in float64:
+        a conversion to 16 bits keeps its input; an operation that moves values (indexing) or
+        makes a constant (``torch.tensor(0.3, dtype=score.dtype)``: the constant rounded, as
+        the mod names it) runs as it is and its result is widened; any other runs on its
+        16-bit inputs and dtypes widened."""
+        if func in _NARROWING:  # the value it converts, widened if it is 16-bit already
+            source = args[0]
+            return source.double() if source.dtype in _SIXTEEN_BITS else \
+                torch.Tensor.view_as(source, source)
+        if func in _EXACT or not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+            return self._widened(func(*args, **kwargs))
+        return func(*self._widened(args), **self._widened(kwargs))
+
+    @staticmethod
+    def _widened(tree):
+        """``tree`` with 16-bit tensors and dtypes made float64 (the golden's precision)."""
+        return pytree.tree_map(
+            lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype in _SIXTEEN_BITS
+            else torch.float64 if isinstance(a, torch.dtype) and a in _SIXTEEN_BITS else a,
+            tree)
+
+    def _pass_on(self, out, traced: list[torch.dtype] | None, marked: list[torch.Tensor]):
+        """``out``, its tensors whose traced dtype differs from their own marked. A tensor
+        that the call returned as it was (``score.double()`` of a float64 score) but that the
+        trace makes anew in another dtype comes back as an alias, marked apart."""
+        outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        if not outputs:
+            return out
+        if traced is None or len(traced) != len(outputs):
+            if not marked:
+                return out
+            # an output in a marked input's dtype (the golden's float64) reads as that input
+            first = marked[0]
+            traced = [self.traced_dtype_of(first) if o.dtype == first.dtype else o.dtype
+                      for o in outputs]
+        dtype_of = dict(zip(map(id, outputs), traced))
+
+        def passed_on(real: torch.Tensor) -> torch.Tensor:
+            dtype = dtype_of[id(real)]
+            if self._is_marked(real) and dtype != self.traced_dtype_of(real):
+                real = torch.Tensor.view_as(real, real)  # returned as is: an alias apart
+            self._remember(real, dtype)
+            return real
+        return pytree.tree_map_only(torch.Tensor, passed_on, out)
+
+    def _stand_ins(self, tree):
+        """``tree`` with each tensor replaced by zeros of its shape (at a point, under vmap)
+        in its traced dtype: the operation on them gives the traced dtypes for the price of
+        one on 0-d tensors (meta tensors would give them too, but their first use imports
+        torch's meta kernels, 1 s)."""
+        def stand_in(t: torch.Tensor) -> torch.Tensor:
+            if self._is_marked(t):
+                return torch.zeros(t.shape, dtype=self.traced_dtype_of(t), device=t.device)
+            return torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape)
+        return pytree.tree_map_only(torch.Tensor, stand_in, tree)
+
+    def _is_marked(self, tensor: torch.Tensor) -> bool:
+        entry = self._traced.get(id(tensor))
+        return entry is not None and entry[0]() is tensor
+
+    def _remember(self, tensor: torch.Tensor, dtype: torch.dtype) -> None:
+        if dtype != tensor.dtype:
+            self._traced[id(tensor)] = (weakref.ref(tensor), dtype)
+
+
+def traced_score_dtype(case: Case) -> torch.dtype:
+    """The dtype flex_attention traces ``case``'s score mod with: its query's."""
+    return TORCH_DTYPES[case.dtype]
+
+
+def with_traced_dtype(score_mod: Callable, traced_dtype: torch.dtype | None,
+                      score_dtype: torch.dtype):
+    """(context, mod): ``score_mod`` to run on scores of ``score_dtype`` within the context so
+    that it reads the score's dtype as ``traced_dtype`` (and, on float64 scores, keeps its
+    16-bit arithmetic in float64); the mod itself and a context that does nothing where the
+    two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need neither."""
+    if traced_dtype is None or traced_dtype == score_dtype or _untouched(score_mod):
+        return nullcontext(), score_mod
+    lens = ScoreDtypeAsTraced(score_mod, traced_dtype,
+                              keep_precision=score_dtype == torch.float64)
+    return lens, lens.wrap()
+
+
+def _untouched(score_mod: Callable) -> bool:
+    try:
+        return score_mod in _UNTOUCHED
+    except TypeError:  # not hashable, or not weakly referenceable
+        return False
