@@ -2,8 +2,8 @@
 padded positions of each sequence get a large negative constant instead of being masked, so a
 padded query row sees every key hidden by the same constant. Four constants, as models write
 them: float32's min (``torch.finfo(torch.float32).min``), the score's own dtype's min
-(``torch.finfo(score.dtype).min``: float32's under eager flex_attention, the case dtype's under
-the CPU Inductor template, float64's in the golden), -1e30, and -1e4.
+(``torch.finfo(score.dtype).min``: the case dtype's, as flex_attention traces the mod and the
+golden reads it, cases/score_dtype.py), -1e30, and -1e4.
 
 For tests/test_overflow_rows.py: the first three hide rows beyond flex_attention's log2 units
 in some dtype (reference/overflow_rows.py), the last hides rows within range. Each fill either
@@ -19,12 +19,7 @@ from cases.variants import Mods, builder
 FILLS = ("f32min", "dtypemin", "1e30", "1e4")
 #: "where": the fill replaces the score; "add": it is added to it, as HF adds its 4D mask
 FORMS = ("where", "add")
-#: Not "dtypemin" added: flex_attention traces a mod with the score in the query's dtype, so
-#: in a float16 case the fill is -65504, and -65504 + score keeps each padded row's softmax of
-#: its scores, where the golden's float64 min makes it uniform: the mod is another function in
-#: each dtype, and the golden evaluates it in float64 (docs/oracle.md, "Limits").
-FORMS_AND_FILLS = tuple((form, fill) for form in FORMS for fill in FILLS
-                        if (form, fill) != ("add", "dtypemin"))
+FORMS_AND_FILLS = tuple((form, fill) for form in FORMS for fill in FILLS)
 
 
 def pad_by_score(fill: str, form: str = "where") -> Variant:
