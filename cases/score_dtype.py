@@ -16,9 +16,9 @@ with a float32 ``t`` float32, ``score.double()`` float64).
 
 What the two implementations do with 16-bit values in the mod differs (torch 2.13.0, CPU,
 B1 H2 S128 D32): eager flex_attention runs each such operation in 16 bits, so
-``x.to(score.dtype)`` rounds (the mod ``score.to(score.dtype)`` moves eager's output by 0.0078
-in bfloat16, 0.00073 in float16), and ``torch.tensor(0.3, dtype=score.dtype) * (kv_idx -
-q_idx)`` is a bfloat16 product; compiled flex_attention keeps them in float32 (Inductor does
+``x.to(score.dtype)`` rounds (the mod ``score.to(score.dtype)`` moves eager's output by
+0.004-0.008 in bfloat16 and 0.0007 in float16, two draws of inputs), and ``score.new_tensor(0.3)
+* (kv_idx - q_idx)`` is a bfloat16 constant times an index in bfloat16; compiled flex_attention keeps them in float32 (Inductor does
 not emulate casts to 16 bits by default: the same ``.to`` moves nothing, the product is a
 float32 one). Neither rounding is the mod's function, so the golden (``keep_precision``) does
 that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
@@ -28,7 +28,8 @@ baseline's error, they span both implementations.
 
 Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
 computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
-``itemsize``) or of ``Tensor.type()``.
+``itemsize``) or of ``Tensor.type()``. Covered besides the ``dtype`` property:
+``torch.result_type``, and ``score.new_tensor(c)``, which eager makes in the traced dtype.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ _DTYPE_PROPERTY = torch.Tensor.dtype
 
 
 #: Score mods seen, in an evaluation under the lens, neither to read a tensor's dtype nor to
-#: make a 16-bit tensor. A mod's Python code takes the same path at every point of any grid
+#: touch a 16-bit value (a 16-bit tensor or dtype, a conversion to 16 bits, a constant made in
+#: the score's dtype). A mod's Python code takes the same path at every point of any grid
 #: (vmap refuses a branch on a value, and every point is a 0-d tensor), so such a mod never
 #: does, and the lens, which costs a Python call per operation, has nothing to change for it.
 _UNTOUCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -59,6 +61,9 @@ _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
 _EXACT = frozenset({torch.Tensor.__getitem__, torch.ops.aten.index.Tensor})
 #: Conversions with no dtype argument to widen: in the golden they keep their input.
 _NARROWING = frozenset({torch.Tensor.half, torch.Tensor.bfloat16})
+#: A constant made like a tensor from data: eager flex_attention (its trace bakes the constant
+#: in) makes it in the traced dtype, rounded, not in the dtype its tensor has when it runs.
+_CONSTANT_FROM_DATA = torch.Tensor.new_tensor
 
 
 class ScoreDtypeAsTraced(TorchFunctionMode):
@@ -102,29 +107,25 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if getattr(func, "__self__", None) is _DTYPE_PROPERTY and len(args) == 1:
             self.read_a_dtype = True
             return self.traced_dtype_of(args[0])
+        if func is torch.result_type:
+            self.read_a_dtype = True
+            return func(*self._stand_ins(args), **self._stand_ins(kwargs))
+        if func is _CONSTANT_FROM_DATA and self._is_marked(args[0]) and "dtype" not in kwargs:
+            kwargs = dict(kwargs, dtype=self.traced_dtype_of(args[0]))
         leaves = pytree.tree_leaves((args, kwargs))
-        if not self._may_trace_otherwise(leaves):
+        touches_16_bits = func in _NARROWING or _has_16_bits(leaves)
+        if not (touches_16_bits or any(self._is_marked(leaf) for leaf in leaves
+                                       if isinstance(leaf, torch.Tensor))):
             return func(*args, **kwargs)
+        self.made_16_bits |= touches_16_bits
         traced = self._traced_dtypes(func, args, kwargs)
-        sixteen = traced is not None and any(d in _SIXTEEN_BITS for d in traced)
-        self.made_16_bits |= sixteen
-        if self.keep_precision and sixteen:
+        if (self.keep_precision and touches_16_bits and traced is not None
+                and any(d in _SIXTEEN_BITS for d in traced)):
             out = self._in_float64(func, args, kwargs, leaves)
         else:
             out = func(*args, **kwargs)
         return self._pass_on(out, traced, [a for a in leaves if isinstance(a, torch.Tensor)
                                           and self._is_marked(a)])
-
-    def _may_trace_otherwise(self, leaves) -> bool:
-        """Whether a call on ``leaves`` may make other dtypes in the trace than it makes here:
-        a marked tensor, a 16-bit tensor or a 16-bit dtype among them."""
-        for leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                if leaf.dtype in _SIXTEEN_BITS or self._is_marked(leaf):
-                    return True
-            elif isinstance(leaf, torch.dtype) and leaf in _SIXTEEN_BITS:
-                return True
-        return False
 
     def _traced_dtypes(self, func, args, kwargs) -> list[torch.dtype] | None:
         """The dtypes of the outputs of ``func`` as the trace makes them (run on zeros of the
@@ -138,14 +139,15 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
     def _in_float64(self, func, args, kwargs, leaves):
         """What ``func`` makes, with the 16-bit arithmetic the trace gives it done in float64:
         a conversion to 16 bits keeps its input; an operation that moves values (indexing) or
-        makes a constant (``torch.tensor(0.3, dtype=score.dtype)``: the constant rounded, as
-        the mod names it) runs as it is and its result is widened; any other runs on its
-        16-bit inputs and dtypes widened."""
+        makes a constant (``torch.tensor(0.3, dtype=score.dtype)``, ``score.new_tensor(0.3)``:
+        the constant rounded, as the mod names it) runs as it is and its result is widened;
+        any other runs on its 16-bit inputs and dtypes widened."""
         if func in _NARROWING:  # the value it converts, widened if it is 16-bit already
             source = args[0]
             return source.double() if source.dtype in _SIXTEEN_BITS else \
                 torch.Tensor.view_as(source, source)
-        if func in _EXACT or not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        if (func in _EXACT or func is _CONSTANT_FROM_DATA
+                or not any(isinstance(leaf, torch.Tensor) for leaf in leaves)):
             return self._widened(func(*args, **kwargs))
         return func(*self._widened(args), **self._widened(kwargs))
 
@@ -199,6 +201,12 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
     def _remember(self, tensor: torch.Tensor, dtype: torch.dtype) -> None:
         if dtype != tensor.dtype:
             self._traced[id(tensor)] = (weakref.ref(tensor), dtype)
+
+
+def _has_16_bits(leaves) -> bool:
+    """Whether a 16-bit tensor or a 16-bit dtype is among ``leaves``."""
+    return any(leaf.dtype in _SIXTEEN_BITS if isinstance(leaf, torch.Tensor)
+               else isinstance(leaf, torch.dtype) and leaf in _SIXTEEN_BITS for leaf in leaves)
 
 
 def traced_score_dtype(case: Case) -> torch.dtype:

@@ -59,13 +59,7 @@ def pair_terms(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: t
         scores = stacked_product(chunk.q * chunk.scale, k)
         modded, slope = scores, None
         if mods.score_mod is not None:
-            with torch.enable_grad():
-                leaf = scores.requires_grad_()
-                modded = modded_scores(chunk, mods, leaf).to(scores.dtype)
-                slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
-                                            allow_unused=True)[0] if modded.requires_grad else None
-            modded, scores = modded.detach(), scores.detach()
-            slope = torch.zeros_like(modded) if slope is None else slope  # the score ignored
+            modded, slope = _modded_and_slope(chunk, mods, scores)
         row_lse = lse[chunk.b, :, chunk.rows].unsqueeze(-1).to(modded.dtype)
         # a pair that contributes nothing: masked, in a fully masked row, a score the mod
         # made -inf, or one whose P is 0 in float64 (as a score of -1e30 beside live ones):
@@ -123,3 +117,28 @@ def _with_backward(t: PairTerms, d_out: torch.Tensor) -> PairTerms:
     if t.slope is not None:
         d_scores.mul_(t.slope)
     return replace(t, d_out=d_out, d_probs=d_probs, d_scores=d_scores)
+
+
+def _modded_and_slope(chunk, mods: Mods, scores: torch.Tensor):
+    """The chunk's scores after the score mod, and the mod's slope d modded / d score at each
+    (0 where the mod ignores the score), by autograd through the mod; for a mod autograd
+    cannot run backward through (``(s / 20).tanh_().mul_(20)``: an in-place change of what a
+    backward needs; flex_attention runs such a mod forward only), by a central difference, a
+    step of 2^-20 of each score's size: the slope only sizes noise."""
+    try:
+        with torch.enable_grad():
+            leaf = scores.detach().requires_grad_()
+            modded = modded_scores(chunk, mods, leaf).to(scores.dtype)
+            slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
+                                        allow_unused=True)[0] if modded.requires_grad else None
+        modded = modded.detach()
+        return modded, torch.zeros_like(modded) if slope is None else slope
+    except RuntimeError as exc:
+        if "inplace operation" not in str(exc):
+            raise
+    modded = modded_scores(chunk, mods, scores).to(scores.dtype)
+    step = scores.abs().clamp_min(1.0).mul_(2.0 ** -20)
+    above = modded_scores(chunk, mods, scores + step).to(scores.dtype)
+    below = modded_scores(chunk, mods, scores - step).to(scores.dtype)
+    slope = above.sub_(below).div_(step.mul_(2.0))
+    return modded, slope.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)

@@ -47,6 +47,23 @@ def _build_reads_score_dtype(variant, shape, device) -> Mods:
     return Mods(None, mods[kind])
 
 
+def inplace_softcap_padded() -> Variant:
+    """``(score / 20).tanh_().mul_(20) + where(q_idx >= 3 S / 4, -1e4, 0)``: in place, so
+    autograd cannot run back through it (flex_attention runs it forward only), and rows whose
+    every score is about -1e4. Not in ``cases``: tests/test_score_dtype.py builds its cases."""
+    return Variant("inplace_softcap_padded", ())
+
+
+@builder("inplace_softcap_padded")
+def _build_inplace_softcap_padded(variant, shape, device) -> Mods:
+    padded_from = shape.Sq * 3 // 4
+
+    def inplace_softcap_padded(score, b, h, q_idx, kv_idx):
+        capped = (score / 20.0).tanh_().mul_(20.0)
+        return capped + torch.where(q_idx >= padded_from, -1e4, 0.0)
+    return Mods(None, inplace_softcap_padded)
+
+
 def cases(profile: str) -> list[Case]:
     """Forward, and forward with the lse, in each dtype (``full`` adds the backward)."""
     modes = ("fwd", "fwd+lse") if check_profile(profile) == "smoke" else ("fwd", "fwd+lse",

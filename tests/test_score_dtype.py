@@ -15,6 +15,7 @@ import cases.pointwise as pointwise
 import cases.score_addend as score_addend
 from cases.catalog import core_matrix
 from cases.inputs import make_inputs
+from cases.model import Case, Shape
 from cases.pointwise import PointwiseModError, check_mods, evaluate_score
 from cases.variants import build_mods
 from records.results import Label
@@ -93,6 +94,48 @@ def test_the_golden_keeps_16_bit_arithmetic_in_float64_and_the_baseline_rounds_a
     baseline = evaluate_score(constant_slope, SCORES.float(), *GRID, traced_dtype=torch.bfloat16)
     eager_product = (torch.tensor(0.3, dtype=torch.bfloat16) * distance.long()).float()
     assert torch.equal(baseline, SCORES.float() + eager_product)
+
+    def like_slope(s, b, h, q_idx, kv_idx):  # eager bakes new_tensor's constant in as traced
+        return s + s.new_tensor(0.3) * (kv_idx - q_idx)
+
+    golden = evaluate_score(like_slope, SCORES, *GRID, traced_dtype=torch.bfloat16)
+    assert torch.equal(golden, SCORES + constant * distance)
+    baseline = evaluate_score(like_slope, SCORES.float(), *GRID, traced_dtype=torch.bfloat16)
+    assert torch.equal(baseline, SCORES.float() + eager_product)
+
+    def halved_float32(s, b, h, q_idx, kv_idx):  # a float32 value converted to 16 bits
+        return (s.float() / 3).half()
+
+    golden = evaluate_score(halved_float32, SCORES, *GRID, traced_dtype=torch.bfloat16)
+    assert torch.equal(golden, (SCORES.float() / 3).double())
+    baseline = evaluate_score(halved_float32, SCORES.float(), *GRID, traced_dtype=torch.bfloat16)
+    assert torch.equal(baseline, (SCORES.float() / 3).half())
+
+
+def test_result_type_reads_the_traced_dtypes():
+    seen = []
+
+    def reads(score, b, h, q_idx, kv_idx):
+        seen.append(torch.result_type(score, 1.0))
+        return score
+    evaluate_score(reads, SCORES, *GRID, traced_dtype=torch.float16)
+    assert seen == [torch.float16]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_a_mod_autograd_cannot_run_back_through_is_judged_with_its_slope_from_a_difference(dtype):
+    """Rows of -1e4 make 16-bit cases size float32's roundings, which need the mod's slope;
+    autograd refuses this in-place mod (it was a HARNESS_ERROR in float32 before)."""
+    case = Case(dv.inplace_softcap_padded(), Shape.parse("b1-h2x2-s128x128-d32"), dtype,
+                "fwd+lse")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    assert golden.row_noise is not None  # the float32 roundings were sized
+    mods = build_mods(case.variant, case.shape)
+    assert judge(case, golden, baseline, _flex(case, inputs, mods.score_mod)).passed
+    wrong_cap = lambda s, b, h, q, k: (torch.tanh(s / 25.0) * 25.0  # noqa: E731
+                                       + torch.where(q >= 96, -1e4, 0.0))
+    assert not judge(case, golden, baseline, _flex(case, inputs, wrong_cap)).passed
 
 
 @pytest.mark.parametrize("traced", [torch.bfloat16, torch.float16, torch.float32])
