@@ -28,8 +28,9 @@ baseline's error, they span both implementations.
 
 Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
 computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
-``itemsize``) or of ``Tensor.type()``. Covered besides the ``dtype`` property:
-``torch.result_type``, and ``score.new_tensor(c)``, which eager makes in the traced dtype.
+``itemsize``) or of ``Tensor.type()`` (and ``.type("torch.BFloat16Tensor")`` rounds in the
+golden too). Covered besides the ``dtype`` property: ``score.new_tensor(c)``, which eager
+makes in the traced dtype (as ``torch.tensor(c, dtype=score.dtype)``, not as ``new_full``).
 """
 from __future__ import annotations
 
@@ -107,10 +108,8 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if getattr(func, "__self__", None) is _DTYPE_PROPERTY and len(args) == 1:
             self.read_a_dtype = True
             return self.traced_dtype_of(args[0])
-        if func is torch.result_type:
-            self.read_a_dtype = True
-            return func(*self._stand_ins(args), **self._stand_ins(kwargs))
         if func is _CONSTANT_FROM_DATA and self._is_marked(args[0]) and "dtype" not in kwargs:
+            self.read_a_dtype = True  # what it makes depends on the traced dtype (the cache)
             kwargs = dict(kwargs, dtype=self.traced_dtype_of(args[0]))
         leaves = pytree.tree_leaves((args, kwargs))
         touches_16_bits = func in _NARROWING or _has_16_bits(leaves)

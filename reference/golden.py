@@ -57,9 +57,11 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     that cannot (tied rows beyond 2^24) is no longer sized as a rounding of P.
 #: 22: a score mod reads its score's dtype as flex_attention traces it, the query's
 #:     (cases/score_dtype.py): finfo(score.dtype), .to(score.dtype).
-#: 23: ... a conversion to 16 bits of a float32 value and score.new_tensor's constant too, and
-#:     torch.result_type; a mod autograd cannot run back through gets its slope by difference.
-REFERENCE_VERSION = 23
+#: 23: ... a conversion to 16 bits of a float32 value and score.new_tensor's constant too; a
+#:     mod autograd cannot run back through gets its slope by difference.
+#: 24: the slope through a copy of the scores (a mod that changes its score in place), by
+#:     difference wherever autograd refuses; new_tensor counts as a dtype read (the cache).
+REFERENCE_VERSION = 24
 
 
 @dataclass(frozen=True)

@@ -121,22 +121,24 @@ def _with_backward(t: PairTerms, d_out: torch.Tensor) -> PairTerms:
 
 def _modded_and_slope(chunk, mods: Mods, scores: torch.Tensor):
     """The chunk's scores after the score mod, and the mod's slope d modded / d score at each
-    (0 where the mod ignores the score), by autograd through the mod; for a mod autograd
-    cannot run backward through (``(s / 20).tanh_().mul_(20)``: an in-place change of what a
-    backward needs; flex_attention runs such a mod forward only), by a central difference, a
-    step of 2^-20 of each score's size: the slope only sizes noise."""
+    (0 where the mod ignores the score), by autograd through the mod, on a copy of the scores
+    (a mod may change its score in place: ``score.mul_(2)``). For a mod autograd cannot run
+    back through (``(s / 20).tanh_().mul_(20)`` changes what tanh's backward needs; a function
+    with no derivative), which flex_attention runs forward all the same, by a central
+    difference, a step of 2^-20 of each score's size: the slope only sizes noise (a step
+    function of the score gets a slope of its jump over 2 steps where a jump falls within
+    one)."""
+    leaf = scores.detach().requires_grad_()
     try:
         with torch.enable_grad():
-            leaf = scores.detach().requires_grad_()
-            modded = modded_scores(chunk, mods, leaf).to(scores.dtype)
+            modded = modded_scores(chunk, mods, leaf.clone()).to(scores.dtype)
             slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
                                         allow_unused=True)[0] if modded.requires_grad else None
         modded = modded.detach()
         return modded, torch.zeros_like(modded) if slope is None else slope
-    except RuntimeError as exc:
-        if "inplace operation" not in str(exc):
-            raise
-    modded = modded_scores(chunk, mods, scores).to(scores.dtype)
+    except RuntimeError:  # autograd's, or the mod's own, which the evaluation below raises again
+        pass
+    modded = modded_scores(chunk, mods, scores.clone()).to(scores.dtype)
     step = scores.abs().clamp_min(1.0).mul_(2.0 ** -20)
     above = modded_scores(chunk, mods, scores + step).to(scores.dtype)
     below = modded_scores(chunk, mods, scores - step).to(scores.dtype)

@@ -64,6 +64,19 @@ def _build_inplace_softcap_padded(variant, shape, device) -> Mods:
     return Mods(None, inplace_softcap_padded)
 
 
+def doubled_in_place() -> Variant:
+    """``score.mul_(2)``: the score changed in place (flex_attention runs it forward). Not in
+    ``cases``: tests/test_score_dtype.py builds its case."""
+    return Variant("doubled_in_place", ())
+
+
+@builder("doubled_in_place")
+def _build_doubled_in_place(variant, shape, device) -> Mods:
+    def doubled_in_place(score, b, h, q_idx, kv_idx):
+        return score.mul_(2.0)
+    return Mods(None, doubled_in_place)
+
+
 def cases(profile: str) -> list[Case]:
     """Forward, and forward with the lse, in each dtype (``full`` adds the backward)."""
     modes = ("fwd", "fwd+lse") if check_profile(profile) == "smoke" else ("fwd", "fwd+lse",

@@ -20,6 +20,7 @@ from cases.pointwise import PointwiseModError, check_mods, evaluate_score
 from cases.variants import build_mods
 from records.results import Label
 from reference.golden import Reference, reference_pair
+from reference.pair_terms import pair_terms
 from reference.verdict import judge
 from tests import dtype_reading_variants as dv
 from tests.test_backends_cpu import execute
@@ -112,14 +113,18 @@ def test_the_golden_keeps_16_bit_arithmetic_in_float64_and_the_baseline_rounds_a
     assert torch.equal(baseline, (SCORES.float() / 3).half())
 
 
-def test_result_type_reads_the_traced_dtypes():
-    seen = []
+def _shared_constant_slope(s, b, h, q_idx, kv_idx):
+    return s + s.new_tensor(0.3) * (kv_idx - q_idx)
 
-    def reads(score, b, h, q_idx, kv_idx):
-        seen.append(torch.result_type(score, 1.0))
-        return score
-    evaluate_score(reads, SCORES, *GRID, traced_dtype=torch.float16)
-    assert seen == [torch.float16]
+
+def test_a_mod_that_makes_a_constant_in_the_score_dtype_is_not_cached_as_untouched():
+    # one function object for every case, evaluated first by a float32 case's golden (no
+    # 16-bit value touched): it must still make bfloat16's constant in a bfloat16 case
+    evaluate_score(_shared_constant_slope, SCORES, *GRID, traced_dtype=torch.float32)
+    golden = evaluate_score(_shared_constant_slope, SCORES, *GRID, traced_dtype=torch.bfloat16)
+    distance = (GRID[3].view(1, 1, 1, -1) - GRID[2].view(1, 1, -1, 1)).double()
+    constant = torch.tensor(0.3, dtype=torch.bfloat16).double()
+    assert torch.equal(golden, SCORES + constant * distance)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
@@ -136,6 +141,20 @@ def test_a_mod_autograd_cannot_run_back_through_is_judged_with_its_slope_from_a_
     wrong_cap = lambda s, b, h, q, k: (torch.tanh(s / 25.0) * 25.0  # noqa: E731
                                        + torch.where(q >= 96, -1e4, 0.0))
     assert not judge(case, golden, baseline, _flex(case, inputs, wrong_cap)).passed
+
+
+def test_a_mod_that_changes_its_score_in_place_is_judged_with_its_exact_slope():
+    """``score.mul_(2)``: autograd refuses it on its leaf; the golden's slope is taken through
+    a copy (was a HARNESS_ERROR in float32 cases)."""
+    case = Case(dv.doubled_in_place(), Shape.parse("b1-h2x2-s128x128-d32"), "fp32", "fwd+lse")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    mods = build_mods(case.variant, case.shape)
+    slopes = [t.slope for t in pair_terms(case, inputs, mods, golden.out, golden.lse)]
+    assert slopes and all(torch.all(slope == 2.0) for slope in slopes)
+    assert judge(case, golden, baseline, _flex(case, inputs, mods.score_mod)).passed
+    off_by_half_a_percent = lambda s, b, h, q, k: s * 2.01  # noqa: E731
+    assert not judge(case, golden, baseline, _flex(case, inputs, off_by_half_a_percent)).passed
 
 
 @pytest.mark.parametrize("traced", [torch.bfloat16, torch.float16, torch.float32])
