@@ -127,8 +127,12 @@ def _float32_roundings_sized(case: Case, lse: torch.Tensor) -> bool:
     finite = lse[torch.isfinite(lse)]
     if finite.numel() == 0:
         return False
-    ratio = torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
-    return float(finite.abs().max()) * ratio >= _FLOAT32_SCORE_ROUNDING_SHARE
+    return float(finite.abs().max()) * _float32_units(case) >= _FLOAT32_SCORE_ROUNDING_SHARE
+
+
+def _float32_units(case: Case) -> float:
+    """float32's unit roundoff in units of the case dtype's."""
+    return torch.finfo(torch.float32).eps / torch.finfo(torch_dtype(case.dtype)).eps
 
 
 def cancelling_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
@@ -216,8 +220,7 @@ class _Float32Rounding(RowSizes):
         self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
         self.dv = torch.zeros_like(self.dk)
         self.group, self.scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
-        self.to_dtype_units = torch.finfo(torch.float32).eps / \
-            torch.finfo(torch_dtype(case.dtype)).eps
+        self.to_dtype_units = _float32_units(case)
 
     def add(self, t: PairTerms) -> None:
         group, scale = self.group, self.scale
