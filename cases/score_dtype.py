@@ -1,4 +1,4 @@
-"""The score's dtype as flex_attention traces it, and the mod's 16-bit arithmetic.
+"""The score's dtype as flex_attention traces it, and the mod's 16-bit and float32 arithmetic.
 
 flex_attention does not run a score mod on the scores as it computes them: it traces the mod
 first (dynamo in eager mode, then make_fx for a compiler), with the score a 0-d tensor of the
@@ -24,7 +24,9 @@ float32 one). Neither rounding is the mod's function, so the golden (``keep_prec
 that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
 rounded constant the mod names, and operations on 16-bit values run widened. The baseline runs
 the mod as eager does, roundings and all, and since the verdict's limits scale with the
-baseline's error, they span both implementations.
+baseline's error, they span both implementations. A conversion to float32 keeps the golden's
+float64 too (Gemma's ``torch.tanh(score.float() / c) * c``): flex_attention's scores are float32
+already, and the golden's would be rounded to float32 by it.
 
 Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
 computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
@@ -57,6 +59,8 @@ _DTYPE_PROPERTY = torch.Tensor.dtype
 _UNTOUCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
+#: The dtypes whose arithmetic in a mod the golden does in float64.
+_WIDENED = _SIXTEEN_BITS + (torch.float32,)
 #: Operations that move 16-bit values without arithmetic: the golden runs them as they are
 #: (indexing a large 16-bit table in float64 would copy it at every evaluation).
 _EXACT = frozenset({torch.Tensor.__getitem__, torch.ops.aten.index.Tensor})
@@ -78,7 +82,7 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         self.score_mod = score_mod
         self.traced_dtype = traced_dtype
         self.keep_precision = keep_precision
-        self.read_a_dtype = self.made_16_bits = False
+        self.read_a_dtype = self.made_16_bits = self.narrowed_float64 = False
         self._traced: dict[int, tuple[weakref.ref, torch.dtype]] = {}
 
     def wrap(self) -> Callable:
@@ -91,7 +95,8 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
 
     def __exit__(self, exc_type, exc, traceback):
         super().__exit__(exc_type, exc, traceback)
-        if exc_type is None and not (self.read_a_dtype or self.made_16_bits):
+        if exc_type is None and not (self.read_a_dtype or self.made_16_bits
+                                     or self.narrowed_float64):
             try:
                 _UNTOUCHED[self.score_mod] = True
             except TypeError:  # a mod that cannot be weakly referenced: asked every time
@@ -118,13 +123,16 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
             return func(*args, **kwargs)
         self.made_16_bits |= touches_16_bits
         traced = self._traced_dtypes(func, args, kwargs)
+        marked = [a for a in leaves if isinstance(a, torch.Tensor) and self._is_marked(a)]
         if (self.keep_precision and touches_16_bits and traced is not None
                 and any(d in _SIXTEEN_BITS for d in traced)):
             out = self._in_float64(func, args, kwargs, leaves)
         else:
             out = func(*args, **kwargs)
-        return self._pass_on(out, traced, [a for a in leaves if isinstance(a, torch.Tensor)
-                                          and self._is_marked(a)])
+            if self.keep_precision and marked and _narrowed_to_float32(out, leaves):
+                self.narrowed_float64 = True
+                out = self._in_float64(func, args, kwargs, leaves)
+        return self._pass_on(out, traced, marked)
 
     def _traced_dtypes(self, func, args, kwargs) -> list[torch.dtype] | None:
         """The dtypes of the outputs of ``func`` as the trace makes them (run on zeros of the
@@ -136,14 +144,16 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         return [t.dtype for t in traced if isinstance(t, torch.Tensor)]
 
     def _in_float64(self, func, args, kwargs, leaves):
-        """What ``func`` makes, with the 16-bit arithmetic the trace gives it done in float64:
-        a conversion to 16 bits keeps its input; an operation that moves values (indexing) or
-        makes a constant (``torch.tensor(0.3, dtype=score.dtype)``, ``score.new_tensor(0.3)``:
-        the constant rounded, as the mod names it) runs as it is and its result is widened;
-        any other runs on its 16-bit inputs and dtypes widened."""
-        if func in _NARROWING:  # the value it converts, widened if it is 16-bit already
+        """What ``func`` makes, with the 16-bit or float32 arithmetic the trace gives it done
+        in float64: a conversion to 16 bits or to float32 keeps its input; an operation that
+        moves values (indexing) or makes a constant (``torch.tensor(0.3, dtype=score.dtype)``,
+        ``score.new_tensor(0.3)``: the constant rounded, as the mod names it) runs as it is
+        and its result is widened; any other runs on its inputs and dtypes widened."""
+        if func in _NARROWING or func is torch.Tensor.float:  # the value it converts
             source = args[0]
-            return source.double() if source.dtype in _SIXTEEN_BITS else \
+            # an alias, as eager's float32 scores give it: ``score.float().clamp_(-c, c)``
+            # clamps the score too, in eager flex_attention
+            return source.double() if source.dtype in _WIDENED else \
                 torch.Tensor.view_as(source, source)
         if (func in _EXACT or func is _CONSTANT_FROM_DATA
                 or not any(isinstance(leaf, torch.Tensor) for leaf in leaves)):
@@ -152,10 +162,11 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
 
     @staticmethod
     def _widened(tree):
-        """``tree`` with 16-bit tensors and dtypes made float64 (the golden's precision)."""
+        """``tree`` with 16-bit and float32 tensors and dtypes made float64 (the golden's
+        precision; float32 values widen exactly)."""
         return pytree.tree_map(
-            lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype in _SIXTEEN_BITS
-            else torch.float64 if isinstance(a, torch.dtype) and a in _SIXTEEN_BITS else a,
+            lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype in _WIDENED
+            else torch.float64 if isinstance(a, torch.dtype) and a in _WIDENED else a,
             tree)
 
     def _pass_on(self, out, traced: list[torch.dtype] | None, marked: list[torch.Tensor]):
@@ -200,6 +211,16 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
     def _remember(self, tensor: torch.Tensor, dtype: torch.dtype) -> None:
         if dtype != tensor.dtype:
             self._traced[id(tensor)] = (weakref.ref(tensor), dtype)
+
+
+def _narrowed_to_float32(out, leaves) -> bool:
+    """Whether ``out``, made from ``leaves`` (among them a float64 score's values) by an
+    operation other than in place, has a float32 tensor: a conversion to float32 (or an
+    operation with a float32 dtype argument) that flex_attention's float32 scores make
+    without rounding, and the golden's float64 ones would round."""
+    outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+    return (any(o.dtype == torch.float32 for o in outputs)
+            and not any(o is leaf for o in outputs for leaf in leaves))
 
 
 def _has_16_bits(leaves) -> bool:

@@ -15,11 +15,11 @@ import cases.pointwise as pointwise
 import cases.score_addend as score_addend
 from cases.catalog import core_matrix
 from cases.inputs import make_inputs
-from cases.model import Case, Shape
+from cases.model import Case, Shape, Variant
 from cases.pointwise import PointwiseModError, check_mods, evaluate_score
-from cases.variants import build_mods
+from cases.variants import Mods, build_mods
 from records.results import Label
-from reference.golden import Reference, reference_pair
+from reference.golden import Reference, golden_attention, reference_pair
 from reference.pair_terms import pair_terms
 from reference.verdict import judge
 from tests import dtype_reading_variants as dv
@@ -108,9 +108,50 @@ def test_the_golden_keeps_16_bit_arithmetic_in_float64_and_the_baseline_rounds_a
         return (s.float() / 3).half()
 
     golden = evaluate_score(halved_float32, SCORES, *GRID, traced_dtype=torch.bfloat16)
-    assert torch.equal(golden, (SCORES.float() / 3).double())
+    assert torch.equal(golden, SCORES / 3)
     baseline = evaluate_score(halved_float32, SCORES.float(), *GRID, traced_dtype=torch.bfloat16)
     assert torch.equal(baseline, (SCORES.float() / 3).half())
+
+
+_BUFFER32 = torch.tensor([0.5], dtype=torch.float32)
+_TO_FLOAT32 = {
+    "float": lambda s: s.float(),
+    "to": lambda s: s.to(torch.float32),
+    "to_dtype": lambda s: s.to(dtype=torch.float32),
+    "type": lambda s: s.type(torch.float32),
+    "type_as": lambda s: s.type_as(_BUFFER32),
+    "to_other": lambda s: s.to(_BUFFER32),
+}
+
+
+@pytest.mark.parametrize("traced", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("form", sorted(_TO_FLOAT32))
+def test_a_float32_conversion_of_the_score_keeps_the_golden_in_float64(form, traced):
+    """flex_attention's scores are float32 already (Gemma's ``score.float()`` soft-cap): the
+    golden does that arithmetic in float64, as it does 16-bit arithmetic, and does not round
+    its scores to float32 (it did, by about one float32 rounding of each score)."""
+    convert = _TO_FLOAT32[form]
+
+    def third_of_float32(s, b, h, q_idx, kv_idx):  # reads no dtype: the lens may be skipped
+        return convert(s) / 3
+
+    for _ in range(2):  # the second evaluation too: not cached as a mod the lens can skip
+        golden = evaluate_score(third_of_float32, SCORES, *GRID, traced_dtype=traced)
+        assert golden.dtype == torch.float64 and torch.equal(golden, SCORES / 3)
+    baseline = evaluate_score(third_of_float32, SCORES.float(), *GRID, traced_dtype=traced)
+    assert torch.equal(baseline, SCORES.float() / 3)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_gemmas_float32_soft_cap_has_the_golden_of_the_same_cap_without_the_conversion(dtype):
+    case = Case(Variant("full"), Shape(B=1, Hq=2, Hkv=2, Sq=64, Skv=64, D=32), dtype, "fwd+lse",
+                input_scale=4)
+    inputs = make_inputs(case, 0)
+    converted = golden_attention(case, inputs, Mods(
+        None, lambda s, b, h, q, k: torch.tanh(s.float() / 10) * 10))
+    plain = golden_attention(case, inputs,
+                             Mods(None, lambda s, b, h, q, k: torch.tanh(s / 10) * 10))
+    assert torch.equal(converted.out, plain.out) and torch.equal(converted.lse, plain.lse)
 
 
 def _shared_constant_slope(s, b, h, q_idx, kv_idx):
