@@ -94,8 +94,14 @@ def metric_text(metrics: dict[str, Any] | None, key: str) -> str:
 
 
 def first_line(text: str, limit: int) -> str:
-    """The first non-empty line of ``text``, cut to ``limit`` characters."""
-    line = one_line(next((ln.strip() for ln in text.splitlines() if ln.strip()), ""))
+    """The first non-empty line of ``text``, cut to ``limit`` characters. A line that only
+    introduces the next (Dynamo wraps a compiler's error as ``backend='inductor' raised:``,
+    the error itself on the next line) comes with that one."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {lines[1]}"
+    line = one_line(line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

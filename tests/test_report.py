@@ -94,6 +94,18 @@ def test_summary_markdown_is_short_and_escaped(report):
     assert len(summary.splitlines()) < 60
 
 
+def test_a_wrapped_compiler_error_shows_its_cause_on_the_summary_line(tmp_path):
+    wrapped = ("compile: BackendCompilerFailed: backend='inductor' raised:\n"
+               "UnsupportedAliasMutationException: Mutations detected in score_mod\n\n"
+               "While executing %flex_attention : [num_users=1]")
+    results = run([record(case_id(), Label.COMPILE_ERROR, message=wrapped)])
+    write_report(results, tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert ("raised: UnsupportedAliasMutationException: Mutations detected in score\\_mod"
+            in summary), summary
+    assert "While executing" not in summary
+
+
 def test_compile_time_chart_switches_to_log_scale_and_draws_timeouts(tmp_path):
     narrow = run([record(case_id(seq=s), compile_seconds=t)
                   for s, t in ((128, 2.0), (256, 4.0), (512, 6.0))])
