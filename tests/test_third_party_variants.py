@@ -5,13 +5,14 @@ answer is caught."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from cases.inputs import make_inputs
 from reference.faults import FAULTS
 from reference.golden import baseline_attention, golden_attention
 from reference.verdict import judge
 from records.results import Label
-from tests import gym_variants
+from tests import gym_variants, realworld_variants
 from tests.test_backends_cpu import execute
 from tests.test_pointwise_mods import assert_golden_equals_eager_flex
 
@@ -60,3 +61,73 @@ def test_every_fault_is_caught_on_the_third_party_cases(fault_name):
         verdict = judge(case, golden_attention(case, inputs), base, fault(case, inputs, base))
         (missed if verdict.passed else caught).append(case.id)
     assert caught and not missed, f"{fault_name} missed on {missed}"
+
+
+# -- real-world mods (tests/realworld_variants.py: Hugging Face, Gemma, vLLM, torchtune, ...) --
+REALWORLD = realworld_variants.cases("smoke")
+REALWORLD_MODULES = ("tests.realworld_variants",)
+#: Mods that read ``score.dtype`` or convert the score to float32: eager flex_attention on
+#: float64 inputs traces them in float64 (a table keyed by dtype has no float64 entry, and its
+#: ``score.float()`` rounds), which no case of theirs does; the eager runs below judge them.
+_DTYPE_BOUND = ("rw_gemma2_softcap", "rw_gemma_float_softcap", "rw_clamp_cap")
+
+
+def _one_per_golden(cases):
+    """One case per (variant, shape, input scale): the float64 golden of a mod that reads no
+    dtype is the same for every dtype and mode."""
+    seen: dict = {}
+    for case in cases:
+        seen.setdefault((case.variant, case.shape, case.input_scale), case)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("case", _one_per_golden(
+    c for c in REALWORLD if c.variant.name not in _DTYPE_BOUND), ids=lambda case: case.id)
+def test_golden_equals_eager_flex_attention_in_float64_on_the_realworld_mods(case):
+    assert_golden_equals_eager_flex(case)
+
+
+@pytest.mark.slow
+def test_cpu_eager_passes_every_realworld_case_it_runs_on_two_seeds():
+    records = execute("cpu-eager", REALWORLD, seeds=range(2), cases_modules=REALWORLD_MODULES)
+    assert len(records) == 2 * len(REALWORLD)
+    wrong = [(r.case_id, r.label, r.message) for r in records if r.label is not (
+        Label.UNSUPPORTED if r.case_id.split("/")[3] == "fwd+bwd" else Label.PASS)]
+    assert not wrong, wrong
+
+
+@pytest.mark.slow
+def test_cpu_inductor_passes_the_realworld_mods_torch_compiles_right(tmp_path):
+    """Hugging Face's 4-D mask read flat (the chained read crashes torch: finding 2) after a
+    soft-cap, and Gemma's float32 soft-cap: the golden keeps its float64 through
+    ``score.float()`` (REFERENCE_VERSION 25)."""
+    wanted = {("rw_gemma2_softcap", "fp32"), ("rw_gemma_float_softcap", "fp32")}
+    chained = [c for c in REALWORLD if c.variant.name == "rw_gemma2_softcap"
+               and not dict(c.variant.params).get("flat")]
+    cases = [c for c in REALWORLD if (c.variant.name, c.dtype) in wanted and c.mode == "fwd"
+             and c not in chained]
+    assert len(cases) == 2
+    records = execute("cpu-inductor", cases, seed=1, cases_modules=REALWORLD_MODULES,
+                      compile_cache="warm", warm_cache_dir=str(tmp_path / "inductor-cache"))
+    failed = [(r.case_id, r.label, r.message) for r in records if r.label is not Label.PASS]
+    assert not failed, failed
+
+
+@pytest.mark.slow
+def test_every_fault_that_changes_a_realworld_answer_is_caught():
+    """Each fault on each forward case; a fault that leaves a case's answer as it was (the
+    mask it breaks does not reach that far) has nothing to catch there."""
+    caught, missed = set(), []
+    for case in (c for c in REALWORLD if c.mode == "fwd"):
+        inputs = make_inputs(case, 11)
+        golden, base = golden_attention(case, inputs), baseline_attention(case, inputs)
+        for name, (fault, applies) in sorted(FAULTS.items()):
+            broken = fault(case, inputs, base) if applies(case) else base
+            if torch.equal(broken, base):
+                continue
+            if judge(case, golden, base, broken).passed:
+                missed.append((name, case.id))
+            else:
+                caught.add(name)
+    assert not missed, missed
+    assert caught == set(FAULTS)
