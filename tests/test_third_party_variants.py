@@ -42,7 +42,11 @@ def test_cpu_inductor_passes_the_third_party_cases_torch_compiles_right(tmp_path
     cases = [case for case in CASES if case.shape.Sq == 256
              and case.variant.name in ("natten2d", "t5_bias", "prefix_doc")]
     assert len(cases) == 3
-    records = execute("cpu-inductor", cases, seed=1, cases_modules=MODULES,
+    assert_compiled_cases_pass(cases, MODULES, tmp_path)
+
+
+def assert_compiled_cases_pass(cases, modules, tmp_path) -> None:
+    records = execute("cpu-inductor", cases, seed=1, cases_modules=modules,
                       compile_cache="warm", warm_cache_dir=str(tmp_path / "inductor-cache"))
     failed = [(r.case_id, r.label, r.message) for r in records if r.label is not Label.PASS]
     assert not failed, failed
@@ -107,10 +111,7 @@ def test_cpu_inductor_passes_the_realworld_mods_torch_compiles_right(tmp_path):
     cases = [c for c in REALWORLD if (c.variant.name, c.dtype) in wanted and c.mode == "fwd"
              and c not in chained]
     assert len(cases) == 2
-    records = execute("cpu-inductor", cases, seed=1, cases_modules=REALWORLD_MODULES,
-                      compile_cache="warm", warm_cache_dir=str(tmp_path / "inductor-cache"))
-    failed = [(r.case_id, r.label, r.message) for r in records if r.label is not Label.PASS]
-    assert not failed, failed
+    assert_compiled_cases_pass(cases, REALWORLD_MODULES, tmp_path)
 
 
 @pytest.mark.slow
