@@ -26,12 +26,15 @@ rounded constant the mod names, and operations on 16-bit values run widened. The
 the mod as eager does, roundings and all, and since the verdict's limits scale with the
 baseline's error, they span both implementations. A conversion to float32 keeps the golden's
 float64 too (Gemma's ``torch.tanh(score.float() / c) * c``): flex_attention's scores are float32
-already, and the golden's would be rounded to float32 by it.
+already, and the golden's would be rounded to float32 by it; an operation that takes one dtype
+(``torch.lerp``) gets the float32 tensors beside the score widened; a float32 constant made from
+the score (``full_like(score, 0.1, dtype=torch.float32)``) is float32's, then widened.
 
 Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
 computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
 ``itemsize``) or of ``Tensor.type()`` (and ``.type("torch.BFloat16Tensor")`` rounds in the
-golden too). Covered besides the ``dtype`` property: ``score.new_tensor(c)``, which eager
+golden too); a float32 tensor that the mod writes the score into in place (it rounds in the
+golden). Covered besides the ``dtype`` property: ``score.new_tensor(c)``, which eager
 makes in the traced dtype (as ``torch.tensor(c, dtype=score.dtype)``, not as ``new_full``).
 """
 from __future__ import annotations
@@ -53,9 +56,12 @@ _DTYPE_PROPERTY = torch.Tensor.dtype
 
 #: Score mods seen, in an evaluation under the lens, neither to read a tensor's dtype nor to
 #: touch a 16-bit value (a 16-bit tensor or dtype, a conversion to 16 bits, a constant made in
-#: the score's dtype). A mod's Python code takes the same path at every point of any grid
-#: (vmap refuses a branch on a value, and every point is a 0-d tensor), so such a mod never
-#: does, and the lens, which costs a Python call per operation, has nothing to change for it.
+#: the score's dtype) nor, in the golden, to turn the score's values into float32. A mod's
+#: Python code takes the same path at every point of any grid (vmap refuses a branch on a
+#: value, and every point is a 0-d tensor), so such a mod never does, and the lens, which costs
+#: a Python call per operation, has nothing to change for it. Kept apart for the golden and
+#: the baseline (the values of ``keep_precision``): ``score.float()`` changes nothing in the
+#: baseline's float32 and everything in the golden's float64.
 _UNTOUCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
@@ -69,13 +75,19 @@ _NARROWING = frozenset({torch.Tensor.half, torch.Tensor.bfloat16})
 #: A constant made like a tensor from data: eager flex_attention (its trace bakes the constant
 #: in) makes it in the traced dtype, rounded, not in the dtype its tensor has when it runs.
 _CONSTANT_FROM_DATA = torch.Tensor.new_tensor
+#: Operations that make a constant (of a tensor's shape): in the golden the constant is made
+#: as the mod names it (``full_like(s, 0.1, dtype=torch.float32)``: float32's 0.1), then widened.
+_CONSTANTS = frozenset({_CONSTANT_FROM_DATA, torch.Tensor.new_full, torch.full_like,
+                        torch.Tensor.new_zeros, torch.Tensor.new_ones, torch.zeros_like,
+                        torch.ones_like})
 
 
 class ScoreDtypeAsTraced(TorchFunctionMode):
     """Within one evaluation of ``score_mod`` (run as ``wrap`` returns it), the dtype of its
     score reads as ``traced_dtype``, and the dtype of every tensor computed from it as
     flex_attention's trace would have it (see the module). With ``keep_precision`` (the
-    golden), an operation that the trace makes 16-bit runs in float64 instead."""
+    golden), an operation that the trace makes 16-bit, or that would turn the score's values
+    into float32, runs in float64 instead."""
 
     def __init__(self, score_mod: Callable, traced_dtype: torch.dtype, keep_precision: bool):
         super().__init__()
@@ -98,7 +110,7 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if exc_type is None and not (self.read_a_dtype or self.made_16_bits
                                      or self.narrowed_float64):
             try:
-                _UNTOUCHED[self.score_mod] = True
+                _UNTOUCHED.setdefault(self.score_mod, set()).add(self.keep_precision)
             except TypeError:  # a mod that cannot be weakly referenced: asked every time
                 pass
 
@@ -127,12 +139,28 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if (self.keep_precision and touches_16_bits and traced is not None
                 and any(d in _SIXTEEN_BITS for d in traced)):
             out = self._in_float64(func, args, kwargs, leaves)
+        elif self.keep_precision and marked:
+            out = self._golden_run(func, args, kwargs, leaves)
         else:
             out = func(*args, **kwargs)
-            if self.keep_precision and marked and _narrowed_to_float32(out, leaves):
-                self.narrowed_float64 = True
-                out = self._in_float64(func, args, kwargs, leaves)
         return self._pass_on(out, traced, marked)
+
+    def _golden_run(self, func, args, kwargs, leaves):
+        """``func`` on the golden's values, made from the score: as it is, unless it turns them
+        into float32 (``score.float()``: float32 values in flex_attention, with no rounding) or
+        cannot take float64 beside float32 (``torch.lerp(score.float(), t32, w)``); then with
+        its float32 widened."""
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError:
+            if _in_place(func, kwargs) or not _has_float32(leaves):
+                raise
+            self.narrowed_float64 = True
+            return func(*self._widened(args), **self._widened(kwargs))
+        if _narrowed_to_float32(out, leaves):
+            self.narrowed_float64 = True
+            out = self._in_float64(func, args, kwargs, leaves)
+        return out
 
     def _traced_dtypes(self, func, args, kwargs) -> list[torch.dtype] | None:
         """The dtypes of the outputs of ``func`` as the trace makes them (run on zeros of the
@@ -155,7 +183,7 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
             # clamps the score too, in eager flex_attention
             return source.double() if source.dtype in _WIDENED else \
                 torch.Tensor.view_as(source, source)
-        if (func in _EXACT or func is _CONSTANT_FROM_DATA
+        if (func in _EXACT or func in _CONSTANTS
                 or not any(isinstance(leaf, torch.Tensor) for leaf in leaves)):
             return self._widened(func(*args, **kwargs))
         return func(*self._widened(args), **self._widened(kwargs))
@@ -209,7 +237,10 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         return entry is not None and entry[0]() is tensor
 
     def _remember(self, tensor: torch.Tensor, dtype: torch.dtype) -> None:
-        if dtype != tensor.dtype:
+        """Mark ``tensor`` as read in ``dtype``; in the golden, every floating tensor made from
+        the score is marked (``score.double()`` too), so that a later conversion to float32
+        keeps its float64 (``score.double().float()`` is exact in flex_attention)."""
+        if dtype != tensor.dtype or (self.keep_precision and tensor.is_floating_point()):
             self._traced[id(tensor)] = (weakref.ref(tensor), dtype)
 
 
@@ -221,6 +252,15 @@ def _narrowed_to_float32(out, leaves) -> bool:
     outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
     return (any(o.dtype == torch.float32 for o in outputs)
             and not any(o is leaf for o in outputs for leaf in leaves))
+
+
+def _has_float32(leaves) -> bool:
+    return any(isinstance(leaf, torch.Tensor) and leaf.dtype == torch.float32 for leaf in leaves)
+
+
+def _in_place(func, kwargs) -> bool:
+    """Whether ``func`` writes into a tensor it was given (``add_``, ``out=``)."""
+    return "out" in kwargs or getattr(func, "__name__", "").endswith("_")
 
 
 def _has_16_bits(leaves) -> bool:
@@ -240,15 +280,16 @@ def with_traced_dtype(score_mod: Callable, traced_dtype: torch.dtype | None,
     that it reads the score's dtype as ``traced_dtype`` (and, on float64 scores, keeps its
     16-bit arithmetic in float64); the mod itself and a context that does nothing where the
     two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need neither."""
-    if traced_dtype is None or traced_dtype == score_dtype or _untouched(score_mod):
+    keep_precision = score_dtype == torch.float64
+    if traced_dtype is None or traced_dtype == score_dtype or _untouched(score_mod,
+                                                                         keep_precision):
         return nullcontext(), score_mod
-    lens = ScoreDtypeAsTraced(score_mod, traced_dtype,
-                              keep_precision=score_dtype == torch.float64)
+    lens = ScoreDtypeAsTraced(score_mod, traced_dtype, keep_precision)
     return lens, lens.wrap()
 
 
-def _untouched(score_mod: Callable) -> bool:
+def _untouched(score_mod: Callable, keep_precision: bool) -> bool:
     try:
-        return score_mod in _UNTOUCHED
+        return keep_precision in _UNTOUCHED.get(score_mod, ())
     except TypeError:  # not hashable, or not weakly referenceable
         return False

@@ -63,7 +63,10 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     difference wherever autograd refuses; new_tensor counts as a dtype read (the cache).
 #: 25: a conversion of the score (or a value made from it) to float32, Gemma's
 #:     ``score.float()``, keeps the golden's float64 (it rounded each score to float32).
-REFERENCE_VERSION = 25
+#: 26: ... in the gradients and noise of 16-bit cases too (the baseline no longer lets the
+#:     golden skip its lens), through round trips (score.double().float()) and ops that take
+#:     one dtype (torch.lerp beside a float32 table); a float32 constant stays float32's.
+REFERENCE_VERSION = 26
 
 
 @dataclass(frozen=True)

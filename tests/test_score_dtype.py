@@ -14,12 +14,13 @@ from torch.nn.attention.flex_attention import flex_attention
 import cases.pointwise as pointwise
 import cases.score_addend as score_addend
 from cases.catalog import core_matrix
-from cases.inputs import make_inputs
+from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape, Variant
 from cases.pointwise import PointwiseModError, check_mods, evaluate_score
 from cases.variants import Mods, build_mods
 from records.results import Label
-from reference.golden import Reference, golden_attention, reference_pair
+from reference.golden import Reference, reference_pair
+from reference.golden import _pair as golden_and_baseline  # of mods that are no variant
 from reference.pair_terms import pair_terms
 from reference.verdict import judge
 from tests import dtype_reading_variants as dv
@@ -138,20 +139,64 @@ def test_a_float32_conversion_of_the_score_keeps_the_golden_in_float64(form, tra
     for _ in range(2):  # the second evaluation too: not cached as a mod the lens can skip
         golden = evaluate_score(third_of_float32, SCORES, *GRID, traced_dtype=traced)
         assert golden.dtype == torch.float64 and torch.equal(golden, SCORES / 3)
-    baseline = evaluate_score(third_of_float32, SCORES.float(), *GRID, traced_dtype=traced)
-    assert torch.equal(baseline, SCORES.float() / 3)
+    if traced in SIXTEEN_BITS:  # the baseline's own lens: float32 scores that read 16-bit
+        baseline = evaluate_score(third_of_float32, SCORES.float(), *GRID, traced_dtype=traced)
+        assert torch.equal(baseline, SCORES.float() / 3)
+        # ... which must not let the golden skip its lens thereafter (it rounded again)
+        golden = evaluate_score(third_of_float32, SCORES, *GRID, traced_dtype=traced)
+        assert golden.dtype == torch.float64 and torch.equal(golden, SCORES / 3)
+
+
+def test_float32_values_made_from_the_score_stay_float64_in_the_golden():
+    table32 = torch.linspace(-1, 1, 4, dtype=torch.float32)
+    kv = GRID[3].view(1, 1, 1, -1)
+
+    def round_trip(s, b, h, q_idx, kv_idx):  # exact in flex_attention's float32
+        return s.double().float() / 3
+
+    def lerped(s, b, h, q_idx, kv_idx):  # lerp takes one dtype: float64 beside float32 raised
+        return torch.lerp(s.float(), table32[kv_idx], 0.25)
+
+    def float32_constant(s, b, h, q_idx, kv_idx):  # the constant as named: float32's 0.1
+        return s + torch.full_like(s, 0.1, dtype=torch.float32) * kv_idx
+
+    constant = torch.tensor(0.1, dtype=torch.float32).double()
+    for traced in (torch.float32, torch.bfloat16):
+        assert torch.equal(evaluate_score(round_trip, SCORES, *GRID, traced_dtype=traced),
+                           SCORES / 3)
+        assert torch.equal(evaluate_score(lerped, SCORES, *GRID, traced_dtype=traced),
+                           torch.lerp(SCORES, table32.double()[kv], 0.25))
+        assert torch.equal(evaluate_score(float32_constant, SCORES, *GRID, traced_dtype=traced),
+                           SCORES + constant * kv)
+
+
+@pytest.mark.parametrize("traced", [torch.float32, torch.bfloat16])
+def test_a_conversion_in_place_changes_the_score_as_in_eager(traced):
+    # eager flex_attention's float32 score.float() is the score itself, so clamp_ clamps both
+    def clamped_twice(s, b, h, q_idx, kv_idx):
+        converted = s.float()
+        converted.clamp_(-0.5, 0.5)
+        return s + converted
+
+    golden = evaluate_score(clamped_twice, SCORES.clone(), *GRID, traced_dtype=traced)
+    assert torch.equal(golden, 2 * SCORES.clamp(-0.5, 0.5))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_gemmas_float32_soft_cap_has_the_golden_of_the_same_cap_without_the_conversion(dtype):
-    case = Case(Variant("full"), Shape(B=1, Hq=2, Hkv=2, Sq=64, Skv=64, D=32), dtype, "fwd+lse",
+    """Output, lse and gradients (computed after the baseline, which runs the same mod)."""
+    case = Case(Variant("full"), Shape(B=1, Hq=2, Hkv=2, Sq=64, Skv=64, D=32), dtype, "fwd+bwd",
                 input_scale=4)
-    inputs = make_inputs(case, 0)
-    converted = golden_attention(case, inputs, Mods(
-        None, lambda s, b, h, q, k: torch.tanh(s.float() / 10) * 10))
-    plain = golden_attention(case, inputs,
-                             Mods(None, lambda s, b, h, q, k: torch.tanh(s / 10) * 10))
+    inputs, grad_out = make_inputs(case, 0), make_grad_output(case, 0)
+    converted, _ = golden_and_baseline(case, inputs, Mods(
+        None, lambda s, b, h, q, k: torch.tanh(s.float() / 10) * 10), grad_out)
+    plain, _ = golden_and_baseline(case, inputs,
+                                   Mods(None, lambda s, b, h, q, k: torch.tanh(s / 10) * 10),
+                                   grad_out)
     assert torch.equal(converted.out, plain.out) and torch.equal(converted.lse, plain.lse)
+    assert converted.grads.keys() == plain.grads.keys() == {"dq", "dk", "dv"}
+    for name, grad in plain.grads.items():
+        assert torch.equal(converted.grads[name], grad), name
 
 
 def _shared_constant_slope(s, b, h, q_idx, kv_idx):
