@@ -80,6 +80,15 @@ _CONSTANT_FROM_DATA = torch.Tensor.new_tensor
 _CONSTANTS = frozenset({_CONSTANT_FROM_DATA, torch.Tensor.new_full, torch.full_like,
                         torch.Tensor.new_zeros, torch.Tensor.new_ones, torch.zeros_like,
                         torch.ones_like})
+#: Conversions to another tensor's dtype: of that tensor, only its dtype and device count.
+_LIKE_A_TENSOR = frozenset({torch.Tensor.type_as, torch.Tensor.to})
+#: Conversions that make a new tensor where the dtype changes, and return their input where not.
+_CONVERSIONS = _LIKE_A_TENSOR | _NARROWING | frozenset({
+    torch.Tensor.type, torch.Tensor.double, torch.Tensor.float})
+#: Operators that write into their left operand (``x += s``).
+_IN_PLACE_OPERATORS = frozenset({
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"})
 
 
 class ScoreDtypeAsTraced(TorchFunctionMode):
@@ -94,7 +103,10 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         self.score_mod = score_mod
         self.traced_dtype = traced_dtype
         self.keep_precision = keep_precision
+        # what the lens changed in this evaluation: a mod for which it changed nothing is
+        # cached as one it need not see again
         self.read_a_dtype = self.made_16_bits = self.narrowed_float64 = False
+        self.copied_a_conversion = False
         self._traced: dict[int, tuple[weakref.ref, torch.dtype]] = {}
 
     def wrap(self) -> Callable:
@@ -108,7 +120,7 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
     def __exit__(self, exc_type, exc, traceback):
         super().__exit__(exc_type, exc, traceback)
         if exc_type is None and not (self.read_a_dtype or self.made_16_bits
-                                     or self.narrowed_float64):
+                                     or self.narrowed_float64 or self.copied_a_conversion):
             try:
                 _UNTOUCHED.setdefault(self.score_mod, set()).add(self.keep_precision)
             except TypeError:  # a mod that cannot be weakly referenced: asked every time
@@ -138,22 +150,41 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         marked = [a for a in leaves if isinstance(a, torch.Tensor) and self._is_marked(a)]
         if (self.keep_precision and touches_16_bits and traced is not None
                 and any(d in _SIXTEEN_BITS for d in traced)):
-            out = self._in_float64(func, args, kwargs, leaves)
+            out = self._as_eager_converts(func, self._in_float64(func, args, kwargs, leaves),
+                                          traced, args)
         elif self.keep_precision and marked:
-            out = self._golden_run(func, args, kwargs, leaves)
+            out = self._as_eager_converts(func, self._golden_run(func, args, kwargs, leaves,
+                                                                 traced), traced, args)
         else:
             out = func(*args, **kwargs)
         return self._pass_on(out, traced, marked)
 
-    def _golden_run(self, func, args, kwargs, leaves):
+    def _as_eager_converts(self, func, out, traced, args):
+        """A conversion's result, as eager flex_attention's float32 scores make it: the tensor
+        itself where the conversion is to float32 (the scores' own: ``score.float().clamp_(-c,
+        c)`` clamps the score too) or to the dtype it has (``.to(device)``), a new tensor
+        otherwise (``score.double().mul_(2)`` leaves the score alone; so does
+        ``score.bfloat16()`` in a bfloat16 case, whose score is float32 when it runs), which
+        the golden's float64 values need not have made (``.double()`` of float64 returns its
+        input)."""
+        if func not in _CONVERSIONS or traced is None or len(traced) != 1:
+            return out
+        same = traced[0] == self.traced_dtype_of(args[0]) and traced[0] not in _SIXTEEN_BITS
+        if traced[0] == torch.float32 or same:
+            return out
+        self.copied_a_conversion = True
+        return torch.Tensor.clone(out)
+
+    def _golden_run(self, func, args, kwargs, leaves, traced):
         """``func`` on the golden's values, made from the score: as it is, unless it turns them
         into float32 (``score.float()``: float32 values in flex_attention, with no rounding) or
         cannot take float64 beside float32 (``torch.lerp(score.float(), t32, w)``); then with
-        its float32 widened."""
+        its float32 widened. An operation that the trace refuses too (``traced`` is None:
+        ``torch.lerp(score, t32, w)`` in a bfloat16 case) raises, as flex_attention does."""
         try:
             out = func(*args, **kwargs)
         except RuntimeError:
-            if _in_place(func, kwargs) or not _has_float32(leaves):
+            if traced is None or _in_place(func, kwargs) or not _has_float32(leaves):
                 raise
             self.narrowed_float64 = True
             return func(*self._widened(args), **self._widened(kwargs))
@@ -186,6 +217,11 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if (func in _EXACT or func in _CONSTANTS
                 or not any(isinstance(leaf, torch.Tensor) for leaf in leaves)):
             return self._widened(func(*args, **kwargs))
+        if func in _LIKE_A_TENSOR and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            template = args[1]  # its dtype and device: a large table is not widened whole
+            dtype = torch.float64 if template.dtype in _WIDENED else template.dtype
+            return torch.Tensor.to(self._widened(args[0]), template.device, dtype, *args[2:],
+                                   **kwargs)
         return func(*self._widened(args), **self._widened(kwargs))
 
     @staticmethod
@@ -259,8 +295,11 @@ def _has_float32(leaves) -> bool:
 
 
 def _in_place(func, kwargs) -> bool:
-    """Whether ``func`` writes into a tensor it was given (``add_``, ``out=``)."""
-    return "out" in kwargs or getattr(func, "__name__", "").endswith("_")
+    """Whether ``func`` writes into a tensor it was given (``add_``, ``aten.add_.Tensor``,
+    ``x += s``, ``out=``, ``inplace=True``)."""
+    name = getattr(func, "__name__", "").split(".")[0]
+    return ("out" in kwargs or kwargs.get("inplace") is True or name in _IN_PLACE_OPERATORS
+            or (name.endswith("_") and not name.endswith("__")))
 
 
 def _has_16_bits(leaves) -> bool:

@@ -13,6 +13,7 @@ from torch.nn.attention.flex_attention import flex_attention
 
 import cases.pointwise as pointwise
 import cases.score_addend as score_addend
+import cases.score_dtype as score_dtype
 from cases.catalog import core_matrix
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape, Variant
@@ -168,6 +169,42 @@ def test_float32_values_made_from_the_score_stay_float64_in_the_golden():
                            torch.lerp(SCORES, table32.double()[kv], 0.25))
         assert torch.equal(evaluate_score(float32_constant, SCORES, *GRID, traced_dtype=traced),
                            SCORES + constant * kv)
+
+
+def test_an_operation_the_trace_refuses_is_refused_in_the_golden_too():
+    table32 = torch.linspace(-1, 1, 4, dtype=torch.float32)
+
+    def lerped(s, b, h, q_idx, kv_idx):  # bfloat16 beside float32: flex_attention raises
+        return torch.lerp(s * 2, table32[kv_idx], 0.25)
+
+    with pytest.raises(PointwiseModError, match="lerp|dtype"):
+        check_mods(None, lerped, "lerped", traced_dtype=torch.bfloat16)
+    check_mods(None, lerped, "lerped", traced_dtype=torch.float32)  # float32 beside float32
+
+
+def test_in_place_is_told_from_its_name():
+    assert score_dtype._in_place(torch.Tensor.add_, {})
+    assert score_dtype._in_place(torch.ops.aten.add_.Tensor, {})
+    assert score_dtype._in_place(torch.Tensor.__iadd__, {})
+    assert score_dtype._in_place(torch.add, {"out": None})
+    assert score_dtype._in_place(torch.nn.functional.relu, {"inplace": True})
+    assert not score_dtype._in_place(torch.Tensor.__getitem__, {})
+    assert not score_dtype._in_place(torch.ops.aten.add.Tensor, {})
+
+
+@pytest.mark.parametrize("traced", [torch.float32, torch.bfloat16])
+def test_a_conversion_that_eager_copies_leaves_the_score_alone(traced):
+    def doubled_copies(s, b, h, q_idx, kv_idx):  # eager: float32 scores, new tensors
+        return s + s.double().mul_(2) + s.bfloat16().mul_(2)
+
+    def doubled_copy(s, b, h, q_idx, kv_idx):  # no 16 bits: the copy alone keeps the lens
+        return s + s.double().mul_(2)
+
+    for _ in range(2):  # not cached as a mod the lens may skip (it would alias the score)
+        golden = evaluate_score(doubled_copies, SCORES.clone(), *GRID, traced_dtype=traced)
+        assert torch.equal(golden, SCORES + 2 * SCORES + 2 * SCORES)
+        golden = evaluate_score(doubled_copy, SCORES.clone(), *GRID, traced_dtype=traced)
+        assert torch.equal(golden, SCORES + 2 * SCORES)
 
 
 @pytest.mark.parametrize("traced", [torch.float32, torch.bfloat16])
