@@ -18,9 +18,9 @@ What the two implementations do with 16-bit values in the mod differs (torch 2.1
 B1 H2 S128 D32): eager flex_attention runs each such operation in 16 bits, so
 ``x.to(score.dtype)`` rounds (the mod ``score.to(score.dtype)`` moves eager's output by
 0.004-0.008 in bfloat16 and 0.0007 in float16, two draws of inputs), and ``score.new_tensor(0.3)
-* (kv_idx - q_idx)`` is a bfloat16 constant times an index in bfloat16; compiled flex_attention keeps them in float32 (Inductor does
-not emulate casts to 16 bits by default: the same ``.to`` moves nothing, the product is a
-float32 one). Neither rounding is the mod's function, so the golden (``keep_precision``) does
+* (kv_idx - q_idx)`` is a bfloat16 constant times an index in bfloat16; compiled
+flex_attention keeps them in float32 (Inductor does not emulate casts to 16 bits by default:
+the same ``.to`` moves nothing, the product is a float32 one). Neither rounding is the mod's function, so the golden (``keep_precision``) does
 that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
 rounded constant the mod names, and operations on 16-bit values run widened. The baseline runs
 the mod as eager does, roundings and all, and since the verdict's limits scale with the
@@ -30,12 +30,20 @@ already, and the golden's would be rounded to float32 by it; an operation that t
 (``torch.lerp``) gets the float32 tensors beside the score widened; a float32 constant made from
 the score (``full_like(score, 0.1, dtype=torch.float32)``) is float32's, then widened.
 
+An operation in place after a conversion sees what eager's float32 scores give it: a
+conversion to float32 or to the traced dtype a tensor has already returns the tensor itself
+(``score.float().clamp_(-c, c)`` clamps the score), any other a new tensor
+(``score.double().mul_(2)`` leaves it alone).
+
 Not covered: the indices' dtype (flex_attention traces them as int32, eager flex_attention
 computes them in int64 as the golden does); reads of a size in bytes (``element_size()``,
-``itemsize``) or of ``Tensor.type()`` (and ``.type("torch.BFloat16Tensor")`` rounds in the
-golden too); a float32 tensor that the mod writes the score into in place (it rounds in the
-golden). Covered besides the ``dtype`` property: ``score.new_tensor(c)``, which eager
-makes in the traced dtype (as ``torch.tensor(c, dtype=score.dtype)``, not as ``new_full``).
+``itemsize``) or of ``Tensor.type()`` with no argument; a float32 tensor that the mod writes
+the score into in place (it rounds in the golden); and, for an operation in place after a
+conversion, values that are 16-bit when eager runs (after ``score.bfloat16()``, or a row of a
+captured bfloat16 table): their ``.float()`` is a new tensor in eager and the tensor itself in
+the golden, and ``score.to(score.dtype)`` in a bfloat16 case the reverse. Covered besides
+the ``dtype`` property: ``score.new_tensor(c)``, which eager makes in the traced dtype (as
+``torch.tensor(c, dtype=score.dtype)``, not as ``new_full``).
 """
 from __future__ import annotations
 
@@ -59,14 +67,17 @@ _DTYPE_PROPERTY = torch.Tensor.dtype
 #: the score's dtype) nor, in the golden, to turn the score's values into float32. A mod's
 #: Python code takes the same path at every point of any grid (vmap refuses a branch on a
 #: value, and every point is a 0-d tensor), so such a mod never does, and the lens, which costs
-#: a Python call per operation, has nothing to change for it. Kept apart for the golden and
-#: the baseline (the values of ``keep_precision``): ``score.float()`` changes nothing in the
-#: baseline's float32 and everything in the golden's float64.
+#: a Python call per operation, has nothing to change for it. Kept apart for each traced
+#: dtype, and for the golden and the baseline (the values of ``keep_precision``):
+#: ``score.float()`` changes nothing in the baseline's float32 and everything in the golden's
+#: float64.
 _UNTOUCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
 #: The dtypes whose arithmetic in a mod the golden does in float64.
 _WIDENED = _SIXTEEN_BITS + (torch.float32,)
+#: ``Tensor.type``'s names of those dtypes (on the CPU).
+_WIDENED_TYPE_NAMES = frozenset({"torch.BFloat16Tensor", "torch.HalfTensor", "torch.FloatTensor"})
 #: Operations that move 16-bit values without arithmetic: the golden runs them as they are
 #: (indexing a large 16-bit table in float64 would copy it at every evaluation).
 _EXACT = frozenset({torch.Tensor.__getitem__, torch.ops.aten.index.Tensor})
@@ -122,7 +133,8 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if exc_type is None and not (self.read_a_dtype or self.made_16_bits
                                      or self.narrowed_float64 or self.copied_a_conversion):
             try:
-                _UNTOUCHED.setdefault(self.score_mod, set()).add(self.keep_precision)
+                _UNTOUCHED.setdefault(self.score_mod, set()).add(
+                    (self.traced_dtype, self.keep_precision))
             except TypeError:  # a mod that cannot be weakly referenced: asked every time
                 pass
 
@@ -162,15 +174,13 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
     def _as_eager_converts(self, func, out, traced, args):
         """A conversion's result, as eager flex_attention's float32 scores make it: the tensor
         itself where the conversion is to float32 (the scores' own: ``score.float().clamp_(-c,
-        c)`` clamps the score too) or to the dtype it has (``.to(device)``), a new tensor
-        otherwise (``score.double().mul_(2)`` leaves the score alone; so does
-        ``score.bfloat16()`` in a bfloat16 case, whose score is float32 when it runs), which
-        the golden's float64 values need not have made (``.double()`` of float64 returns its
-        input)."""
-        if func not in _CONVERSIONS or traced is None or len(traced) != 1:
-            return out
-        same = traced[0] == self.traced_dtype_of(args[0]) and traced[0] not in _SIXTEEN_BITS
-        if traced[0] == torch.float32 or same:
+        c)`` clamps the score too) or to the traced dtype it has (``.to(device)``), a new
+        tensor otherwise (``score.double().mul_(2)`` leaves the score alone), which the
+        golden's float64 values need not have made (``.double()`` of float64 returns its
+        input; a conversion that changed the golden's dtype made a new tensor already)."""
+        if (func not in _CONVERSIONS or traced is None or len(traced) != 1
+                or not isinstance(out, torch.Tensor) or out.dtype != args[0].dtype
+                or traced[0] in (torch.float32, self.traced_dtype_of(args[0]))):
             return out
         self.copied_a_conversion = True
         return torch.Tensor.clone(out)
@@ -188,7 +198,7 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
                 raise
             self.narrowed_float64 = True
             return func(*self._widened(args), **self._widened(kwargs))
-        if _narrowed_to_float32(out, leaves):
+        if _narrowed(out, leaves):
             self.narrowed_float64 = True
             out = self._in_float64(func, args, kwargs, leaves)
         return out
@@ -226,11 +236,14 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
 
     @staticmethod
     def _widened(tree):
-        """``tree`` with 16-bit and float32 tensors and dtypes made float64 (the golden's
-        precision; float32 values widen exactly)."""
+        """``tree`` with 16-bit and float32 tensors, dtypes and tensor type names
+        (``Tensor.type``'s) made float64 (the golden's precision; float32 values widen
+        exactly)."""
         return pytree.tree_map(
             lambda a: a.double() if isinstance(a, torch.Tensor) and a.dtype in _WIDENED
-            else torch.float64 if isinstance(a, torch.dtype) and a in _WIDENED else a,
+            else torch.float64 if isinstance(a, torch.dtype) and a in _WIDENED
+            else "torch.DoubleTensor" if isinstance(a, str) and a in _WIDENED_TYPE_NAMES
+            else a,
             tree)
 
     def _pass_on(self, out, traced: list[torch.dtype] | None, marked: list[torch.Tensor]):
@@ -280,13 +293,14 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
             self._traced[id(tensor)] = (weakref.ref(tensor), dtype)
 
 
-def _narrowed_to_float32(out, leaves) -> bool:
+def _narrowed(out, leaves) -> bool:
     """Whether ``out``, made from ``leaves`` (among them a float64 score's values) by an
-    operation other than in place, has a float32 tensor: a conversion to float32 (or an
-    operation with a float32 dtype argument) that flex_attention's float32 scores make
-    without rounding, and the golden's float64 ones would round."""
+    operation other than in place, has a float32 or 16-bit tensor: a conversion to float32
+    (or an operation with a float32 dtype argument) that flex_attention's float32 scores make
+    without rounding, or one to 16 bits by a name the dtype check does not see
+    (``.type("torch.BFloat16Tensor")``), which the golden's float64 values would round."""
     outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
-    return (any(o.dtype == torch.float32 for o in outputs)
+    return (any(o.dtype in _WIDENED for o in outputs)
             and not any(o is leaf for o in outputs for leaf in leaves))
 
 
@@ -320,15 +334,15 @@ def with_traced_dtype(score_mod: Callable, traced_dtype: torch.dtype | None,
     16-bit arithmetic in float64); the mod itself and a context that does nothing where the
     two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need neither."""
     keep_precision = score_dtype == torch.float64
-    if traced_dtype is None or traced_dtype == score_dtype or _untouched(score_mod,
-                                                                         keep_precision):
+    if (traced_dtype is None or traced_dtype == score_dtype
+            or _untouched(score_mod, traced_dtype, keep_precision)):
         return nullcontext(), score_mod
     lens = ScoreDtypeAsTraced(score_mod, traced_dtype, keep_precision)
     return lens, lens.wrap()
 
 
-def _untouched(score_mod: Callable, keep_precision: bool) -> bool:
+def _untouched(score_mod: Callable, traced_dtype: torch.dtype, keep_precision: bool) -> bool:
     try:
-        return keep_precision in _UNTOUCHED.get(score_mod, ())
+        return (traced_dtype, keep_precision) in _UNTOUCHED.get(score_mod, ())
     except TypeError:  # not hashable, or not weakly referenceable
         return False

@@ -69,7 +69,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 27: score.double(), .bfloat16() and .to(float64) make a new tensor, as eager does (an
 #:     operation in place on them left the golden's score changed); an op the trace refuses
 #:     is refused.
-REFERENCE_VERSION = 27
+#: 28: ... a conversion that keeps the traced dtype is the tensor itself in a 16-bit case
+#:     too; .type("torch.FloatTensor") and .type("torch.BFloat16Tensor") keep float64.
+REFERENCE_VERSION = 28
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ def test_the_golden_keeps_16_bit_arithmetic_in_float64_and_the_baseline_rounds_a
 
 _BUFFER32 = torch.tensor([0.5], dtype=torch.float32)
 _TO_FLOAT32 = {
+    "type_name": lambda s: s.type("torch.FloatTensor"),
     "float": lambda s: s.float(),
     "to": lambda s: s.to(torch.float32),
     "to_dtype": lambda s: s.to(dtype=torch.float32),
@@ -158,12 +159,17 @@ def test_float32_values_made_from_the_score_stay_float64_in_the_golden():
     def lerped(s, b, h, q_idx, kv_idx):  # lerp takes one dtype: float64 beside float32 raised
         return torch.lerp(s.float(), table32[kv_idx], 0.25)
 
+    def named_bfloat16(s, b, h, q_idx, kv_idx):  # a 16-bit conversion by its type name
+        return s.type("torch.BFloat16Tensor") / 3
+
     def float32_constant(s, b, h, q_idx, kv_idx):  # the constant as named: float32's 0.1
         return s + torch.full_like(s, 0.1, dtype=torch.float32) * kv_idx
 
     constant = torch.tensor(0.1, dtype=torch.float32).double()
     for traced in (torch.float32, torch.bfloat16):
         assert torch.equal(evaluate_score(round_trip, SCORES, *GRID, traced_dtype=traced),
+                           SCORES / 3)
+        assert torch.equal(evaluate_score(named_bfloat16, SCORES, *GRID, traced_dtype=traced),
                            SCORES / 3)
         assert torch.equal(evaluate_score(lerped, SCORES, *GRID, traced_dtype=traced),
                            torch.lerp(SCORES, table32.double()[kv], 0.25))
@@ -205,6 +211,18 @@ def test_a_conversion_that_eager_copies_leaves_the_score_alone(traced):
         assert torch.equal(golden, SCORES + 2 * SCORES + 2 * SCORES)
         golden = evaluate_score(doubled_copy, SCORES.clone(), *GRID, traced_dtype=traced)
         assert torch.equal(golden, SCORES + 2 * SCORES)
+
+
+def _to_the_device_doubled(s, b, h, q_idx, kv_idx):  # eager: .to(device) is the score itself
+    return s + s.to(s.device).mul_(2)
+
+
+def test_a_conversion_that_eager_does_not_copy_aliases_in_every_order_of_cases():
+    # a bfloat16 case after a float32 one, with one function object (a module-level mod)
+    for traced in (torch.float32, torch.bfloat16, torch.float32):
+        golden = evaluate_score(_to_the_device_doubled, SCORES.clone(), *GRID,
+                                traced_dtype=traced)
+        assert torch.equal(golden, 4 * SCORES), traced
 
 
 @pytest.mark.parametrize("traced", [torch.float32, torch.bfloat16])
