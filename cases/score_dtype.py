@@ -20,8 +20,8 @@ B1 H2 S128 D32): eager flex_attention runs each such operation in 16 bits, so
 0.004-0.008 in bfloat16 and 0.0007 in float16, two draws of inputs), and ``score.new_tensor(0.3)
 * (kv_idx - q_idx)`` is a bfloat16 constant times an index in bfloat16; compiled
 flex_attention keeps them in float32 (Inductor does not emulate casts to 16 bits by default:
-the same ``.to`` moves nothing, the product is a float32 one). Neither rounding is the mod's function, so the golden (``keep_precision``) does
-that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
+the same ``.to`` moves nothing, the product is a float32 one). Neither rounding is the mod's
+function, so the golden (``keep_precision``) does that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
 rounded constant the mod names, and operations on 16-bit values run widened. The baseline runs
 the mod as eager does, roundings and all, and since the verdict's limits scale with the
 baseline's error, they span both implementations. A conversion to float32 keeps the golden's
