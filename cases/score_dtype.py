@@ -14,21 +14,22 @@ otherwise passes its inputs' traced dtypes on by torch's own rules (the operatio
 zeros of those dtypes: ``score * 2`` is bfloat16, ``score.float()`` float32, ``score + t``
 with a float32 ``t`` float32, ``score.double()`` float64).
 
-What the two implementations do with 16-bit values in the mod differs (torch 2.13.0, CPU,
-B1 H2 S128 D32): eager flex_attention runs each such operation in 16 bits, so
-``x.to(score.dtype)`` rounds (the mod ``score.to(score.dtype)`` moves eager's output by
-0.004-0.008 in bfloat16 and 0.0007 in float16, two draws of inputs), and ``score.new_tensor(0.3)
-* (kv_idx - q_idx)`` is a bfloat16 constant times an index in bfloat16; compiled
-flex_attention keeps them in float32 (Inductor does not emulate casts to 16 bits by default:
-the same ``.to`` moves nothing, the product is a float32 one). Neither rounding is the mod's
-function, so the golden (``keep_precision``) does that arithmetic in float64: a conversion to 16 bits keeps its value, a 16-bit constant is the
-rounded constant the mod names, and operations on 16-bit values run widened. The baseline runs
-the mod as eager does, roundings and all, and since the verdict's limits scale with the
-baseline's error, they span both implementations. A conversion to float32 keeps the golden's
-float64 too (Gemma's ``torch.tanh(score.float() / c) * c``): flex_attention's scores are float32
-already, and the golden's would be rounded to float32 by it; an operation that takes one dtype
-(``torch.lerp``) gets the float32 tensors beside the score widened; a float32 constant made from
-the score (``full_like(score, 0.1, dtype=torch.float32)``) is float32's, then widened.
+What the two implementations do with 16-bit values in the mod differs (torch 2.13.0, CPU, B1 H2
+S128 D32): eager flex_attention runs each such operation in 16 bits, so ``x.to(score.dtype)``
+rounds (the mod ``score.to(score.dtype)`` moves eager's output by 0.004-0.008 in bfloat16 and
+0.0007 in float16, two draws of inputs), and ``score.new_tensor(0.3) * (kv_idx - q_idx)`` is a
+bfloat16 constant times an index in bfloat16; compiled flex_attention keeps them in float32
+(Inductor does not emulate casts to 16 bits by default: the same ``.to`` moves nothing, the
+product is a float32 one). Neither rounding is the mod's function, so the golden
+(``keep_precision``) does that arithmetic in float64: a conversion to 16 bits keeps its value, a
+16-bit constant is the rounded constant the mod names, and operations on 16-bit values run
+widened. The baseline runs the mod as eager does, roundings and all, and since the verdict's
+limits scale with the baseline's error, they span both implementations. A conversion to float32
+keeps the golden's float64 too (Gemma's ``torch.tanh(score.float() / c) * c``): flex_attention's
+scores are float32 already, and the golden's would be rounded to float32 by it; an operation
+that takes one dtype (``torch.lerp``) gets the float32 tensors beside the score widened; a
+float32 constant made from the score (``full_like(score, 0.1, dtype=torch.float32)``) is
+float32's, then widened.
 
 An operation in place after a conversion sees what eager's float32 scores give it: a
 conversion to float32 or to the traced dtype a tensor has already returns the tensor itself
