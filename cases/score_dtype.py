@@ -332,7 +332,7 @@ def with_traced_dtype(score_mod: Callable, traced_dtype: torch.dtype | None,
                       score_dtype: torch.dtype):
     """(context, mod): ``score_mod`` to run on scores of ``score_dtype`` within the context so
     that it reads the score's dtype as ``traced_dtype`` (and, on float64 scores, keeps its
-    16-bit arithmetic in float64); the mod itself and a context that does nothing where the
+    16-bit and float32 arithmetic in float64); the mod itself and a context that does nothing where the
     two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need neither."""
     keep_precision = score_dtype == torch.float64
     if (traced_dtype is None or traced_dtype == score_dtype
