@@ -42,7 +42,7 @@ computes them in int64 as the golden does); reads of a size in bytes (``element_
 the score into in place (it rounds in the golden); and, for an operation in place after a
 conversion, values that are 16-bit when eager runs (after ``score.bfloat16()``, or a row of a
 captured bfloat16 table): their ``.float()`` is a new tensor in eager and the tensor itself in
-the golden, and ``score.to(score.dtype)`` in a bfloat16 case the reverse. Covered besides
+the golden, and their ``.bfloat16()`` the reverse. Covered besides
 the ``dtype`` property: ``score.new_tensor(c)``, which eager makes in the traced dtype (as
 ``torch.tensor(c, dtype=score.dtype)``, not as ``new_full``).
 """
@@ -78,7 +78,8 @@ _SIXTEEN_BITS = (torch.bfloat16, torch.float16)
 #: The dtypes whose arithmetic in a mod the golden does in float64.
 _WIDENED = _SIXTEEN_BITS + (torch.float32,)
 #: ``Tensor.type``'s names of those dtypes (on the CPU).
-_WIDENED_TYPE_NAMES = frozenset({"torch.BFloat16Tensor", "torch.HalfTensor", "torch.FloatTensor"})
+_SIXTEEN_BIT_TYPE_NAMES = frozenset({"torch.BFloat16Tensor", "torch.HalfTensor"})
+_WIDENED_TYPE_NAMES = _SIXTEEN_BIT_TYPE_NAMES | {"torch.FloatTensor"}
 #: Operations that move 16-bit values without arithmetic: the golden runs them as they are
 #: (indexing a large 16-bit table in float64 would copy it at every evaluation).
 _EXACT = frozenset({torch.Tensor.__getitem__, torch.ops.aten.index.Tensor})
@@ -164,27 +165,46 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
         if (self.keep_precision and touches_16_bits and traced is not None
                 and any(d in _SIXTEEN_BITS for d in traced)):
             out = self._as_eager_converts(func, self._in_float64(func, args, kwargs, leaves),
-                                          traced, args)
+                                          traced, args, kwargs)
         elif self.keep_precision and marked:
             out = self._as_eager_converts(func, self._golden_run(func, args, kwargs, leaves,
-                                                                 traced), traced, args)
+                                                                 traced), traced, args, kwargs)
         else:
             out = func(*args, **kwargs)
         return self._pass_on(out, traced, marked)
 
-    def _as_eager_converts(self, func, out, traced, args):
+    def _as_eager_converts(self, func, out, traced, args, kwargs):
         """A conversion's result, as eager flex_attention's float32 scores make it: the tensor
         itself where the conversion is to float32 (the scores' own: ``score.float().clamp_(-c,
         c)`` clamps the score too) or to the traced dtype it has (``.to(device)``), a new
-        tensor otherwise (``score.double().mul_(2)`` leaves the score alone), which the
+        tensor otherwise (``score.double().mul_(2)`` leaves the score alone, and so does
+        ``score.bfloat16()`` in a bfloat16 case: it names 16 bits, which eager's float32
+        scores are not), which the
         golden's float64 values need not have made (``.double()`` of float64 returns its
         input; a conversion that changed the golden's dtype made a new tensor already)."""
         if (func not in _CONVERSIONS or traced is None or len(traced) != 1
                 or not isinstance(out, torch.Tensor) or out.dtype != args[0].dtype
-                or traced[0] in (torch.float32, self.traced_dtype_of(args[0]))):
+                or traced[0] == torch.float32):
             return out
+        if traced[0] == self.traced_dtype_of(args[0]) and not self._names_16_bits(func, args,
+                                                                                 kwargs):
+            return out  # a conversion to the dtype it has: the tensor itself
         self.copied_a_conversion = True
         return torch.Tensor.clone(out)
+
+    def _names_16_bits(self, func, args, kwargs) -> bool:
+        """Whether a conversion names a 16-bit target: ``.half()``, a 16-bit dtype or type
+        name, or a 16-bit tensor to take the dtype of (its source, ``args[0]``, aside). A
+        tensor made from the score is float32 when eager runs, whatever its traced dtype
+        (``score.type_as(score)`` is the score itself), so a tensor's own dtype counts: a
+        captured 16-bit table's, not a 16-bit constant's that the golden made float64."""
+        def sixteen(a) -> bool:
+            if isinstance(a, str):
+                return a in _SIXTEEN_BIT_TYPE_NAMES
+            if isinstance(a, torch.Tensor):
+                return a.dtype in _SIXTEEN_BITS
+            return isinstance(a, torch.dtype) and a in _SIXTEEN_BITS
+        return func in _NARROWING or any(map(sixteen, pytree.tree_leaves((args[1:], kwargs))))
 
     def _golden_run(self, func, args, kwargs, leaves, traced):
         """``func`` on the golden's values, made from the score: as it is, unless it turns them
@@ -332,8 +352,9 @@ def with_traced_dtype(score_mod: Callable, traced_dtype: torch.dtype | None,
                       score_dtype: torch.dtype):
     """(context, mod): ``score_mod`` to run on scores of ``score_dtype`` within the context so
     that it reads the score's dtype as ``traced_dtype`` (and, on float64 scores, keeps its
-    16-bit and float32 arithmetic in float64); the mod itself and a context that does nothing where the
-    two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need neither."""
+    16-bit and float32 arithmetic in float64); the mod itself and a context that does nothing
+    where the two dtypes are the same, ``traced_dtype`` is None, or the mod is known to need
+    neither."""
     keep_precision = score_dtype == torch.float64
     if (traced_dtype is None or traced_dtype == score_dtype
             or _untouched(score_mod, traced_dtype, keep_precision)):

@@ -71,7 +71,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     is refused.
 #: 28: ... a conversion that keeps the traced dtype is the tensor itself in a 16-bit case
 #:     too; .type("torch.FloatTensor") and .type("torch.BFloat16Tensor") keep float64.
-REFERENCE_VERSION = 28
+#: 29: a conversion that names a 16-bit dtype is a new tensor in a 16-bit case too.
+REFERENCE_VERSION = 29
 
 
 @dataclass(frozen=True)

@@ -213,16 +213,35 @@ def test_a_conversion_that_eager_copies_leaves_the_score_alone(traced):
         assert torch.equal(golden, SCORES + 2 * SCORES)
 
 
+@pytest.mark.parametrize("traced", [torch.bfloat16, torch.float16])
+def test_a_conversion_that_names_16_bits_is_a_new_tensor_in_a_16_bit_case_too(traced):
+    # eager's scores are float32 when it runs: .bfloat16() in a bfloat16 case makes a new one
+    name = {torch.bfloat16: "torch.BFloat16Tensor", torch.float16: "torch.HalfTensor"}[traced]
+    table = torch.zeros(4, dtype=traced)  # a captured 16-bit table
+    convert = {"named": lambda s: s.to(traced), "method": lambda s: s.type(name),
+               "type_as": lambda s: s.type_as(table)}
+    for form, conversion in convert.items():
+        def doubled_copy(s, b, h, q_idx, kv_idx):
+            return s + conversion(s).mul_(2)
+
+        golden = evaluate_score(doubled_copy, SCORES.clone(), *GRID, traced_dtype=traced)
+        assert torch.equal(golden, 3 * SCORES), form
+
+
 def _to_the_device_doubled(s, b, h, q_idx, kv_idx):  # eager: .to(device) is the score itself
     return s + s.to(s.device).mul_(2)
+
+
+def _like_itself_doubled(s, b, h, q_idx, kv_idx):  # eager: float32 like float32, itself
+    return s + s.type_as(s * 1).mul_(2)
 
 
 def test_a_conversion_that_eager_does_not_copy_aliases_in_every_order_of_cases():
     # a bfloat16 case after a float32 one, with one function object (a module-level mod)
     for traced in (torch.float32, torch.bfloat16, torch.float32):
-        golden = evaluate_score(_to_the_device_doubled, SCORES.clone(), *GRID,
-                                traced_dtype=traced)
-        assert torch.equal(golden, 4 * SCORES), traced
+        for doubled in (_to_the_device_doubled, _like_itself_doubled):
+            golden = evaluate_score(doubled, SCORES.clone(), *GRID, traced_dtype=traced)
+            assert torch.equal(golden, 4 * SCORES), (doubled.__name__, traced)
 
 
 @pytest.mark.parametrize("traced", [torch.float32, torch.bfloat16])
