@@ -186,25 +186,10 @@ class ScoreDtypeAsTraced(TorchFunctionMode):
                 or not isinstance(out, torch.Tensor) or out.dtype != args[0].dtype
                 or traced[0] == torch.float32):
             return out
-        if traced[0] == self.traced_dtype_of(args[0]) and not self._names_16_bits(func, args,
-                                                                                 kwargs):
+        if traced[0] == self.traced_dtype_of(args[0]) and not _names_16_bits(func, args, kwargs):
             return out  # a conversion to the dtype it has: the tensor itself
         self.copied_a_conversion = True
         return torch.Tensor.clone(out)
-
-    def _names_16_bits(self, func, args, kwargs) -> bool:
-        """Whether a conversion names a 16-bit target: ``.half()``, a 16-bit dtype or type
-        name, or a 16-bit tensor to take the dtype of (its source, ``args[0]``, aside). A
-        tensor made from the score is float32 when eager runs, whatever its traced dtype
-        (``score.type_as(score)`` is the score itself), so a tensor's own dtype counts: a
-        captured 16-bit table's, not a 16-bit constant's that the golden made float64."""
-        def sixteen(a) -> bool:
-            if isinstance(a, str):
-                return a in _SIXTEEN_BIT_TYPE_NAMES
-            if isinstance(a, torch.Tensor):
-                return a.dtype in _SIXTEEN_BITS
-            return isinstance(a, torch.dtype) and a in _SIXTEEN_BITS
-        return func in _NARROWING or any(map(sixteen, pytree.tree_leaves((args[1:], kwargs))))
 
     def _golden_run(self, func, args, kwargs, leaves, traced):
         """``func`` on the golden's values, made from the score: as it is, unless it turns them
@@ -323,6 +308,17 @@ def _narrowed(out, leaves) -> bool:
     outputs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
     return (any(o.dtype in _WIDENED for o in outputs)
             and not any(o is leaf for o in outputs for leaf in leaves))
+
+
+def _names_16_bits(func, args, kwargs) -> bool:
+    """Whether a conversion names a 16-bit target: ``.half()``, a 16-bit dtype or type name,
+    or a 16-bit tensor to take the dtype of (its source, ``args[0]``, aside). A tensor made from
+    the score is float32 when eager runs, whatever its traced dtype (``score.type_as(score)``
+    is the score itself), so a tensor's own dtype counts: a captured 16-bit table's, not a
+    16-bit constant's that the golden made float64."""
+    targets = pytree.tree_leaves((args[1:], kwargs))
+    return (func in _NARROWING or _has_16_bits(targets)
+            or any(isinstance(a, str) and a in _SIXTEEN_BIT_TYPE_NAMES for a in targets))
 
 
 def _has_float32(leaves) -> bool:
