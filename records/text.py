@@ -23,13 +23,15 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def _as_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="surrogateescape")
+    return value if isinstance(value, str) else str(value)
+
+
 def clean_text(value: Any) -> str:
     """``value`` as valid, printable text (newlines and tabs kept; see the module doc)."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="surrogateescape")
-    elif not isinstance(value, str):
-        value = str(value)
-    return _UNSAFE.sub(_escape, value)
+    return _UNSAFE.sub(_escape, _as_text(value))
 
 
 def one_line(value: Any) -> str:
@@ -37,9 +39,20 @@ def one_line(value: Any) -> str:
     return _UNSAFE_ONE_LINE.sub(_escape, clean_text(value))
 
 
-def first_line(value: Any) -> str:
-    """The first line of a message, made safe for one line of output."""
-    return one_line(clean_text(value).partition("\n")[0])
+def first_line(value: Any, limit: int | None = None) -> str:
+    """The first non-empty line of a message, made safe for one line of output and cut to
+    ``limit`` characters (with an ellipsis) when given. A line that only introduces the next
+    (Dynamo wraps a compiler's error as ``backend='inductor' raised:``, the error itself on the
+    next line) comes with that one."""
+    text = clean_text(_as_text(value).replace("\r\n", "\n"))  # a CR of CRLF is no content
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {lines[1]}"
+    line = one_line(line)
+    if limit is None or len(line) <= limit:
+        return line
+    return line[: limit - 1] + "…"
 
 
 def clean_json(value: Any) -> Any:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reports.expectations import (ENTRY_TABLE, Expectation, Expectations, header_lines,
                                   parse_expectations)
-from reports.formatting import first_line
+from records.text import first_line
 from records.results import Label, Record, RunResults
 
 TRIAGE_HEADING = "# ==== To triage"

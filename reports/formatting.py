@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 from records.results import RunResults
-from records.text import one_line
 
 #: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
 METRIC_ORDER = (
@@ -91,18 +90,6 @@ def metric_text(metrics: dict[str, Any] | None, key: str) -> str:
     if not metrics or key not in metrics:
         return ""
     return fmt_value(metrics[key])
-
-
-def first_line(text: str, limit: int) -> str:
-    """The first non-empty line of ``text``, cut to ``limit`` characters. A line that only
-    introduces the next (Dynamo wraps a compiler's error as ``backend='inductor' raised:``,
-    the error itself on the next line) comes with that one."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    line = lines[0] if lines else ""
-    if line.endswith(":") and len(lines) > 1:
-        line = f"{line} {lines[1]}"
-    line = one_line(line)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def truncate(text: str, limit: int) -> tuple[str, bool]:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import Expectation, Expectations
-from reports.formatting import first_line, fmt_seconds
+from records.text import first_line
+from reports.formatting import fmt_seconds
 from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Record, RunResults

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reports.formatting import first_line
+from records.text import first_line
 from reports.gate import Finding, GateDecision, finding_counts, headline
 from reports.timing import stage_json
 from records.files import strict_json_text

@@ -6,7 +6,8 @@ import shlex
 from collections import Counter
 
 from reports.compare import Comparison
-from reports.formatting import first_line, fmt_seconds, run_title
+from records.text import first_line
+from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
 from records.text import one_line

@@ -29,6 +29,17 @@ def test_clean_text_escapes_what_cannot_be_shown_and_keeps_the_rest():
     clean_text(HOSTILE_TEXT).encode("utf-8")  # valid text: encodes
 
 
+def test_first_line_is_the_first_line_with_content_and_what_a_wrapper_line_introduces():
+    wrapped = "\n  BackendCompilerFailed: backend='inductor' raised:\r\nLoweringException: x\nmore"
+    assert first_line(wrapped) == ("BackendCompilerFailed: backend='inductor' raised: "
+                                   "LoweringException: x")
+    assert first_line("one\r\ntwo") == "one"  # CRLF's CR is no content
+    assert first_line("a: b\nc") == "a: b" and first_line("last:") == "last:"
+    assert first_line(b"\xffbad\nnext") == "\\udcffbad" and first_line("") == ""
+    assert first_line("abcdef", limit=4) == "abc…" and first_line("abcd", limit=4) == "abcd"
+    assert first_line("x\udc80:\n\x1b[2J", limit=80) == "x\\udc80: \\x1b[2J"
+
+
 def test_md_code_is_a_single_span_whatever_backticks_an_id_holds():
     for text in ("plain", "a`b", "a``b`c", "`lead", "trail``"):
         span = md_code(text)
