@@ -52,12 +52,14 @@ _WORKER = r"""
 import json, re, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, ROOT)
+if sys.argv[3] == "before":  # the commit's whole tree ahead of this one: its cases/ too
+    sys.path.insert(0, sys.argv[4])
 import torch
 from cases import variants as v
 from cases.inputs import make_inputs
 from cases.model import Case, Shape
 from cases.variants import build_mods
-variant, shape, which, before_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+variant, shape, which = sys.argv[1], sys.argv[2], sys.argv[3]
 case = Case(getattr(v, variant)(), Shape.parse(shape), "bf16")
 inputs = make_inputs(case, 0)
 if which == "ours":  # imports before the clock and the memory baseline: a one-time cost
@@ -65,8 +67,7 @@ if which == "ours":  # imports before the clock and the memory baseline: a one-t
 elif which in ("floor", "products"):
     sys.path.insert(0, ROOT + "/benchmarks")
     from golden_floor import products_and_score_mod
-elif which == "before":  # the commit's reference/ package, ahead of this tree's
-    sys.path.insert(0, before_path)
+elif which == "before":  # from the commit's tree (see above)
     from reference.golden import golden_attention
 else:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -260,14 +261,13 @@ def _measure_all(args, before_path: str) -> int:
 
 
 def _golden_of(rev: str) -> str:
-    """The ``reference/`` package of commit ``rev``, extracted into a temporary directory: its
-    path (the "before" worker imports ``reference.golden`` from there; ``cases/`` comes from
-    this tree). Since 2026-12-03 the golden's kernel is its own module (reference/kernel.py),
-    so the whole package is the commit's; before that, only the commit's golden.py was, and
-    what it imported (chunk_plan, heap, gradient_noise) came from this tree: the dated
-    ``--before`` runs in docs/performance.md were made that way."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "reference"],
-                             capture_output=True)
+    """The tree of commit ``rev``, extracted into a temporary directory: its path (the
+    "before" worker imports every project module from there, ``cases/`` and ``records/`` as
+    well as ``reference/``, so the commit's golden runs on its own mods and inputs). Until
+    2026-12-05 only ``reference/`` was the commit's and ``cases/`` came from this tree; before
+    2026-12-03 only the commit's golden.py was: the dated ``--before`` runs in
+    docs/performance.md were made that way."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
     if archive.returncode != 0:
         raise SystemExit(f"--before {rev}: git archive failed: "
                          f"{archive.stderr.decode(errors='replace').strip()}")
