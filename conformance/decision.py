@@ -4,6 +4,8 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
     Observation that decides by itself (error, timeout, crash, ...) ─▶ protocol.label_of
     ok, compile-only pass ─▶ COMPILED
     ok ─▶ the output file against the golden and baseline ─▶ reference.verdict.judge ─▶ PASS | MISMATCH
+          (the first call's result, and each later call's that differs from it bit for bit:
+          MISMATCH where any fails)
     the reference, the output file or the verdict failed ─▶ HARNESS_ERROR (the suite's fault)
 """
 from __future__ import annotations
@@ -37,19 +39,44 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
                         f"the reference computation failed: {one_line(reference)}")
     golden, baseline = reference
     try:
-        observed = load_output(obs.output_path)
+        results = load_output(obs.output_path)
     except Exception as exc:  # noqa: BLE001
         return Decision(Label.HARNESS_ERROR, f"cannot read the child's output: {one_line(exc)}")
     from reference.verdict import judge
 
-    try:
-        verdict = judge(case, golden, baseline, observed)
-    except Exception as exc:  # noqa: BLE001
-        return Decision(Label.HARNESS_ERROR, f"the verdict failed: {one_line(exc)}",
-                        observed=observed)
-    if verdict.passed:
-        return Decision(Label.PASS, "", verdict.metrics, observed)
-    return Decision(Label.MISMATCH, verdict.summary, verdict.metrics, observed)
+    differing = results.differing
+    judged = []  # (call number, verdict, result): the first call, then each that differs
+    for number, observed in [(1, results.first), *differing]:
+        try:
+            judged.append((number, judge(case, golden, baseline, observed), observed))
+        except Exception as exc:  # noqa: BLE001
+            return Decision(Label.HARNESS_ERROR, f"the verdict failed: {one_line(exc)}",
+                            observed=observed)
+    failing = [(n, verdict, observed) for n, verdict, observed in judged if not verdict.passed]
+    number, verdict, observed = failing[0] if failing else judged[0]
+    metrics = verdict.metrics
+    if differing:  # said only where a later call's result was not the first call's
+        metrics = {**(metrics or {}), "differing_calls": [n for n, _ in differing],
+                   "failing_calls": _failing_calls(judged, results.calls)}
+    if not failing:
+        return Decision(Label.PASS, "", metrics, observed)
+    calls = _calls_text(metrics["failing_calls"], results.calls) if differing else ""
+    return Decision(Label.MISMATCH, calls + verdict.summary, metrics, observed)
+
+
+def _failing_calls(judged: list, calls: int) -> list[int]:
+    """The numbers of every failing call: a call not judged on its own (its result is the
+    first call's, bit for bit) fails where the first call does."""
+    verdicts = {n: verdict.passed for n, verdict, _ in judged}
+    return [n for n in range(1, calls + 1) if not verdicts.get(n, verdicts[1])]
+
+
+def _calls_text(failing: list[int], calls: int) -> str:
+    """What a MISMATCH's message says first where the calls' results differ."""
+    passing = [n for n in range(1, calls + 1) if n not in failing]
+    return (f"call {', '.join(map(str, failing))} of {calls} failed, "
+            f"{', '.join(map(str, passing)) or 'none'} passed (the results differ from call to "
+            "call): ")
 
 
 def one_line(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from cases.model import Case
 from conformance.artifacts import file_case_artifacts
 from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
+from conformance.backends.registry import unsupported_reason_of
 from conformance.estimates import case_peak_bytes
 from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
@@ -83,7 +84,9 @@ class Executor:
 
     def execute(self, case: Case, started_at: str | None = None) -> Record:
         started_at = started_at or now_iso()
-        reason = self.backend.unsupported_reason(case)
+        reason, failure = unsupported_reason_of(self.backend, case)
+        if failure:
+            return self._record(case, Label.RUNTIME_ERROR, failure, started_at)
         if reason:
             return self._record(case, Label.UNSUPPORTED, reason, started_at)
         from cases.pointwise import PointwiseModError  # torch: imported once a case runs
@@ -140,7 +143,9 @@ class Executor:
         decision = decide(case, obs, outcome)
         record = self._record(case, decision.label, decision.message, started_at, obs,
                               decision.metrics)
-        if record.run_seconds:  # the timed calls ran: what they cost and how fast they were
+        # The timed calls finished (a timeout's seconds are only how long it ran): what they
+        # cost and how fast they were.
+        if record.run_seconds and decision.label in (Label.PASS, Label.MISMATCH):
             record = replace(record, performance=_performance(case, record.run_seconds))
         if decision.observed is None:
             return record

@@ -136,12 +136,12 @@ def pytest_testnodedown(node, error) -> None:
 
 def pytest_collection_finish(session) -> None:
     state = session.config.stash[_STATE]
-    state.expect(_case_ids(item.nodeid for item in session.items))
+    state.collected([item.nodeid for item in session.items])
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids) -> None:
-    node.config.stash[_STATE].expect(_case_ids(ids))
+    node.config.stash[_STATE].collected(ids)  # before xdist schedules any test
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -152,11 +152,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if state.active and state.is_controller:
         if state.nothing_selected() and (exitstatus == pytest.ExitCode.INTERRUPTED
                                          or termination.stopped_by_signal()):
+            state.begin_fresh_run()  # stopped, not empty: the earlier run stays set aside
             state.summary_lines.append(  # as flexconf recover says of the same store
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
         elif state.nothing_selected() and not state.empty_part_of_a_selection():
+            state.restore_unselected_run()
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
                 "--case-id (flexconf list prints the case ids)")
@@ -178,15 +180,15 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 def _end_of_resume(session, state, missing: list[str]) -> None:
     """The summary names the run's cases still without a finished record (a narrower -k or
-    -m left them). A command that ran no case exits 0 when the run is complete, and as
-    pytest's "no tests ran" (5) when it is not."""
+    -m left them): the run is not finished, and exits as an interrupted one (2), never 0, 1
+    or 5, which say a part finished (docs/scale-out.md). A command that ran no case of a
+    complete run exits 0."""
     ran_nothing = not state.ran_any_case()
     if missing:
         state.summary_lines.append(
             f"--resume: {len(missing)} case(s) of the run still have no finished record "
             f"(e.g. {missing[0]}); resume without narrowing -k / -m to run them")
-        if ran_nothing:
-            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif ran_nothing:
         state.summary_lines.append("--resume: every case of the run had a record already; "
                                    "nothing was left to run")
@@ -274,6 +276,13 @@ class ConformanceSession(RunLifecycle):
         """Note the case ids selected (by -k, -m) for the whole run, before sharding."""
         self.selected = list(case_ids)
 
+    def collected(self, node_ids: list[str]) -> None:
+        """The tests this process (or an xdist worker) will run: a run that has some begins
+        here (its directory cleared), before the first of them starts."""
+        if self.active and self.is_controller and node_ids:
+            self.begin_fresh_run()
+        self.expect(_case_ids(node_ids))
+
     def expect(self, case_ids: set[str]) -> None:
         self._expected |= case_ids
         if self.active and self.is_controller and case_ids:
@@ -304,7 +313,7 @@ class ConformanceSession(RunLifecycle):
 
     # -- controller -----------------------------------------------------------------------
     def validate_backend(self) -> None:
-        from conformance.backends.registry import BackendError, resolve_backend
+        from conformance.backends.registry import BackendError, environment_of, resolve_backend
 
         if self.options.reference_device == "cuda":
             import torch
@@ -319,6 +328,7 @@ class ConformanceSession(RunLifecycle):
             require_supported_torch()
             self.backend = resolve_backend(self.options.backend)
             self.backend.check_worker_count(worker_count(self.config))
+            environment_of(self.backend, self.options.backend)  # one line now, not at the end
             load_expectations(self.options.expectations)
             opts.check_reference_cache(self.options.reference_cache)
         except (BackendError, ValueError, RuntimeError) as exc:

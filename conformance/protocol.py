@@ -212,29 +212,79 @@ def _known(cls, body: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the output file ------------------------------------------------------------------------
-def save_output(path: str, mode: str, result) -> None:
-    """Write a case's result to ``path`` on the CPU: {"out"}, plus "lse" (``fwd+lse``) or
-    "grads" {"dq", "dk", "dv"} (``fwd+bwd``), as ``conformance.contract.check_result`` left it."""
-    import torch
+#: A case's result as the child keeps it on the host: {"out"}, plus "lse" (``fwd+lse``) or
+#: "grads" {"dq", "dk", "dv"} (``fwd+bwd``), each tensor a copy of its own.
+HostResult = dict
+
+
+def host_result(mode: str, result) -> HostResult:
+    """``result`` as ``conformance.contract.check_result`` left it, copied to the CPU (a copy
+    even where it is there already: a backend that writes every call into one buffer must not
+    change an earlier call's result)."""
+    def copy(tensor):
+        return None if tensor is None else tensor.detach().to("cpu", copy=True)
 
     if mode == "fwd+bwd":
         out, grads = result
-        saved = {"out": out.detach().cpu(),
-                 "grads": {k: g.detach().cpu() if g is not None else None
-                           for k, g in grads.items()}}
-    elif mode == "fwd+lse":
+        return {"out": copy(out), "grads": {k: copy(g) for k, g in grads.items()}}
+    if mode == "fwd+lse":
         out, lse = result
-        saved = {"out": out.detach().cpu(), "lse": lse.detach().cpu()}
-    else:
-        saved = {"out": result.detach().cpu()}
-    torch.save(saved, path)
+        return {"out": copy(out), "lse": copy(lse)}
+    return {"out": copy(result)}
 
 
-def load_output(path: str):
-    """The result ``save_output`` wrote, as a ``reference.golden.Reference``."""
+def same_result(a: HostResult, b: HostResult) -> bool:
+    """Whether two calls' results are the same bit for bit (NaN payloads and the sign of
+    zero included): then one verdict judges both."""
+    import torch
+
+    bits_of_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+    def same(x, y) -> bool:
+        if x is None or y is None:
+            return x is y
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        bits = bits_of_size[x.element_size()]
+        return bool((x.contiguous().view(bits) == y.contiguous().view(bits)).all())
+
+    if a.keys() != b.keys() or not all(same(a[k], b[k]) for k in ("out", "lse") if k in a):
+        return False
+    grads_a, grads_b = a.get("grads"), b.get("grads")
+    if grads_a is None or grads_b is None:
+        return grads_a is grads_b
+    return grads_a.keys() == grads_b.keys() and all(same(grads_a[k], grads_b[k])
+                                                    for k in grads_a)
+
+
+def save_output(path: str, first: HostResult, differing: list[tuple[int, HostResult]],
+                calls: int) -> None:
+    """Write the result of a case's first call to ``path``, with the results of the later
+    calls that differ from it bit for bit (``differing``: (call number, result), the first call
+    being call 1, of ``calls`` in all): each is judged (``conformance.decision``)."""
+    import torch
+
+    torch.save({**first, "calls": calls,
+                "differing_calls": [{"call": n, **r} for n, r in differing]}, path)
+
+
+@dataclass(frozen=True)
+class CallResults:
+    """What ``save_output`` wrote, read back: results as ``reference.golden.Reference``."""
+
+    first: Any
+    differing: list  # [(call number, Reference)]
+    calls: int
+
+
+def load_output(path: str) -> CallResults:
     import torch
 
     from reference.golden import Reference
 
+    def reference(saved: dict):
+        return Reference(saved["out"], saved.get("lse"), saved.get("grads"))
+
     saved = torch.load(path, weights_only=True)
-    return Reference(saved["out"], saved.get("lse"), saved.get("grads"))
+    differing = [(int(d["call"]), reference(d)) for d in saved.get("differing_calls", [])]
+    return CallResults(reference(saved), differing, int(saved.get("calls", 1)))

@@ -41,7 +41,11 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     print(f"backend   {backend.name} ({backend_spec}), torch {torch.__version__}, seed {seed}")
     if recorded:
         print(f"recorded  {recorded}")
-    reason = backend.unsupported_reason(case)
+    from conformance.backends.registry import unsupported_reason_of
+
+    reason, failure = unsupported_reason_of(backend, case)
+    if failure:
+        return _finish("RUNTIME_ERROR", failure)
     if reason:
         return _finish("UNSUPPORTED", reason)
     kept = None

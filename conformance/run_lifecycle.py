@@ -1,10 +1,13 @@
 """A run's start and end, in the controller (or the only process without xdist).
 
 At the start: take the directory's run lock (held to the end: a second run into the same
-directory is a usage error, not a mix of two runs), set an earlier run's results aside, clear
-the store, write the manifest (or, with ``--resume``, check the run it finishes and keep its
-store); choose the schedule. At the end: merge the store into results.json with the selection
-and how many cases were selected, and call ``reports/`` once for the report. ``ConformanceSession`` (plugin.py) inherits this.
+directory is a usage error, not a mix of two runs), set an earlier run's results aside (or,
+with ``--resume``, check the run it finishes and keep its store); choose the schedule. Once
+the tests are collected and some are (before the first runs; ``begin_fresh_run``): clear the
+store and write the manifest. A selection of no case puts the results it set aside back
+(``restore_unselected_run``), so a -k typo leaves the directory as it was. At the end: merge
+the store into results.json with the selection and how many cases were selected, and call
+``reports/`` once for the report. ``ConformanceSession`` (plugin.py) inherits this.
 """
 from __future__ import annotations
 
@@ -22,12 +25,12 @@ class RunLifecycle:
     cases(), selected, summary_lines and the collected ids in _expected)."""
 
     _run_lock = None  # the open lock file while this process runs the directory's run
+    _fresh_run_pending = False  # a new run (not --resume) whose store is not cleared yet
+    _set_aside: list = []  # the earlier run's result files it moved into previous/
 
     def start_run(self) -> None:
-        from conformance.artifacts import clear_artifacts
         from conformance.executor import now_iso
-        from conformance.kept_outputs import clear_outputs
-        from records.store import clear_records, set_aside_results
+        from records.store import set_aside_results
 
         report_dir = self.options.report_dir
         flag = "--resume" if self.options.resume else "--report-dir"
@@ -36,17 +39,43 @@ class RunLifecycle:
         self._hold_run_lock(flag, started_at)
         self.schedule = self._cost_model(report_dir / "results.json")
         if self.options.resume:
-            self._manifest = _resumable_run(self.options, self._recorded_options())
+            self._manifest = _resumable_run(self.options, self._recorded_options(), self.backend)
             self._started_at = self._manifest.started_at
             set_aside_results(report_dir, resuming=self._manifest)
             return
         self._started_at = started_at
         _refuse_to_clear_an_unreported_run(report_dir)
-        set_aside_results(report_dir)  # no earlier run's results may look like this one's
+        # no earlier run's results may look like this one's, even if it is killed at once;
+        # the store is cleared in begin_fresh_run, undone in restore_unselected_run
+        self._set_aside = set_aside_results(report_dir)
+        self._fresh_run_pending = True
+
+    def begin_fresh_run(self) -> None:
+        """Clear the store (records, kept outputs, artefacts) and write the manifest, once this
+        run is known to select cases (collected, before any runs), to end as an empty --shard
+        part, or to be interrupted before its selection. Idempotent."""
+        from conformance.artifacts import clear_artifacts
+        from conformance.kept_outputs import clear_outputs
+        from records.store import clear_records, forget_superseded
+
+        if not self._fresh_run_pending:
+            return
+        self._fresh_run_pending = False
+        report_dir = self.options.report_dir
+        forget_superseded(report_dir)
         clear_records(report_dir)
         clear_outputs(report_dir)
         clear_artifacts(report_dir)  # no link may lead to an earlier run's files
         self._write_manifest()
+
+    def restore_unselected_run(self) -> None:
+        """A run whose -k, -m or --shard selected no case (a usage error) leaves the directory
+        as it found it: the results it set aside come back, the store was never cleared."""
+        from records.store import restore_set_aside
+
+        if self._fresh_run_pending:
+            self._fresh_run_pending = False
+            restore_set_aside(self.options.report_dir, self._set_aside)
 
     def _hold_run_lock(self, flag: str, now: str) -> None:
         """Take the report directory's run lock for this run (records.store.hold_run_lock);
@@ -173,6 +202,7 @@ class RunLifecycle:
         from records.store import merge_records, write_run
 
         report_dir = self.options.report_dir
+        self.begin_fresh_run()  # an empty --shard part: its results.json still replaces
         order = [c.id for c in self.cases()]
         merged = merge_records(report_dir, order)
         from conformance.runner import run_environment
@@ -226,9 +256,9 @@ _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "s
                 "shard")
 
 
-def _resumable_run(options: opts.RunOptions, recorded: dict):
+def _resumable_run(options: opts.RunOptions, recorded: dict, backend):
     """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
-    when there is none or its options differ."""
+    when there is none, or its options, oracle or release differ."""
     from records.files import UserFileError
     from records.store import read_manifest
 
@@ -246,7 +276,39 @@ def _resumable_run(options: opts.RunOptions, recorded: dict):
                 f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
                 f"{now!r}; resume with the run's own options")
     _refuse_another_oracle(options.report_dir)
+    _refuse_another_release(options.report_dir, backend, options.backend)
     return manifest
+
+
+def _recorded_environments(report_dir: Path) -> list[dict]:
+    """The environments the run's processes recorded in its store (one per worker)."""
+    from records.store import read_events
+
+    return [event["environment"] for event in read_events(report_dir)
+            if isinstance(event, dict) and event.get("event") == "environment"
+            and isinstance(event.get("environment"), dict)]
+
+
+def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
+    """UsageError, one line, when this command would measure another release than the run's
+    finished cases did (records/release.py: torch, the compiler stack, a plugin's code): one
+    results file would hold two releases, under the first one's name."""
+    from conformance.backends.registry import BackendError, environment_of
+    from records.release import release_difference, release_of
+    from records.text import one_line
+
+    try:
+        now = release_of(environment_of(backend, spec))
+    except BackendError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for environment in _recorded_environments(report_dir):
+        difference = release_difference(release_of(environment), now)
+        if difference:
+            where = one_line(str(report_dir))
+            raise pytest.UsageError(
+                f"--resume {where}: this command would measure another release: {difference}; "
+                f"resume with the release that started the run, or keep its cases as an "
+                f"incomplete report with flexconf recover {where}")
 
 
 def _refuse_another_oracle(report_dir: Path) -> None:
@@ -255,15 +317,11 @@ def _refuse_another_oracle(report_dir: Path) -> None:
     verdicts of two oracles. Records that name no version (written before it was recorded)
     are not checked."""
     from records.results import REFERENCE_VERSION_KEY
-    from records.store import read_events
     from records.text import one_line
     from reference.golden import REFERENCE_VERSION
 
-    for event in read_events(report_dir):
-        if not isinstance(event, dict) or event.get("event") != "environment" \
-                or not isinstance(event.get("environment"), dict):
-            continue
-        judged_by = event["environment"].get(REFERENCE_VERSION_KEY)
+    for environment in _recorded_environments(report_dir):
+        judged_by = environment.get(REFERENCE_VERSION_KEY)
         if judged_by is not None and judged_by != REFERENCE_VERSION:
             where = one_line(str(report_dir))
             raise pytest.UsageError(

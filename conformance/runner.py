@@ -36,7 +36,12 @@ def run_environment(backend, workers: int) -> dict:
     from records.results import REFERENCE_VERSION_KEY
     from reference.golden import REFERENCE_VERSION
 
-    environment = backend.environment()
+    from conformance.backends.registry import BackendError, environment_of
+
+    try:
+        environment = environment_of(backend)
+    except BackendError as exc:  # it worked at the run's start (validate_backend): say so
+        environment = {"backend": backend.name, "environment_error": str(exc)}
     environment.update(suite_version=suite_version(), git_revision=git_revision(),
                        workers=workers, cpu_count=os.cpu_count(), usable_cores=usable_cores(),
                        threads_per_worker=threads_per_worker(WorkerSlot(0, workers)),

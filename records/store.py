@@ -40,6 +40,9 @@ MANIFEST_NAME = "run.json"
 #: The files of a finished run; a new run sets the previous ones aside first.
 RESULT_FILES = ("results.json", "index.html", "summary.md")
 PREVIOUS_DIR = "previous"
+#: Where set_aside_results keeps what previous/ held, until the run that set it aside selects
+#: a case (forget_superseded) or selects none (restore_set_aside puts both back).
+SUPERSEDED_DIR = ".superseded-previous"
 #: Written into records/ with the results of the store's run (by the run as it ends, or by
 #: ``flexconf recover``): its records are reported, also once results.json is moved away.
 REPORTED_NAME = "reported"
@@ -170,8 +173,13 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     left its own partial results (interrupted, or ``flexconf recover``ed): those are removed
     instead, so ``previous/`` keeps the last run before it, not a rendering of its own part.
     So are the results of a run that recorded no case (stopped before its first case started):
-    they hold nothing, and moved they would push the last real run out of ``previous/``."""
+    they hold nothing, and moved they would push the last real run out of ``previous/``.
+
+    What ``previous/`` held goes to ``SUPERSEDED_DIR`` until the run knows it selected a case
+    (``forget_superseded``) or that it selected none (``restore_set_aside``). One left there by
+    a run that died before either is dropped first: the run lock says no run owns it."""
     report_dir = Path(report_dir)
+    shutil.rmtree(report_dir / SUPERSEDED_DIR, ignore_errors=True)
     if resuming is not None:  # its results go, and it will record more: none of it is reported
         (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
     earlier = _results_head(report_dir)
@@ -186,9 +194,35 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
         if source.exists():
             target = report_dir / PREVIOUS_DIR / name
             target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                (report_dir / SUPERSEDED_DIR).mkdir(exist_ok=True)
+                target.replace(report_dir / SUPERSEDED_DIR / name)
             source.replace(target)
             moved.append(target)
     return moved
+
+
+def forget_superseded(report_dir: str | Path) -> None:
+    """The run that set the last one aside selected cases: what ``previous/`` held before goes."""
+    shutil.rmtree(Path(report_dir) / SUPERSEDED_DIR, ignore_errors=True)
+
+
+def restore_set_aside(report_dir: str | Path, moved: list[Path]) -> None:
+    """Undo ``set_aside_results`` (which returned ``moved``) for a run that selected no case:
+    the last run's results back in the directory, and the run before it back in
+    ``previous/`` (no ``previous/`` where there was none)."""
+    report_dir = Path(report_dir)
+    superseded = report_dir / SUPERSEDED_DIR
+    for aside in moved:
+        if aside.exists() and not (report_dir / aside.name).exists():
+            aside.replace(report_dir / aside.name)
+            if (superseded / aside.name).exists():
+                (superseded / aside.name).replace(aside)
+    shutil.rmtree(superseded, ignore_errors=True)
+    try:
+        (report_dir / PREVIOUS_DIR).rmdir()  # only where it is empty
+    except OSError:
+        pass
 
 
 def _results_head(report_dir: Path) -> dict[str, Any]:

@@ -17,3 +17,28 @@ class RaisesInAvailability(CpuEager):
 
     def availability(self):
         raise KeyError("NEURON_RT_ROOT")
+
+
+class RaisesInEnvironment(CpuEager):
+    name = "test-raises-in-environment"
+
+    def environment(self):
+        raise FileNotFoundError("/opt/vendor/version.txt")
+
+
+class EnvironmentNotADict(CpuEager):
+    name = "test-environment-not-a-dict"
+
+    def environment(self):
+        return "vendor SDK 1.2"
+
+
+class RaisesInUnsupportedReason(CpuEager):
+    """Its unsupported_reason raises on causal cases (a lookup table without that variant)."""
+
+    name = "test-raises-in-unsupported-reason"
+
+    def unsupported_reason(self, case):
+        if case.variant.name == "causal":
+            raise KeyError(f"no support entry for {case.variant.name}")
+        return super().unsupported_reason(case)

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import time
 
+import torch
+
 from cases.model import Case
 from conformance.backends.cpu import CpuEager
 
@@ -168,6 +170,76 @@ class WrongNumbers(_Faulty):
             return out
 
         return wrong
+
+
+class _WrongOnOneCall(CpuEager):
+    """Computes correctly, except that call ``wrong_call`` (the first call is 1) doubles one
+    query row of one head; with ``one_buffer``, every call writes into one tensor that it
+    returns, as a backend with a static output buffer does."""
+
+    wrong_call = 1
+    one_buffer = False
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+        if case.variant.name != FAULTY_VARIANT:
+            return real
+        calls, buffer = [0], []
+
+        def sometimes_wrong(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            out = real(q, k, v, score_mod, block_mask).clone()
+            if calls[0] == self.wrong_call:
+                out[0, 0, -1] *= 2
+            if not self.one_buffer:
+                return out
+            buffer[:] = buffer or [torch.empty_like(out)]
+            return buffer[0].copy_(out)
+
+        return sometimes_wrong
+
+
+class WrongFirstCall(_WrongOnOneCall):
+    name = "test-wrong-first-call"
+
+
+class WrongFirstCallOneBuffer(_WrongOnOneCall):
+    name = "test-wrong-first-call-one-buffer"
+    one_buffer = True
+
+
+class WrongThirdCall(_WrongOnOneCall):
+    """A race that strikes one timed call (the second of three)."""
+
+    name = "test-wrong-third-call"
+    wrong_call = 3
+
+
+class LastBitNoise(CpuEager):
+    """Correct, but not deterministic: each call moves one output element (another each call)
+    by one unit in its last place, as an atomic accumulation's order moves a sum."""
+
+    name = "test-last-bit-noise"
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+        calls = [0]
+
+        def noisy(q, k, v, score_mod, block_mask):
+            calls[0] += 1
+            out = real(q, k, v, score_mod, block_mask).clone()
+            one = out.view(-1)[calls[0]:calls[0] + 1]
+            one.copy_(_one_ulp_towards_zero(one))
+            return out
+
+        return noisy
+
+
+def _one_ulp_towards_zero(x):
+    """``x`` (a float tensor) one unit in its last place nearer zero (0 stays 0): its bits,
+    sign and magnitude, read as an integer of its size, minus one."""
+    bits = x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
+    return torch.where(x == 0, bits, bits - 1).view(x.dtype)
 
 
 class Unsupported(CpuEager):

@@ -109,6 +109,12 @@ def test_a_broken_plugin_is_unavailable_and_hides_nothing(tmp_path, monkeypatch)
                      "raised RuntimeError: driver handle not found; fix the plugin"),
     ("RaisesInAvailability", "backend 'tests.broken_plugins:RaisesInAvailability' is not "
                              "available here: its availability() raised KeyError: 'NEURON_RT_ROOT'"),
+    ("RaisesInEnvironment", "backend 'tests.broken_plugins:RaisesInEnvironment': its "
+                            "environment() raised FileNotFoundError: /opt/vendor/version.txt; "
+                            "fix the plugin"),
+    ("EnvironmentNotADict", "backend 'tests.broken_plugins:EnvironmentNotADict': its "
+                            "environment() returned a str, not a dict; extend "
+                            "super().environment() (docs/backends.md)"),
 ])
 def test_a_plugin_that_raises_is_a_one_line_usage_error_not_an_internal_error(
         tmp_path, target, expected):

@@ -40,6 +40,48 @@ def test_a_bad_k_expression_is_one_line_and_sets_nothing_aside(tmp_path, workers
     assert not (report / "previous").exists()
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+def test_a_selection_of_no_case_sets_nothing_aside(tmp_path, workers):
+    """A -k that matches nothing used to set the last run aside at the start (and push the
+    one before it out of previous/, for good) before it said "0 cases selected"."""
+    report = tmp_path / "report"
+    _stale_green_run(report / "previous")
+    (report / "previous" / "index.html").write_text("<p>the run before</p>")
+    _stale_green_run(report)
+    before = {path: path.read_bytes() for path in report.rglob("*") if path.is_file()}
+    for selection in (("-k", "nosuchvariant"), ("-m", "nosuchmark")):
+        proc = run(pytest_args(tmp_path, "cpu-eager", CASES, *workers, *selection))
+        assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "0 cases selected: nothing ran" in proc.stdout + proc.stderr
+    after = {path: path.read_bytes() for path in report.rglob("*") if path.is_file()
+             and path.name != ".run.lock"}  # the lock file a run leaves is no result
+    assert after == before
+
+
+def test_restoring_a_set_aside_puts_back_only_what_it_moved(tmp_path):
+    from records.store import SUPERSEDED_DIR, forget_superseded, restore_set_aside
+
+    report = tmp_path / "report"
+    _stale_green_run(report / "previous")  # a killed run left only previous/
+    moved = set_aside_results(report)
+    assert moved == []
+    restore_set_aside(report, moved)
+    assert not (report / "results.json").exists()  # previous/ is not promoted
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+    _stale_green_run(report)
+    (report / "index.html").write_text("<p>latest</p>")
+    moved = set_aside_results(report)
+    assert (report / SUPERSEDED_DIR / "index.html").read_text() == "<p>all green</p>"
+    restore_set_aside(report, moved)
+    assert (report / "index.html").read_text() == "<p>latest</p>"
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+    assert not (report / SUPERSEDED_DIR).exists()
+    set_aside_results(report)  # a run that selects cases: the one before the last goes
+    forget_superseded(report)
+    assert not (report / SUPERSEDED_DIR).exists()
+    assert (report / "previous" / "index.html").read_text() == "<p>latest</p>"
+
+
 def test_results_of_a_run_that_recorded_nothing_do_not_push_the_last_run_out_of_previous(
         tmp_path):
     report = tmp_path / "report"

@@ -86,6 +86,7 @@ def test_hang_is_killed_with_its_process_group(backend, label, phase, tmp_path, 
     assert fault.setup_seconds is not None  # the phases that finished keep their times
     if phase == "run":
         assert fault.compile_seconds is not None and fault.compile_seconds < 6.0
+        assert fault.performance is None  # seconds until the kill are no throughput
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while not _gone(grandchild) and time.monotonic() < deadline:
@@ -104,4 +105,44 @@ def test_a_crash_is_a_crash_even_when_a_forked_process_holds_the_pipe():
     assert fault.label is Label.CRASH, fault.message
     assert "SIGSEGV" in fault.message
     assert time.monotonic() - start < 25  # well before the compile budget ran out
+    assert after.label is Label.PASS, after.message
+
+
+@pytest.mark.parametrize("backend, failing, differing", [
+    ("WrongFirstCall", [1], [2, 3, 4]),
+    ("WrongFirstCallOneBuffer", [1], [2, 3, 4]),  # later calls overwrite the returned tensor
+    ("WrongThirdCall", [3], [3]),
+])
+@pytest.mark.slow
+def test_every_call_is_judged_so_one_wrong_call_is_a_mismatch(backend, failing, differing):
+    fault, after = run_cases(f"tests.fault_backends:{backend}", [FAULTY, HEALTHY])
+    assert fault.label is Label.MISMATCH, fault.message
+    assert fault.metrics["failing_calls"] == failing, fault.metrics
+    assert fault.metrics["differing_calls"] == differing
+    passing = ", ".join(str(n) for n in range(1, 5) if n not in failing)
+    assert fault.message.startswith(f"call {failing[0]} of 4 failed, {passing} passed")
+    assert after.label is Label.PASS and "differing_calls" not in after.metrics
+
+
+@pytest.mark.slow
+def test_results_that_differ_from_call_to_call_but_are_right_pass():
+    """One element one unit in its last place off, another each call: every call is judged
+    on its own, and each passes."""
+    noisy = Case(Variant("causal"), TINY, "fp32")
+    records = run_cases("tests.fault_backends:LastBitNoise", [FAULTY, noisy])
+    for record in records:
+        assert record.label is Label.PASS, record.message
+        assert record.metrics["differing_calls"] == [2, 3, 4]
+        assert record.metrics["failing_calls"] == []
+
+
+def test_an_unsupported_reason_that_raises_is_the_backends_runtime_error():
+    """Not HARNESS_ERROR ("fix the suite"): the backend's own code raised."""
+    fault, after = run_cases("tests.broken_plugins:RaisesInUnsupportedReason",
+                             [FAULTY, HEALTHY])
+    assert fault.label is Label.RUNTIME_ERROR, fault.message
+    first, *detail = fault.message.splitlines()
+    assert first == ("setup: its unsupported_reason raised KeyError: "
+                     "'no support entry for causal'")
+    assert any("unsupported_reason" in line for line in detail)  # the traceback's end
     assert after.label is Label.PASS, after.message

@@ -64,3 +64,24 @@ def test_the_final_event_makes_the_observation_with_the_childs_figures_first():
     assert label_of(obs) is Label.COMPILE_ERROR
     unsupported = observation_of(ErrorEvent(Phase.COMPILE, Outcome.UNSUPPORTED, "words"), measured)
     assert unsupported.message == "words" and label_of(unsupported) is Label.UNSUPPORTED
+
+
+def test_same_result_is_bit_for_bit():
+    import torch
+
+    from conformance.protocol import same_result
+
+    x = torch.tensor([1.0, float("nan"), 0.0], dtype=torch.bfloat16)
+    assert same_result({"out": x}, {"out": x.clone()})  # NaN equals itself, bit for bit
+    assert not same_result({"out": x}, {"out": torch.tensor([1.0, float("nan"), -0.0],
+                                                            dtype=torch.bfloat16)})
+    other_nan = x.clone()
+    other_nan.view(torch.int16)[1] += 1  # another NaN payload
+    assert torch.isnan(other_nan[1]) and not same_result({"out": x}, {"out": other_nan})
+    assert not same_result({"out": x}, {"out": x.float()})
+    assert not same_result({"out": x}, {"out": x[:2]})
+    lse = torch.zeros(3)
+    assert not same_result({"out": x, "lse": lse}, {"out": x})
+    grads = {"dq": x, "dk": None, "dv": x}
+    assert same_result({"out": x, "grads": grads}, {"out": x, "grads": dict(grads)})
+    assert not same_result({"out": x, "grads": grads}, {"out": x, "grads": {**grads, "dk": x}})

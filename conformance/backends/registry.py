@@ -112,6 +112,36 @@ def availability_of(backend: Backend):
         return Availability(False, f"its availability() raised {_first_line(exc)}")
 
 
+def environment_of(backend: Backend, spec: str | None = None) -> dict:
+    """``backend.environment()``, checked: BackendError, one line, where it raises or does not
+    return a dict (a plugin's bug, told at the start of a run, not as a traceback at its end).
+    ``spec``: the --backend value, named in the message (the backend's name otherwise)."""
+    which = repr(spec or backend.name)
+    try:
+        environment = backend.environment()
+    except Exception as exc:  # noqa: BLE001
+        raise BackendError(f"backend {which}: its environment() raised {_first_line(exc)}; "
+                           "fix the plugin") from None
+    if not isinstance(environment, dict):
+        raise BackendError(f"backend {which}: its environment() returned a "
+                           f"{type(environment).__name__}, not a dict; extend "
+                           "super().environment() (docs/backends.md)")
+    return environment
+
+
+def unsupported_reason_of(backend: Backend, case) -> tuple[str | None, str | None]:
+    """``backend.unsupported_reason(case)`` as (reason, None); where it raises, (None, the
+    failure): ``setup: its unsupported_reason raised Type: text``, then the traceback's end, a
+    RUNTIME_ERROR of the case (the backend's code failed, not the suite's)."""
+    import traceback
+
+    try:
+        return backend.unsupported_reason(case), None
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug is its case's failure
+        detail = "".join(traceback.format_exception(exc)[-12:]).rstrip()
+        return None, f"setup: its unsupported_reason raised {_first_line(exc)}\n{detail}"
+
+
 def _first_line(exc: BaseException) -> str:
     from records.text import first_line
 
