@@ -174,6 +174,22 @@ def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys
 
 
 @pytest.mark.slow
+def _resume_with_recorded(tmp_path, ours: str, theirs: str):
+    """``--resume`` of the run in tmp_path/report with ``ours`` in its store's records
+    replaced by ``theirs`` (put back afterwards): what the resuming command said."""
+    texts = {path: path.read_text()
+             for path in (tmp_path / "report" / "records").glob("*.jsonl")}
+    assert any(ours in text for text in texts.values())
+    for path, text in texts.items():
+        path.write_text(text.replace(ours, theirs))
+    try:
+        return run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
+                               "--resume", str(tmp_path / "report")))
+    finally:
+        for path, text in texts.items():
+            path.write_text(text)
+
+
 def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_path):
     args = pytest_args(tmp_path, BACKEND, CASES[:1], "--resume", str(tmp_path / "none"))
     at = args.index("--report-dir")
@@ -191,14 +207,8 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
 
     # Its cases judged by another version of the oracle: one results file would hold two.
     from reference.golden import REFERENCE_VERSION
-    worker_files = list((tmp_path / "report" / "records").glob("*.jsonl"))
-    ours = f'"reference_version": {REFERENCE_VERSION}'
-    texts = {path: path.read_text() for path in worker_files}
-    assert any(ours in text for text in texts.values())
-    for path, text in texts.items():
-        path.write_text(text.replace(ours, '"reference_version": 7'))
-    judged = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
-                             "--resume", str(tmp_path / "report")))
+    judged = _resume_with_recorded(tmp_path, f'"reference_version": {REFERENCE_VERSION}',
+                                   '"reference_version": 7')
     assert judged.returncode == 4
     assert (f"reference version 7 judged its finished cases, this suite's is "
             f"{REFERENCE_VERSION}; keep them as an incomplete report") in judged.stderr
@@ -206,18 +216,12 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     # Its cases measured by another release (here torch; a plugin's code is another key of
     # records/release.py): one results file would hold two releases under the first's name.
     import torch
-    ours = f'"torch": "{torch.__version__}"'
-    assert any(ours in text for text in texts.values())
-    for path, text in texts.items():
-        path.write_text(text.replace(ours, '"torch": "2.99.0"'))
-    measured = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
-                               "--resume", str(tmp_path / "report")))
+    measured = _resume_with_recorded(tmp_path, f'"torch": "{torch.__version__}"',
+                                     '"torch": "2.99.0"')
     assert measured.returncode == 4
     assert (f"this command would measure another release: torch '{torch.__version__}' where "
             "the run recorded '2.99.0'; resume with the release that started the run") in \
         measured.stderr
-    for path, text in texts.items():
-        path.write_text(text)
 
     # Resumed with another -k: the run stays the one that was started (what the gate and merge
     # compare), and a case outside it is named, not run into it.
