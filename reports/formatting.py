@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from records.results import RunResults
+from records.text import one_line
 
 #: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
 METRIC_ORDER = (
@@ -124,7 +125,29 @@ def _fmt_fact(key: str, value: Any) -> str:
 
 
 def run_title(results: RunResults) -> str:
-    """``FlexAttention conformance: neuron · full``."""
-    backend = results.options.get("backend", "?")
-    profile = results.options.get("profile", "?")
-    return f"FlexAttention conformance: {backend} · {profile}"
+    """``FlexAttention conformance: neuron · full``, with what narrowed the run where
+    something did, so a part never reads as the whole: ``cpu-eager · smoke · -k 'causal' ·
+    shard 1/2 · 8 of 96 cases`` (a case file replaces the profile and matrix)."""
+    from records.selection import selection_of
+
+    options = results.options
+    selection = selection_of(results)
+    parts = [str(options.get("backend", "?"))]
+    if selection.case_file:
+        parts.append(f"case file {selection.case_file}")
+    else:
+        parts.append(str(selection.profile or "?"))
+        if selection.matrix not in (None, "core"):
+            parts.append(f"{selection.matrix} matrix")
+    if selection.cases_modules:
+        parts.append(f"cases from {', '.join(selection.cases_modules)}")
+    narrowed = [f"{flag} {value!r}" for flag, value in (("-k", selection.keyword),
+                                                        ("-m", selection.markexpr)) if value]
+    narrowed += [f"--case-id {case_id!r}" for case_id in options.get("case_ids") or ()]
+    if selection.shard:
+        narrowed.append(f"shard {selection.shard}")
+    parts += narrowed
+    if narrowed:
+        count = len(results.records)
+        parts.append(f"{count} case" if count == 1 else f"{count} cases")
+    return one_line("FlexAttention conformance: " + " · ".join(parts))

@@ -36,6 +36,9 @@ def verdict_line(results: RunResults) -> str:
     parts += [f"{n} {label.value}" for label, n in counts.items() if label is not head]
     if head is Label.COMPILED:
         parts.append("compile-only pass, numbers not judged")
+    if not results.records:
+        parts = ["no case ran" + (" (no selected case is in this shard)"
+                                  if results.options.get("shard") else "")]
     if not results.complete:
         selected = results.selected_count
         parts.append(f"run INCOMPLETE: {len(results.records)} of {selected} selected cases "
@@ -45,8 +48,9 @@ def verdict_line(results: RunResults) -> str:
 
 def conforms(results: RunResults) -> bool:
     """dEQP rule: a run conforms when it is complete and every label is acceptable. A
-    compile-only pass never conforms: it judged no numbers."""
-    return (results.complete and not is_compile_pass(results)
+    compile-only pass never conforms: it judged no numbers; nor does a run of no case (an
+    empty --shard part)."""
+    return (results.complete and not is_compile_pass(results) and bool(results.records)
             and all(r.label.acceptable for r in results.records))
 
 

@@ -304,3 +304,28 @@ def test_summary_notes_passes_that_took_the_fully_masked_answer():
     assert "Oracle note: 3 passing case(s)" in summary_markdown(run(took + exact))
     assert "Oracle note" not in summary_markdown(run(exact))
 
+
+
+def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_conform(tmp_path):
+    from reports.formatting import run_title
+    from reports.summary import conforms, summary_markdown
+
+    whole = run([record(case_id())])
+    assert run_title(whole) == "FlexAttention conformance: neuron · smoke"
+    narrowed = replace(whole, selection={
+        "matrix": "extended", "profile": "smoke", "cases_modules": [], "case_file": None,
+        "keyword": "causal/b1 or 'x'", "markexpr": "", "shard": "1/2", "case_ids": None})
+    assert run_title(narrowed) == ("FlexAttention conformance: neuron · smoke · extended "
+                                   "matrix · -k \"causal/b1 or 'x'\" · shard 1/2 · 1 case")
+    by_file = replace(whole, selection={**narrowed.selection, "case_file": "mine.json",
+                                        "keyword": "", "shard": None})
+    by_file = replace(by_file, options={**by_file.options, "case_ids": ["a/b"]})
+    assert run_title(by_file) == ("FlexAttention conformance: neuron · case file mine.json · "
+                                  "--case-id 'a/b' · 1 case")
+    assert conforms(whole) and conforms(narrowed)  # on what it selected, and says what that is
+    empty = replace(narrowed, records=())
+    assert not conforms(empty)
+    assert verdict_line(empty) == "no case ran"
+    empty_part = replace(empty, options={**empty.options, "shard": "2/2"})
+    assert verdict_line(empty_part) == "no case ran (no selected case is in this shard)"
+    assert "❌ does not conform" in summary_markdown(empty_part)
