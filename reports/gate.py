@@ -119,6 +119,27 @@ class GateDecision:
         return [f for f in self.findings if f.blocking]
 
 
+def _why_incomplete(run: RunResults) -> str:
+    """Why a run says complete=false, and the fix: a merge that lacks a shard, or holds an
+    interrupted one, or a run that was interrupted."""
+    selected = run.selected_count or len(selection_of(run).case_ids or ())
+    held = (f"{len(run.records)} of {selected} selected cases have a record; "
+            if selected else "")
+    merged = run.options.get("merged_shards")
+    if merged:
+        count = int(str(merged[0]).partition("/")[2] or 0)
+        given = {str(shard).partition("/")[0] for shard in merged}
+        lacking = [f"{i}/{count}" for i in range(1, count + 1) if str(i) not in given]
+        if lacking:
+            return (f"a merge of shard(s) {', '.join(map(str, merged))} without shard(s) "
+                    f"{', '.join(lacking)} ({held}complete=false); merge the missing shard(s) "
+                    "in (flexconf merge) and gate the merged file")
+        return (f"a merge one of whose shards was interrupted or lacks cases ({held}"
+                "complete=false); finish that shard with --resume, merge again and gate that")
+    return (f"the run was interrupted ({held}complete=false); finish it with --resume "
+            "REPORT_DIR, or gate a finished run")
+
+
 def check_comparable(baseline: RunResults, candidate: RunResults,
                      baseline_name: str = "baseline", candidate_name: str = "candidate") -> None:
     """Raise GateInputError when the runs are not two complete, whole runs of one suite and
@@ -129,12 +150,16 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
             raise GateInputError(f"{name}: a compile-only pass (--phase compile) judged no "
                                  "numbers; gate on the run that followed it")
         if not run.complete:
-            raise GateInputError(f"{name}: the run was interrupted (complete=false); "
-                                 "gate on a finished run")
+            raise GateInputError(f"{name}: {_why_incomplete(run)}")
         shard = selection_of(run).shard
         if shard:
             raise GateInputError(f"{name}: shard {shard} of a run, not the whole run; merge the "
                                  "shards first (flexconf merge) and gate the merged file")
+    if baseline.started_at and (baseline.started_at, baseline.environment.get("host")) == \
+            (candidate.started_at, candidate.environment.get("host")):
+        raise GateInputError(f"{baseline_name} and {candidate_name} are the same run (started "
+                             f"{one_line(baseline.started_at)}): a copy compared with itself "
+                             "shows nothing; gate a new run of the candidate release")
     differences = [(what, repr(old), repr(new)) for what, old, new in (
         ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
         ("suite version", baseline.suite_version, candidate.suite_version)) if old != new]

@@ -287,7 +287,7 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
     by_id = candidate.by_id()
     planted = by_id[slow].compile_breakdown["planted sleep"]
     assert planted > 0 and by_id[spurious].compile_breakdown["planted sleep"] == 0
-    baseline = replace(candidate, records=(
+    baseline = replace(candidate, started_at="2026-01-02T03:04:05.000+00:00", records=(
         replace(by_id[slow], compile_seconds=by_id[slow].compile_seconds - planted,
                 compile_breakdown={**by_id[slow].compile_breakdown, "planted sleep": 0.0}),
         replace(by_id[spurious], compile_seconds=by_id[spurious].compile_seconds / 2,

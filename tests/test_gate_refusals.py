@@ -234,3 +234,34 @@ def test_missing_directories_of_the_gate_outputs_are_made(tmp_path):
     assert json.loads((new / "g.json").read_text())["verdict"] == "MAY_NOT_SHIP"
     assert (new / "g.md").read_text().startswith("## Release gate")
     assert ET.parse(new / "deeper" / "g.xml").getroot() is not None
+
+
+def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
+    from reports.gate import GateInputError, check_comparable
+
+    whole = run([record("causal/b1-h8x8-s128x128-d64/bf16/fwd")])
+    lacking = replace(whole, complete=False, options={**whole.options,
+                                                      "merged_shards": ["1/3", "3/3"]})
+    lacking = replace(lacking, selection={"case_ids": ["a", "b", "c"]})
+    with pytest.raises(GateInputError) as refused:
+        check_comparable(whole, lacking)
+    assert str(refused.value) == (
+        "candidate: a merge of shard(s) 1/3, 3/3 without shard(s) 2/3 (1 of 3 selected cases "
+        "have a record; complete=false); merge the missing shard(s) in (flexconf merge) and "
+        "gate the merged file")
+    interrupted_part = replace(lacking, options={**lacking.options,
+                                                 "merged_shards": ["1/2", "2/2"]})
+    with pytest.raises(GateInputError, match="one of whose shards was interrupted"):
+        check_comparable(whole, interrupted_part)
+    with pytest.raises(GateInputError, match=r"^baseline: the run was interrupted \(complete="
+                                             r"false\); finish it with --resume"):
+        check_comparable(replace(whole, complete=False), whole)
+
+
+def test_a_copy_of_the_baseline_is_not_a_candidate(tmp_path, capsys):
+    baseline = replace(run([record(A)]), started_at="2026-12-01T10:00:00.000+00:00")
+    assert gate(tmp_path, baseline, baseline) == 2
+    assert "are the same run (started 2026-12-01T10:00:00.000+00:00): a copy compared with " \
+        "itself shows nothing" in capsys.readouterr().err
+    later = replace(baseline, started_at="2026-12-01T11:00:00.000+00:00")
+    assert gate(tmp_path, baseline, later) == 0
