@@ -234,8 +234,9 @@ def decide(baseline: RunResults, candidate: RunResults,
         findings.append(Finding("MISSING", rec.case_id,
                                 f"in the baseline ({rec.label.value}), absent now", True, rec))
     machines = comparison.machines
+    compiles = candidate.environment.get("compiled") is not False  # unrecorded: it may
     rules = [TimeRule("compile", budget, slack_seconds)] \
-        if comparison.both_cold and machines is None else []
+        if comparison.both_cold and machines is None and compiles else []
     if run_slack_seconds is not None and machines is None:
         rules.append(TimeRule("run", run_budget, run_slack_seconds))
     for rule in rules:
@@ -248,7 +249,11 @@ def decide(baseline: RunResults, candidate: RunResults,
     if machines is not None:
         notes.append(Note("TIMES_NOT_GATED", f"times not gated: {machines}; run the baseline "
                           "again on the candidate's machine to gate them", flagged=True))
-    if not comparison.both_cold:
+    if not compiles:
+        notes.append(Note("COMPILE_NOT_GATED", f"compile times not gated: "
+                          f"{one_line(candidate.options.get('backend', 'the backend'))} compiles "
+                          "nothing (compiled = False): its first call is timed, not compiled"))
+    elif not comparison.both_cold:
         caches = [r.options.get("compile_cache", "unknown") for r in (baseline, candidate)]
         notes.append(Note("COMPILE_NOT_GATED", f"compile times not gated: compile_cache is "
                           f"{caches[0]} (baseline) and {caches[1]} (candidate); both must be cold"))

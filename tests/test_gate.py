@@ -111,6 +111,22 @@ def test_compile_time_budget(tmp_path, capsys, old_s, new_s, cache, extra, code)
     assert ("compile times not gated" in out) == (cache == "warm")
 
 
+def test_a_backend_that_compiles_nothing_has_its_first_calls_not_gated_as_compiles(
+        tmp_path, capsys):
+    """An eager backend's "compile" phase is its first call: sub-second and noisy, not a
+    compile. A run that records no ``compiled`` (older files) is gated as before."""
+    old = run([record(A, compile_seconds=0.5)])
+    new = run([record(A, compile_seconds=1.1)])
+    assert gate(tmp_path, old, new) == 1 and "COMPILE_TIME" in capsys.readouterr().out
+    eager = [replace(r, environment={**r.environment, "compiled": False}) for r in (old, new)]
+    assert gate(tmp_path, *eager) == 0
+    out = capsys.readouterr().out
+    assert "COMPILE_TIME" not in out and ("compile times not gated: neuron compiles nothing "
+                                          "(compiled = False)") in out
+    compiled = [replace(r, environment={**r.environment, "compiled": True}) for r in (old, new)]
+    assert gate(tmp_path, *compiled) == 1
+
+
 def test_times_measured_on_different_machines_are_not_gated_but_labels_are(tmp_path, capsys):
     """A compile 1.3x as long measured on another machine says nothing about the release (the
     suite's own smoke matrix ran twice as fast on the Xeon VM as on the EPYC one): no time

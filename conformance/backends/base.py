@@ -118,6 +118,7 @@ class Backend:
         code = backend_code(type(self))
         return {
             "backend": self.name,
+            "compiled": self.compiled,  # whether the compile phase compiles (the gate reads it)
             **({"backend_code": code} if code else {}),  # a plugin's (None: built-in)
             "torch": torch.__version__,
             "python": platform.python_version(),
