@@ -159,10 +159,12 @@ def test_search_through_the_supervised_executor_saves_a_spec_that_reruns_and_fuz
     path = fuzz.save_failure(result.failure, tmp_path / "report", spec, 3)
     assert path.parent == tmp_path / "report" / "fuzz-failures"
     command = fuzz.rerun_command(path, spec, 3)
-    assert command == f"pytest conformance/ --backend {spec} --case-file {path} --seed 3"
+    # a module:object backend comes with the PYTHONPATH it was imported from
+    assert command == (f"PYTHONPATH={REPO} pytest conformance/ --backend {spec} "
+                       f"--case-file {path} --seed 3")
     # the whole conformance/ directory: the matrix runs the spec, test_fuzz.py skips
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *command.split()[1:], "-p", "no:cacheprovider", "-rs",
+        [sys.executable, "-m", "pytest", *command.split()[2:], "-p", "no:cacheprovider", "-rs",
          "--report-dir", str(tmp_path / "rerun"), "--reference-cache", "none"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -181,8 +183,8 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     saved = tmp_path / "report" / "fuzz-failures" / "fuzz_composed_b1-h2x1-s67x67-d16_bf16_fwd.json"
     assert f"[MISMATCH] fuzzed case fuzz/{MINIMAL_FAILING_ID}" in proc.stdout
-    assert f"run it again: pytest conformance/ --backend {spec} --case-file {saved} --seed 3" \
-        in proc.stdout
+    assert (f"run it again: PYTHONPATH={REPO} pytest conformance/ --backend {spec} --case-file "
+            f"{saved} --seed 3") in proc.stdout
     assert json.loads(saved.read_text())["cases"][0]["id"] == MINIMAL_FAILING_ID
     # results.json: the examples drawn up to the first failure, then the minimal failing case;
     # the shrinking's executions are not records

@@ -40,7 +40,7 @@ def test_a_failed_case_is_kept_and_loads_with_what_the_backend_returned(tmp_path
     assert sorted(p.name for p in (report / "outputs").iterdir()) == [kept.name]  # failed only
     record = load_results(report / "results.json").by_id()[BROKEN.id]
     assert record.label is Label.MISMATCH and record.message.endswith(f"outputs kept: {kept}")
-    assert f"outputs: 1 cases kept in {report / 'outputs'}" in proc.stdout
+    assert f"outputs: 1 file kept in {report / 'outputs'}" in proc.stdout
     outputs = load_case_outputs(kept)
     assert outputs.case == BROKEN and outputs.seed == 3 and outputs.label == "MISMATCH"
     inputs = make_inputs(BROKEN, 3)
