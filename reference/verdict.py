@@ -435,25 +435,35 @@ def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
         b, h, q, d = st.first_nonfinite
         summary.append(f"{st.nan_count} NaN and {st.inf_count} Inf where the golden is finite"
                        f" (first at b={b} h={h} q={q} d={d})")
+    def said(error: float) -> bool:
+        """Whether an error is worth its words: an inf or NaN that the non-finite values
+        made ("mean error inf is infx") says nothing the line about them does not."""
+        return not (st.nonfinite and not math.isfinite(error))
+
     if not global_margin <= 1:
         failed.append("global")
-        summary.append("mean error " + _against_baseline(mean_obs, mean_base, global_floor, tol,
-                                                         "the baseline's"))
+        if said(mean_obs):
+            summary.append("mean error " + _against_baseline(mean_obs, mean_base, global_floor,
+                                                             tol, "the baseline's"))
     if not head_margins[worst_head] <= 1:
         failed.append("head")
         b, h = worst_head
         excused = float(st.head_excused[b, h]) / st.elements_per_head
         left_out = f" (its noisiest row's {excused:.3g} left out)" if excused else ""
-        summary.append(f"head b={b} h={h}: mean error{left_out} " + _against_baseline(
-            float(head_obs[b, h]), float(head_base[b, h]), float(head_floor[b, h]), tol,
-            "its baseline's"))
+        if said(float(head_obs[b, h])):
+            summary.append(f"head b={b} h={h}: mean error{left_out} " + _against_baseline(
+                float(head_obs[b, h]), float(head_base[b, h]), float(head_floor[b, h]), tol,
+                "its baseline's"))
     if failing_rows:
         failed.append("row")
         b, h, q = worst_row
         row, index = ("key", "k") if key_rows else ("query", "q")
-        summary.append(f"{failing_rows} {row} row(s) off, worst b={b} h={h} {index}={q}: rms "
-                       f"error {float(st.row_rms_obs[b, h, q]):.3g} vs limit "
-                       f"{float(row_limit[b, h, q]):.3g}")
+        if said(float(st.row_rms_obs[b, h, q])):
+            summary.append(f"{failing_rows} {row} row(s) off, worst b={b} h={h} {index}={q}: "
+                           f"rms error {float(st.row_rms_obs[b, h, q]):.3g} vs limit "
+                           f"{float(row_limit[b, h, q]):.3g}")
+        else:
+            summary.append(f"{failing_rows} {row} row(s) off")
     metrics["failed_rules"] = failed
     return Verdict(not failed, "; ".join(summary), metrics)
 

@@ -110,6 +110,14 @@ def test_nan_is_a_mismatch_that_says_so_and_where():
     assert not verdict.passed
     assert "1 NaN" in verdict.summary and "b=0 h=1 q=9 d=4" in verdict.summary
     assert verdict.metrics["nan_count"] == 1
+    # the errors the NaN makes are not numbers to quote ("mean error nan is nanx")
+    assert "nanx" not in verdict.summary and "nan is" not in verdict.summary, verdict.summary
+    assert set(verdict.metrics["failed_rules"]) >= {"nonfinite"}
+    inf = base.clone()
+    inf[0, 0, 3] = math.inf
+    verdict = judge(case, golden_attention(case, inputs), base, inf)
+    assert not verdict.passed and "Inf where the golden is finite" in verdict.summary
+    assert "infx" not in verdict.summary and "inf is" not in verdict.summary, verdict.summary
 
 
 def test_worst_place_points_at_the_broken_row():
