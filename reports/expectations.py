@@ -38,6 +38,11 @@ class ExpectationsError(ValueError):
     """An expectations file that cannot be used; the message names file, line and fix."""
 
 
+#: How the reason of an entry that ``flexconf expectations update`` added begins, until a
+#: person replaces it: the gate notes such entries as accepted but never looked at.
+TRIAGE_REASON = "to triage:"
+
+
 @dataclass(frozen=True)
 class Expectation:
     backend: str  # a backend name or a glob ("*" for every backend)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reports.expectations import (ENTRY_TABLE, Expectation, Expectations, header_lines,
-                                  parse_expectations)
+from reports.expectations import (ENTRY_TABLE, TRIAGE_REASON, Expectation, Expectations,
+                                  header_lines, parse_expectations)
 from records.text import first_line
 from records.results import Label, Record, RunResults
 
@@ -101,7 +101,7 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
         if not any(line.startswith(TRIAGE_HEADING) for line in new_text.splitlines()):
             new_text += "\n" + _TRIAGE_BLOCK
         for rec in added:
-            reason = "to triage: " + (first_line(rec.message, 200) or rec.label.value)
+            reason = f"{TRIAGE_REASON} " + (first_line(rec.message, 200) or rec.label.value)
             new_text += "\n" + entry_text(backend, rec.case_id, rec.label, reason)
     parse_expectations(new_text, source)  # never write a file the suite cannot read back
     return Update(new_text, tuple(added), tuple(dropped))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
-from reports.expectations import Expectation, Expectations
+from reports.expectations import TRIAGE_REASON, Expectation, Expectations
 from records.text import first_line
 from reports.formatting import fmt_seconds
 from records.text import one_line
@@ -92,8 +92,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, KNOWN_FAILURES, SEED_CHANGE,
-    #          UNCONFIRMED, CONFIRMATION
+    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, KNOWN_FAILURES, UNTRIAGED,
+    #          SEED_CHANGE, UNCONFIRMED, CONFIRMATION
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -218,13 +218,15 @@ def decide(baseline: RunResults, candidate: RunResults,
     for change in comparison.regressions:
         findings.append(Finding("REGRESSION", change.case_id, f"PASS -> {change.after.value}",
                                 True, old[change.case_id], new[change.case_id]))
-    expected_count = 0
+    expected_count, untriaged = 0, []
     for rec in candidate.records:
         if rec.label.acceptable or rec.case_id in regressed:
             continue
         entry = expectations.lookup(backend, rec.case_id) if expectations else None
         if entry is not None and entry.label is rec.label:
             expected_count += 1
+            if entry.reason.startswith(TRIAGE_REASON):
+                untriaged.append(entry)
             continue
         why = (f"expected {entry.label.value} ({_where(entry)})" if entry
                else "not in the expectations")
@@ -272,6 +274,12 @@ def decide(baseline: RunResults, candidate: RunResults,
         if expected_count:
             notes.append(Note("KNOWN_FAILURES", f"{expected_count} known failures listed in "
                               f"{expectations.source}"))
+        if untriaged:
+            first = untriaged[0]
+            notes.append(Note("UNTRIAGED", f"{len(untriaged)} known failure(s) still read "
+                              f"'{TRIAGE_REASON} ...', as flexconf expectations update wrote "
+                              f"them (e.g. {_where(first)}): accepted as known but never looked "
+                              "at; give each a reason and a link", flagged=True))
     if baseline.options.get("seed") != candidate.options.get("seed"):
         notes.append(Note("SEED_CHANGE", f"seeds differ (baseline {baseline.options.get('seed')}, "
                           f"candidate {candidate.options.get('seed')}): inputs differ"))

@@ -304,3 +304,23 @@ def test_the_gate_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                           text=True)
     assert proc.stdout.splitlines()[-1] == "torch-free 1", proc.stdout + proc.stderr
+
+
+def test_failures_an_update_added_pass_the_gate_with_a_flagged_note_until_triaged(
+        tmp_path, capsys):
+    old = run([record(A), record(B, Label.MISMATCH)])
+    new = run([record(A), record(B, Label.MISMATCH)])
+    write_results(new, tmp_path / "new.json")
+    assert main(["expectations", "update", str(tmp_path / "new.json"), "--expectations",
+                 str(tmp_path / "known.toml")]) == 0
+    assert 'reason = "to triage: ' in (tmp_path / "known.toml").read_text()
+    capsys.readouterr()
+    write_results(old, tmp_path / "old.json")
+    assert main(["gate", "--baseline", str(tmp_path / "old.json"), "--candidate",
+                 str(tmp_path / "new.json"), "--expectations", str(tmp_path / "known.toml")]
+                ) == 0
+    out = capsys.readouterr().out
+    assert "! UNTRIAGED: 1 known failure(s) still read 'to triage: ...', as flexconf " \
+        "expectations update wrote them (e.g. line " in out
+    assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH")) == 0
+    assert "UNTRIAGED" not in capsys.readouterr().out
