@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         status = "available" if s.available else "unavailable"
         print(f"{s.name:<{width}}  {status:<11}  {s.origin:<{origin_width}}  {s.detail}")
     print(f"\n--backend auto picks: {auto or 'nothing (no backend of ' + ', '.join(_auto_preference()) + ' is available)'}")
+    from conformance.backends.registry import shadowed
+
+    for line in shadowed():
+        print(f"note: {line}")
     return 0
 
 

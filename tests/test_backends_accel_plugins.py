@@ -142,3 +142,21 @@ def test_flexconf_backends_lists_raising_plugins_as_unavailable_with_the_first_l
     assert statuses["raises-in-availability"].detail == \
         "its availability() raised KeyError: 'NEURON_RT_ROOT'"
     assert statuses["cpu-eager"].available
+
+
+def test_a_plugin_named_like_a_built_in_is_said_to_be_unused(tmp_path, monkeypatch, capsys):
+    """It used to be ignored without a word in favour of the built-in."""
+    from conformance.backends.registry import load_backend, shadowed
+    from conformance.cli import main
+
+    site = tmp_path / "site"
+    install_entry_points(site, "vendor-clash", "1.0",
+                         {"cpu-eager": "tests.broken_plugins:RaisesInEnvironment"})
+    monkeypatch.syspath_prepend(str(site))
+    assert type(load_backend("cpu-eager")).__name__ == "CpuEager"  # the built-in holds it
+    assert shadowed() == [
+        "plugin entry point cpu-eager = 'tests.broken_plugins:RaisesInEnvironment' is not used: "
+        "'cpu-eager' is the built-in; rename it, or run it as --backend "
+        "tests.broken_plugins:RaisesInEnvironment"]
+    assert main(["backends"]) == 0
+    assert f"note: {shadowed()[0]}" in capsys.readouterr().out.splitlines()

@@ -74,7 +74,7 @@ def test_case_file_accepts_one_spec_or_a_list(tmp_path):
 @pytest.mark.parametrize("args, line", [
     (["--compile-timeout", "ten"], "ERROR: --compile-timeout 'ten' is not a positive number "
      "of seconds; write e.g. --compile-timeout 600"),
-    (["--backend", "nueron"], "ERROR: unknown backend 'nueron'; available: auto, "),
+    (["--backend", "nueron"], "ERROR: unknown backend 'nueron'; known: auto, "),
     (["--profile", "huge"], "ERROR: --profile 'huge' is unknown; use one of: full, smoke"),
 ])
 def test_pytest_usage_error_is_one_line(args, line, tmp_path):
@@ -97,7 +97,7 @@ def test_registry_finds_builtins_module_objects_and_auto(monkeypatch):
 
 
 def test_registry_errors_say_what_to_do():
-    with pytest.raises(registry.BackendError, match="unknown backend 'nope'; available: auto, ") as err:
+    with pytest.raises(registry.BackendError, match="unknown backend 'nope'; known: auto, ") as err:
         registry.load_backend("nope")
     assert "cpu-eager" in str(err.value) and "package.module:object" in str(err.value)
     with pytest.raises(registry.BackendError, match="cannot import 'no_such_pkg.mod'"):

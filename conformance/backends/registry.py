@@ -35,11 +35,28 @@ class BackendError(ValueError):
 
 
 def registered() -> dict[str, str]:
-    """Every backend known by name: built-ins, then installed plugins (name -> target)."""
+    """Every backend known by name: built-ins, then installed plugins (name -> target). A
+    plugin's name that is taken already (by a built-in, or an earlier plugin) is not used:
+    ``shadowed`` says which."""
     names = dict(BUILTIN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(ep.name, ep.value)
     return names
+
+
+def shadowed() -> list[str]:
+    """One line per installed plugin entry point whose name another backend holds (it can
+    still be run as ``package.module:object``)."""
+    names = dict(BUILTIN)
+    lines = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in names and names[ep.name] != ep.value:
+            holder = "the built-in" if ep.name in BUILTIN else names[ep.name]
+            lines.append(f"plugin entry point {ep.name} = {ep.value!r} is not used: "
+                         f"{ep.name!r} is {holder}; rename it, or run it as "
+                         f"--backend {ep.value}")
+        names.setdefault(ep.name, ep.value)
+    return lines
 
 
 def load_backend(spec: str) -> Backend:
@@ -49,8 +66,8 @@ def load_backend(spec: str) -> Backend:
     target = names.get(spec)
     if target is None and ":" not in spec:
         raise BackendError(
-            f"unknown backend {spec!r}; available: auto, {', '.join(names)}"
-            " (or package.module:object)")
+            f"unknown backend {spec!r}; known: auto, {', '.join(names)} (flexconf backends "
+            "says which can run here), or package.module:object")
     return _instantiate(target or spec, spec)
 
 
