@@ -28,7 +28,7 @@ from records.text import first_line
 from reports.formatting import fmt_seconds
 from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
-from records.results import Record, RunResults
+from records.results import Label, Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
 from reports.summary import verdict_line
 from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
@@ -84,8 +84,10 @@ class Finding:
 
     @property
     def why(self) -> str:
-        """The first line of the candidate's message when the case fails there, else ""."""
-        if self.new is None or self.new.label.acceptable or not self.new.message:
+        """The first line of the candidate's message where its label is the finding (a
+        failure, or a PASS that became UNSUPPORTED), else "": a time finding is about time."""
+        if self.rule is not None or self.new is None or not self.new.message \
+                or self.new.label in (Label.PASS, Label.COMPILED):
             return ""
         return first_line(self.new.message, MESSAGE_CHARS)
 

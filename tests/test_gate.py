@@ -324,3 +324,19 @@ def test_failures_an_update_added_pass_the_gate_with_a_flagged_note_until_triage
         "expectations update wrote them (e.g. line " in out
     assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH")) == 0
     assert "UNTRIAGED" not in capsys.readouterr().out
+
+
+def test_a_row_says_why_where_the_label_is_the_finding_and_not_on_a_time_finding(
+        tmp_path, capsys):
+    old = run([record(A, compile_seconds=4.0), record(B, compile_seconds=4.0)])
+    unsupported = replace(record(A, Label.UNSUPPORTED), message="the SDK does not lower this mask")
+    slow_mismatch = replace(record(B, Label.MISMATCH, compile_seconds=9.0),
+                            message="mean error 0.3 is 9.00x the baseline's")
+    new = run([unsupported, slow_mismatch])
+    assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH")) == 1
+    rows = {tuple(line.split()[1:3]): line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("  x ")}
+    assert rows["REGRESSION", A].endswith("PASS -> UNSUPPORTED — the SDK does not lower this mask")
+    assert rows["REGRESSION", B].endswith("PASS -> MISMATCH — mean error 0.3 is 9.00x the "
+                                          "baseline's")
+    assert "9.00x" not in rows["COMPILE_TIME", B]  # about time only
