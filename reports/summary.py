@@ -74,6 +74,27 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
     """What ``rerun_command`` runs, for a subprocess: the environment it adds and the
     arguments after ``pytest`` (run from the suite's root), rerunning exactly ``case_ids``
     into ``report_dir`` (default: the run's report directory with ``-rerun`` appended)."""
+    env, args = _run_args(results)
+    for case_id in case_ids:
+        args += ["--case-id", case_id]
+    args += ["--report-dir", report_dir or _rerun_dir(results.options.get("report_dir"))]
+    return env, args
+
+
+def resume_command(results: RunResults, report_dir) -> str:
+    """The command that finishes the interrupted run ``results`` in ``report_dir`` with the
+    run's own options (``--resume``; its shard's ``--shard``), from the suite's root."""
+    env, args = _run_args(results)
+    if results.options.get("shard"):
+        args += ["--shard", str(results.options["shard"])]
+    args += ["--resume", str(report_dir)]
+    return " ".join([f"{key}={_word(value)}" for key, value in env.items()]
+                    + ["pytest"] + [_word(arg) for arg in args])
+
+
+def _run_args(results: RunResults) -> tuple[dict[str, str], list[str]]:
+    """The environment and the arguments after ``pytest`` that select and judge as the run
+    did (backend, profile, matrix, case modules and file, seed, budgets, timed runs, cache)."""
     opts = results.options
     backend, env = rerun_backend(results)
     args = ["conformance/", "--backend", backend, "--profile", str(opts.get("profile", "?"))]
@@ -92,9 +113,6 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
         for key in ("neuron_cores_per_worker", "neuron_device_check"):
             if opts.get(key) is not None:
                 args += [f"--{key.replace('_', '-')}", _number(opts[key])]
-    for case_id in case_ids:
-        args += ["--case-id", case_id]
-    args += ["--report-dir", report_dir or _rerun_dir(opts.get("report_dir"))]
     return env, args
 
 

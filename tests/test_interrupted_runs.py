@@ -103,6 +103,10 @@ def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_a
     recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
     assert recovered.returncode == 0, recovered.stderr
     assert "recovered 1 finished of 3 selected cases, 1 cut off (CRASH)" in recovered.stdout
+    finish = next(line for line in recovered.stdout.splitlines() if line.startswith("finish it: "))
+    assert f"pytest conformance/ --backend {BACKEND} --profile " in finish  # the run's options
+    assert f"--case-file {tmp_path / 'cases.json'} --seed 0 " in finish
+    assert finish.endswith(f" --resume {report}") and "--report-dir" not in finish
     partial = load_results(report / "results.json")
     assert not partial.complete and partial.selected_count == 3
     assert partial.selection["case_ids"] == [c.id for c in CASES[:3]]  # the run's, as started
