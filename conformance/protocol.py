@@ -246,7 +246,7 @@ def same_result(a: HostResult, b: HostResult) -> bool:
         if x.dtype != y.dtype or x.shape != y.shape:
             return False
         bits = bits_of_size[x.element_size()]
-        return bool((x.contiguous().view(bits) == y.contiguous().view(bits)).all())
+        return torch.equal(x.contiguous().view(bits), y.contiguous().view(bits))
 
     if a.keys() != b.keys() or not all(same(a[k], b[k]) for k in ("out", "lse") if k in a):
         return False
