@@ -173,9 +173,9 @@ def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str
         result = _guard(Phase.RUN, call, backend=backend)
         times.append(time.perf_counter() - start)
         later = on_host(Phase.RUN, result)
-        if not same_result(later, first):
+        if not _guard(Phase.RUN, lambda: same_result(later, first), backend=backend):
             differing.append((number, later))
-        del result, later
+        result = later = None  # freed before the next call
     _refuse_fallbacks(backend, Phase.RUN)
     output_path = request.output_path
     calls = len(times) + 1

@@ -69,6 +69,8 @@ def _check_tensor(case, what: str, value: Any, expected_shape: tuple, device: st
         _fail(case, f"{what} has dtype {value.dtype}, expected {dtype} (the inputs')")
     if value.device.type != torch.device(device).type:
         _fail(case, f"{what} is on device {value.device}, expected {device}")
+    if value.layout != torch.strided:
+        _fail(case, f"{what} has layout {value.layout}, expected a dense tensor (torch.strided)")
 
 
 def _kind(value: Any, tensor: str = "a tensor") -> str:

@@ -228,6 +228,11 @@ def _case_ids(nodeids) -> set[str]:
     return {i for i in map(_case_id, nodeids) if i is not None}
 
 
+def _is_fuzz_test(nodeid: str) -> bool:
+    path, _, rest = nodeid.partition("::")
+    return Path(path).name == "test_fuzz.py" and rest == "test_fuzz"
+
+
 def _case_id(nodeid: str) -> str | None:
     """The case id of a matrix test's node id, None for any other test."""
     path, _, rest = nodeid.partition("::")
@@ -251,6 +256,7 @@ class ConformanceSession(RunLifecycle):
         self.selected: list[str] | None = None  # case ids selected before sharding
         self._runner = None
         self._expected: set[str] = set()
+        self._fuzzing = False  # the fuzz test was collected with --fuzz-examples > 0
         self._started_at = ""
         self.schedule = None  # the controller's cost model (conformance/schedule.py)
         self._manifest = None  # the resumed run's (--resume)
@@ -277,11 +283,14 @@ class ConformanceSession(RunLifecycle):
         self.selected = list(case_ids)
 
     def collected(self, node_ids: list[str]) -> None:
-        """The tests this process (or an xdist worker) will run: a run that has some begins
-        here (its directory cleared), before the first of them starts."""
-        if self.active and self.is_controller and node_ids:
+        """The tests this process (or an xdist worker) will run: a run that has a case among
+        them, or fuzzing to do, begins here (its directory cleared), before the first starts."""
+        self._fuzzing = self._fuzzing or (self.options.fuzz_examples > 0 and any(
+            _is_fuzz_test(node_id) for node_id in node_ids))
+        case_ids = _case_ids(node_ids)
+        if self.active and self.is_controller and (case_ids or self._fuzzing):
             self.begin_fresh_run()
-        self.expect(_case_ids(node_ids))
+        self.expect(case_ids)
 
     def expect(self, case_ids: set[str]) -> None:
         self._expected |= case_ids
@@ -303,7 +312,7 @@ class ConformanceSession(RunLifecycle):
         return bool(self._expected)
 
     def nothing_selected(self) -> bool:
-        return not (self._expected or self._previously_selected() or self.options.fuzz_examples)
+        return not (self._expected or self._previously_selected() or self._fuzzing)
 
     def empty_part_of_a_selection(self) -> bool:
         """Whether -k / -m selected cases of the whole run and this --shard part holds none of

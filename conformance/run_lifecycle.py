@@ -269,6 +269,13 @@ def _resumable_run(options: opts.RunOptions, recorded: dict, backend):
     if manifest is None:
         raise pytest.UsageError(f"--resume {options.report_dir}: no run's records there "
                                 "(records/run.json is missing); run without --resume")
+    from records.store import set_aside_report
+
+    if set_aside_report(options.report_dir, manifest):
+        raise pytest.UsageError(
+            f"--resume {options.report_dir}: its records are those of the run reported in "
+            f"{options.report_dir / 'previous'}/ (a later run stopped before its first case "
+            "and set it aside); nothing to resume: run without --resume")
     for key in _RESUME_SAME:
         before, now = manifest.options.get(key), recorded.get(key)
         if before != now:

@@ -43,6 +43,7 @@ PREVIOUS_DIR = "previous"
 #: Where set_aside_results keeps what previous/ held, until the run that set it aside selects
 #: a case (forget_superseded) or selects none (restore_set_aside puts both back).
 SUPERSEDED_DIR = ".superseded-previous"
+_EMPTY_RUN = "no-case-run"  # under SUPERSEDED_DIR: the results of no case a new run found
 #: Written into records/ with the results of the store's run (by the run as it ends, or by
 #: ``flexconf recover``): its records are reported, also once results.json is moved away.
 REPORTED_NAME = "reported"
@@ -172,21 +173,30 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     A run that ``resuming`` finishes set the run before it aside when it started, and may have
     left its own partial results (interrupted, or ``flexconf recover``ed): those are removed
     instead, so ``previous/`` keeps the last run before it, not a rendering of its own part.
-    So are the results of a run that recorded no case (stopped before its first case started):
-    they hold nothing, and moved they would push the last real run out of ``previous/``.
+    So are the results of a run that recorded no case (stopped before its first case started,
+    or an empty --shard part): they hold nothing, and moved they would push the last real run
+    out of ``previous/``.
 
     What ``previous/`` held goes to ``SUPERSEDED_DIR`` until the run knows it selected a case
-    (``forget_superseded``) or that it selected none (``restore_set_aside``). One left there by
+    (``forget_superseded``) or that it selected none (``restore_set_aside``), and so do the
+    results of no case a new run finds (a merge still needs an empty part's). One left there by
     a run that died before either is dropped first: the run lock says no run owns it."""
     report_dir = Path(report_dir)
     shutil.rmtree(report_dir / SUPERSEDED_DIR, ignore_errors=True)
     if resuming is not None:  # its results go, and it will record more: none of it is reported
         (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
     earlier = _results_head(report_dir)
-    if earlier.get("records") == 0 or (resuming is not None and resuming.started_at
-                                       and earlier.get("started_at") == resuming.started_at):
+    if resuming is not None and (earlier.get("records") == 0 or (
+            resuming.started_at and earlier.get("started_at") == resuming.started_at)):
         for name in RESULT_FILES:
             (report_dir / name).unlink(missing_ok=True)
+        return []
+    if earlier.get("records") == 0:
+        held = report_dir / SUPERSEDED_DIR / _EMPTY_RUN
+        held.mkdir(parents=True)
+        for name in RESULT_FILES:
+            if (report_dir / name).exists():
+                (report_dir / name).replace(held / name)
         return []
     moved = []
     for name in RESULT_FILES:
@@ -218,6 +228,10 @@ def restore_set_aside(report_dir: str | Path, moved: list[Path]) -> None:
             aside.replace(report_dir / aside.name)
             if (superseded / aside.name).exists():
                 (superseded / aside.name).replace(aside)
+    for name in RESULT_FILES:  # the results of no case it held back
+        held = superseded / _EMPTY_RUN / name
+        if held.exists() and not (report_dir / name).exists():
+            held.replace(report_dir / name)
     shutil.rmtree(superseded, ignore_errors=True)
     try:
         (report_dir / PREVIOUS_DIR).rmdir()  # only where it is empty
@@ -251,6 +265,17 @@ def reported_run(report_dir: str | Path, manifest: RunManifest) -> dict[str, Any
     if manifest.started_at and head.get("started_at") == manifest.started_at:
         return head
     return None
+
+
+def set_aside_report(report_dir: str | Path, manifest: RunManifest) -> bool:
+    """Whether the store's run (``manifest``) reported itself complete and a later run,
+    stopped before its first case, set that report aside into ``previous/``: nothing to recover
+    or resume, its report is ``previous/``'s. (An incomplete one may still be resumed.)"""
+    report_dir = Path(report_dir)
+    head = _results_head(report_dir / PREVIOUS_DIR)
+    return bool(manifest.started_at and head.get("started_at") == manifest.started_at
+                and head.get("complete") is True
+                and (records_dir(report_dir) / REPORTED_NAME).exists())
 
 
 def unreported_run(report_dir: str | Path) -> RunManifest | None:

@@ -69,8 +69,12 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     stopped it): recovering would replace them with an INCOMPLETE rendering of its records.
     What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
     worker recorded after the controller was killed."""
-    from records.store import reported_run
+    from records.store import reported_run, set_aside_report
 
+    if set_aside_report(report_dir, manifest):
+        raise ValueError(f"{report_dir}: its records are those of the run reported in "
+                         f"{report_dir / 'previous'}/ (a later run stopped before its first "
+                         "case and set it aside); nothing to recover: start a new run")
     head = reported_run(report_dir, manifest)
     if head is None or not head.get("finished_at"):
         return

@@ -97,6 +97,6 @@ def _finding(f: Finding) -> dict[str, Any]:
             "new_compile_seconds": side(f.new, "compile_seconds"),
             "old_run_seconds": side(f.old, "run_seconds"),
             "new_run_seconds": side(f.new, "run_seconds"),
-            "message_first_line": first_line(message, len(message)) or None,
+            "message_first_line": first_line(message) or None,
             "message": message or None, "stage_grew_most": stage_json(f.stage),
             "confirmation": f.confirmation.to_json() if f.confirmation else None}

@@ -89,3 +89,12 @@ class DetachedInBackwardMode(_Breaks):
             return real(q.detach(), k.detach(), v.detach(), score_mod, block_mask)
 
         return detached
+
+
+class SparseOutput(_Breaks):
+    """fwd: returns the output as a sparse COO tensor (right shape, dtype and device)."""
+
+    name = "test-sparse-output"
+
+    def breach(self, case, result, *args):
+        return result.to_sparse()

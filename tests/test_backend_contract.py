@@ -33,6 +33,8 @@ def run_in_process(backend, case: Case, tmp_path):
     ("Float32Output", "fwd", "compile",
      "fwd: the output has dtype torch.float32, expected torch.bfloat16 (the inputs');"),
     ("ReshapedOnLaterCalls", "fwd", "run", "fwd: the output has shape [2, 40, 4, 8]"),
+    ("SparseOutput", "fwd", "compile",
+     "fwd: the output has layout torch.sparse_coo, expected a dense tensor (torch.strided);"),
     ("DetachedInBackwardMode", "fwd+bwd", "compile",
      "fwd+bwd: the output does not require grad (it is not connected to q, k, v);"),
 ])

@@ -49,7 +49,9 @@ def test_a_selection_of_no_case_sets_nothing_aside(tmp_path, workers):
     (report / "previous" / "index.html").write_text("<p>the run before</p>")
     _stale_green_run(report)
     before = {path: path.read_bytes() for path in report.rglob("*") if path.is_file()}
-    for selection in (("-k", "nosuchvariant"), ("-m", "nosuchmark")):
+    for selection in (("-k", "nosuchvariant"), ("-m", "nosuchmark"),
+                      ("-k", "test_fuzz"),  # the fuzz test alone, with no examples to draw
+                      ("--fuzz-examples", "3", "-k", "nosuchvariant")):
         proc = run(pytest_args(tmp_path, "cpu-eager", CASES, *workers, *selection))
         assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
         assert "0 cases selected: nothing ran" in proc.stdout + proc.stderr
@@ -321,3 +323,15 @@ def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
     assert str(caught.value) == (
         f"--case-file {str(path)!r}: case 0 is not a valid case spec (the field {missing!r} is "
         "missing); write the fields of Case.to_json (docs/cases.md)")
+
+
+def test_an_empty_shard_parts_results_survive_a_selection_of_no_case(tmp_path):
+    """A merge needs an empty part's results.json; a -k typo run into its directory found
+    them, deleted them (results of no case) and, selecting nothing, had nothing to put back."""
+    empty = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--shard", "2/2"))
+    assert empty.returncode == 5, empty.stdout[-2000:]
+    report = tmp_path / "report"
+    before = (report / "results.json").read_bytes()
+    typo = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--shard", "2/2", "-k", "nosuch"))
+    assert typo.returncode == 4, typo.stdout[-2000:]
+    assert (report / "results.json").read_bytes() == before

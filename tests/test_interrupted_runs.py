@@ -468,3 +468,25 @@ def test_a_new_run_keeps_a_killed_runs_records_until_they_are_recovered(tmp_path
     assert kept.started_at == started_at and not kept.complete
     assert [(r.case_id, r.label) for r in kept.records] == [
         (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
+
+
+def test_a_run_killed_before_its_first_case_leaves_nothing_to_recover_or_resume(tmp_path):
+    """Killed while collecting, it has set the last run aside and not yet cleared the store,
+    which holds the last run's records: recover and --resume must not turn that complete run
+    into an unfinished one."""
+    first = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]))
+    assert first.returncode == 0, first.stdout[-2000:]
+    report = tmp_path / "report"
+    env = _self_signalling_plugin(tmp_path, "pytest_collection", "SIGKILL")
+    killed = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "self_signal"), env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (report / "results.json").exists()  # set aside: the killed run is not that one
+    assert load_results(report / "previous" / "results.json").complete
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert recovered.returncode == 2 and "nothing to recover: start a new run" in \
+        recovered.stderr, recovered.stdout + recovered.stderr
+    resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "--resume", str(report)))
+    assert resumed.returncode == 4 and "nothing to resume: run without --resume" in \
+        resumed.stderr, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    again = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]))
+    assert again.returncode == 0 and load_results(report / "results.json").complete

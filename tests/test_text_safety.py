@@ -75,8 +75,9 @@ def test_a_hostile_message_renders_escaped_in_terminal_results_report_summary_an
         assert RAW.search(text) is None
         assert "\\udc80" in text
     assert "````" not in summary and md_code(TICKS) in summary
-    baseline = replace(results, records=tuple(replace(r, label=Label.PASS, message="")
-                                              for r in results.records))
+    baseline = replace(results, started_at="2026-01-01T00:00:00.000+00:00",  # another run
+                       records=tuple(replace(r, label=Label.PASS, message="")
+                                     for r in results.records))
     write_results(baseline, tmp_path / "baseline.json")
     gate = run([sys.executable, "-m", "conformance.cli", "gate", "--baseline",
                 str(tmp_path / "baseline.json"), "--candidate", str(tmp_path / "candidate.json"),
