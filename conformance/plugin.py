@@ -152,6 +152,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if state.active and state.is_controller:
         if state.nothing_selected() and (exitstatus == pytest.ExitCode.INTERRUPTED
                                          or termination.stopped_by_signal()):
+            state.keep_empty_run_results()
             state.begin_fresh_run()  # stopped, not empty: the earlier run stays set aside
             state.summary_lines.append(  # as flexconf recover says of the same store
                 "interrupted before any case was selected: nothing ran and no results were "

@@ -68,6 +68,14 @@ class RunLifecycle:
         clear_artifacts(report_dir)  # no link may lead to an earlier run's files
         self._write_manifest()
 
+    def keep_empty_run_results(self) -> None:
+        """A run stopped before it selected a case puts back the results of no case it held
+        aside (an empty --shard part's: a merge needs them); a real run stays set aside."""
+        from records.store import restore_held_empty_run
+
+        if self._fresh_run_pending:
+            restore_held_empty_run(self.options.report_dir)
+
     def restore_unselected_run(self) -> None:
         """A run whose -k, -m or --shard selected no case (a usage error) leaves the directory
         as it found it: the results it set aside come back, the store was never cleared."""

@@ -180,9 +180,20 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     What ``previous/`` held goes to ``SUPERSEDED_DIR`` until the run knows it selected a case
     (``forget_superseded``) or that it selected none (``restore_set_aside``), and so do the
     results of no case a new run finds (a merge still needs an empty part's). One left there by
-    a run that died before either is dropped first: the run lock says no run owns it."""
+    a run that died before either is dropped first (the run lock says no run owns it), except
+    the results of no case, which go back first; and a run that ``resuming`` finishes, whose
+    own partial results such a run moved into ``previous/``, gets the run before it back
+    there."""
     report_dir = Path(report_dir)
-    shutil.rmtree(report_dir / SUPERSEDED_DIR, ignore_errors=True)
+    restore_held_empty_run(report_dir)
+    superseded = report_dir / SUPERSEDED_DIR
+    if resuming is not None and resuming.started_at and \
+            _results_head(report_dir / PREVIOUS_DIR).get("started_at") == resuming.started_at:
+        for name in RESULT_FILES:
+            (report_dir / PREVIOUS_DIR / name).unlink(missing_ok=True)
+            if (superseded / name).exists():
+                (superseded / name).replace(report_dir / PREVIOUS_DIR / name)
+    shutil.rmtree(superseded, ignore_errors=True)
     if resuming is not None:  # its results go, and it will record more: none of it is reported
         (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
     earlier = _results_head(report_dir)
@@ -210,6 +221,20 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
             source.replace(target)
             moved.append(target)
     return moved
+
+
+def restore_held_empty_run(report_dir: str | Path) -> None:
+    """Put the results of no case that ``set_aside_results`` held back (an empty --shard
+    part's, which a merge needs) back into the directory, where it has none: for a run that
+    stopped, or died, before it selected a case."""
+    report_dir = Path(report_dir)
+    held = report_dir / SUPERSEDED_DIR / _EMPTY_RUN
+    if not held.is_dir() or any((report_dir / name).exists() for name in RESULT_FILES):
+        return
+    for name in RESULT_FILES:
+        if (held / name).exists():
+            (held / name).replace(report_dir / name)
+    shutil.rmtree(held, ignore_errors=True)
 
 
 def forget_superseded(report_dir: str | Path) -> None:

@@ -335,3 +335,34 @@ def test_an_empty_shard_parts_results_survive_a_selection_of_no_case(tmp_path):
     typo = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--shard", "2/2", "-k", "nosuch"))
     assert typo.returncode == 4, typo.stdout[-2000:]
     assert (report / "results.json").read_bytes() == before
+
+
+def test_a_run_that_dies_before_its_selection_keeps_an_empty_parts_results_and_the_run_before(
+        tmp_path):
+    """Store-level, the paths a run stopped or killed during collection takes."""
+    from records.store import RunManifest, restore_held_empty_run
+
+    def results(where, started: str, records: int, complete: bool = True):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "results.json").write_text(json.dumps(
+            {"started_at": started, "finished_at": "x", "complete": complete,
+             "records": [{}] * records}))
+        (where / "index.html").write_text(started)
+
+    part = tmp_path / "part"  # an empty --shard part; a rerun stopped during collection
+    results(part, "E", 0)
+    set_aside_results(part)
+    restore_held_empty_run(part)  # the interrupted run's end (keep_empty_run_results)
+    assert (part / "index.html").read_text() == "E"
+    set_aside_results(part)  # a rerun killed (SIGKILL) during collection ...
+    set_aside_results(part)  # ... and the run after it finds the held results and holds them
+    restore_held_empty_run(part)
+    assert (part / "index.html").read_text() == "E"
+
+    run_dir = tmp_path / "run"  # Z complete, A stopped (SIGTERM), B killed in collection
+    results(run_dir / "previous", "Z", 3)
+    results(run_dir, "A", 1, complete=False)
+    set_aside_results(run_dir)  # B
+    set_aside_results(run_dir, resuming=RunManifest("A", "v", {}, ["c1", "c2"]))  # --resume A
+    assert (run_dir / "previous" / "index.html").read_text() == "Z"  # not A's own part
+    assert not (run_dir / "results.json").exists()
