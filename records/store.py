@@ -253,10 +253,7 @@ def restore_set_aside(report_dir: str | Path, moved: list[Path]) -> None:
             aside.replace(report_dir / aside.name)
             if (superseded / aside.name).exists():
                 (superseded / aside.name).replace(aside)
-    for name in RESULT_FILES:  # the results of no case it held back
-        held = superseded / _EMPTY_RUN / name
-        if held.exists() and not (report_dir / name).exists():
-            held.replace(report_dir / name)
+    restore_held_empty_run(report_dir)  # the results of no case it held back instead
     shutil.rmtree(superseded, ignore_errors=True)
     try:
         (report_dir / PREVIOUS_DIR).rmdir()  # only where it is empty

@@ -127,7 +127,7 @@ def _fmt_fact(key: str, value: Any) -> str:
 def run_title(results: RunResults) -> str:
     """``FlexAttention conformance: neuron · full``, with what narrowed the run where
     something did, so a part never reads as the whole: ``cpu-eager · smoke · -k 'causal' ·
-    shard 1/2 · 8 of 96 cases`` (a case file replaces the profile and matrix)."""
+    shard 1/2 · 8 cases`` (a case file replaces the profile and matrix)."""
     from records.selection import selection_of
 
     options = results.options

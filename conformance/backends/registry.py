@@ -38,25 +38,25 @@ def registered() -> dict[str, str]:
     """Every backend known by name: built-ins, then installed plugins (name -> target). A
     plugin's name that is taken already (by a built-in, or an earlier plugin) is not used:
     ``shadowed`` says which."""
-    names = dict(BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        names.setdefault(ep.name, ep.value)
-    return names
+    return _registry()[0]
 
 
 def shadowed() -> list[str]:
     """One line per installed plugin entry point whose name another backend holds (it can
     still be run as ``package.module:object``)."""
-    names = dict(BUILTIN)
-    lines = []
+    return _registry()[1]
+
+
+def _registry() -> tuple[dict[str, str], list[str]]:
+    names, unused = dict(BUILTIN), []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in names and names[ep.name] != ep.value:
             holder = "the built-in" if ep.name in BUILTIN else names[ep.name]
-            lines.append(f"plugin entry point {ep.name} = {ep.value!r} is not used: "
-                         f"{ep.name!r} is {holder}; rename it, or run it as "
-                         f"--backend {ep.value}")
+            unused.append(f"plugin entry point {ep.name} = {ep.value!r} is not used: "
+                          f"{ep.name!r} is {holder}; rename it, or run it as "
+                          f"--backend {ep.value}")
         names.setdefault(ep.name, ep.value)
-    return lines
+    return names, unused
 
 
 def load_backend(spec: str) -> Backend:
