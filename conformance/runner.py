@@ -117,7 +117,8 @@ class Runner:
             from reports.junit import junit_properties
 
             properties.extend(junit_properties(record))
-        outcome(record, self._xfail_reason(record))
+        outcome(record, record.expected_failure and
+                f"known {record.label.value}: {record.expected_failure}")
         return record
 
     def record_case(self, case: Case, record_id: str | None = None) -> Record:
@@ -136,15 +137,19 @@ class Runner:
                             worker=self.worker, started_at=started_at, finished_at=now_iso())
         if record_id:
             record = replace(record, case_id=record_id)
+        record = replace(record, expected_failure=self._expected_failure(record))
         self.writer.finished(record)
         return record
 
-    def _xfail_reason(self, record: Record) -> str | None:
+    def _expected_failure(self, record: Record) -> str | None:
+        """The reason ``--expectations`` gives when ``record`` failed with exactly the label
+        it lists for the case (None otherwise: a pass, or another failure, is not excused)."""
         if self.expectations is None or record.label in (Label.PASS, Label.UNSUPPORTED):
             return None
-        from reports.expectations import xfail_reason
+        from reports.expectations import known_failure_reason
 
-        return xfail_reason(self.expectations, self.backend_name, record.case_id, record.label)
+        return known_failure_reason(self.expectations, self.backend_name, record.case_id,
+                                    record.label)
 
     def close(self) -> None:
         self.executor.close()

@@ -36,6 +36,8 @@ class Record:
     (kept for failed cases, or for all with ``--keep-artifacts``). ``performance``: the mask's
     density and block density, the visible pairs, the flops of one call on them and the
     achieved throughput at ``run_seconds`` (cases/density.py says how each is counted).
+    ``expected_failure``: the reason ``--expectations`` gives, when the case failed with
+    exactly the label an entry lists for it (pytest says xfail); None otherwise.
     """
 
     case_id: str
@@ -54,10 +56,13 @@ class Record:
     worker: str = ""
     started_at: str = ""
     finished_at: str = ""
+    expected_failure: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("case_id", "message", "worker"):
+        for name in ("case_id", "message", "worker", "expected_failure"):
             value = getattr(self, name)
+            if value is None:
+                continue
             cleaned = clean_text(value)
             if cleaned != value:
                 object.__setattr__(self, name, cleaned)

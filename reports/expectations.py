@@ -88,15 +88,15 @@ def expected_label(expectations: Expectations | None, backend: str,
     return (entry.label, entry.reason) if entry else None
 
 
-def xfail_reason(expectations: Expectations | None, backend: str, case_id: str,
-                 label: Label | str) -> str | None:
-    """For the pytest plugin: the xfail reason when ``label`` is exactly the expected failure
-    of this case, else None (a different failure, or a pass, is not excused)."""
+def known_failure_reason(expectations: Expectations | None, backend: str, case_id: str,
+                         label: Label | str) -> str | None:
+    """The reason of the entry that lists exactly this failure (``label``) of ``case_id`` on
+    ``backend``, else None: a pass, or a failure with another label, is not excused. The pytest
+    plugin makes such a case xfail, and its record says so (``Record.expected_failure``)."""
     expected = expected_label(expectations, backend, case_id)
     if expected is None or expected[0] is not Label(label):
         return None
-    entry_reason = expected[1]
-    return f"known {expected[0].value}: {entry_reason}"
+    return expected[1]
 
 
 def load_expectations(path: str | Path) -> Expectations:

@@ -24,8 +24,9 @@ from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, 
                                 metrics_items, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
 from records.results import Label, Record, RunResults
-from reports.summary import (comparison_line, conforms, label_counts, non_passing,
-                             rerun_command, summary_markdown, verdict_line)
+from reports.summary import (comparison_line, conforms, known_text, label_counts,
+                             non_passing, rerun_command, summary_markdown, verdict_line)
+from reports.summary import failing as failing_records
 
 TEMPLATES = Path(__file__).with_name("templates")
 #: A message longer than this is cut in the report (results.json keeps all of it).
@@ -63,7 +64,7 @@ def _template() -> jinja2.Template:
         autoescape=True, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True)
     env.globals.update(fmt_seconds=fmt_seconds, metric_text=metric_text,
-                       breakdown_text=breakdown_text,
+                       breakdown_text=breakdown_text, known_text=known_text,
                        seq_text=seq_text, codes={label.value: label.short for label in Label},
                        label_css=label_css())
     return env.get_template("index.html.j2")
@@ -129,6 +130,8 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         anatomy=build_anatomy(main.records),
         performance=_performance_view(main.records),
         failures=failures, failing_ids={r.case_id for r in failing},
+        failing_count=len(failing_records(main)),
+        with_expectations=bool(main.options.get("expectations")),
         records=main.records,
         counts={k.value: v for k, v in label_counts(main.records).items()},
         labels=[(label.value, label.short, label.meaning) for label in Label],

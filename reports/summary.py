@@ -34,6 +34,10 @@ def verdict_line(results: RunResults) -> str:
     head = Label.COMPILED if is_compile_pass(results) else Label.PASS
     parts = [f"{counts.get(head, 0)}/{len(results.records)} {head.value}"]
     parts += [f"{n} {label.value}" for label, n in counts.items() if label is not head]
+    failures = failing(results)
+    if results.options.get("expectations") and failures:
+        known = sum(1 for r in failures if r.expected_failure)
+        parts.append(f"{known} of {len(failures)} failures known")
     if head is Label.COMPILED:
         parts.append("compile-only pass, numbers not judged")
     if not results.records:
@@ -55,8 +59,24 @@ def conforms(results: RunResults) -> bool:
 
 
 def non_passing(results: RunResults) -> list[Record]:
-    """Every record whose label is not PASS (nor COMPILED), in case order."""
-    return [r for r in results.records if r.label not in (Label.PASS, Label.COMPILED)]
+    """Every record whose label is not PASS (nor COMPILED): the failures in case order, then
+    the UNSUPPORTED cases, so a cut list shows the failures first."""
+    return failing(results) + unsupported(results)
+
+
+def failing(results: RunResults) -> list[Record]:
+    """The records that keep a run from conforming (not PASS, COMPILED, UNSUPPORTED)."""
+    return [r for r in results.records
+            if r.label not in (Label.PASS, Label.COMPILED, Label.UNSUPPORTED)]
+
+
+def unsupported(results: RunResults) -> list[Record]:
+    return [r for r in results.records if r.label is Label.UNSUPPORTED]
+
+
+def known_text(record: Record) -> str:
+    """How a failure stands against ``--expectations``: ``known: REASON`` or ``not listed``."""
+    return f"known: {record.expected_failure}" if record.expected_failure else "not listed"
 
 
 def rerun_command(results: RunResults, case_id: str) -> str:
@@ -175,6 +195,25 @@ def comparison_line(comparison: Comparison) -> str:
     ])
 
 
+def _failing_table(results: RunResults) -> list[str]:
+    rows = failing(results)
+    if not rows:
+        return []
+    with_known = bool(results.options.get("expectations"))
+    header = ["case", "label"] + (["expectations"] if with_known else []) + ["compile", "message"]
+    return [f"### Failing ({len(rows)})", ""] + md_table(header, [
+        [md_code(r.case_id), r.label.value] + ([md_text(first_line(known_text(r), 100))]
+                                                if with_known else [])
+        + [fmt_seconds(r.compile_seconds), md_text(first_line(r.message, 160))]
+        for r in rows[:SUMMARY_MAX_FAILURES]]) + _more(len(rows))
+
+
+def _more(count: int) -> list[str]:
+    if count > SUMMARY_MAX_FAILURES:
+        return ["", f"... and {count - SUMMARY_MAX_FAILURES} more: see index.html.", ""]
+    return [""]
+
+
 def summary_markdown(results: RunResults, comparison: Comparison | None = None,
                      against: str = "the baseline") -> str:
     """The text of summary.md: verdict, counts per label, comparison, the failures."""
@@ -194,16 +233,14 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
                     [md_code(c.case_id), c.before_text, c.after_text]
                     for c in changes[:SUMMARY_MAX_FAILURES]])
                 lines.append("")
-    failing = non_passing(results)
-    if failing:
-        lines += [f"### Not passing ({len(failing)})", ""]
-        lines += md_table(["case", "label", "compile", "message"], [
-            [md_code(r.case_id), r.label.value, fmt_seconds(r.compile_seconds),
-             md_text(first_line(r.message, 160))]
-            for r in failing[:SUMMARY_MAX_FAILURES]])
-        if len(failing) > SUMMARY_MAX_FAILURES:
-            lines += ["", f"... and {len(failing) - SUMMARY_MAX_FAILURES} more: see index.html."]
-        lines.append("")
+    lines += _failing_table(results)
+    skipped = unsupported(results)
+    if skipped:
+        lines += [f"### Unsupported ({len(skipped)})", ""]
+        lines += md_table(["case", "reason"], [
+            [md_code(r.case_id), md_text(first_line(r.message, 160))]
+            for r in skipped[:SUMMARY_MAX_FAILURES]])
+        lines += _more(len(skipped))
     from reports.performance import DENSE_THRESHOLD, case_performance
 
     dense = [row for row in case_performance(results.records) if row.dense]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conformance.cli import main
 from reports.expectations import (ExpectationsError, expected_label, load_expectations,
-                                  parse_expectations, xfail_reason)
+                                  known_failure_reason, parse_expectations)
 from reports.expectations_update import TRIAGE_HEADING, toml_string, update_expectations
 from reports.junit import junit_properties
 from records.results import Label, write_results
@@ -54,12 +54,12 @@ def test_exact_id_wins_over_glob_and_backends_are_globs():
     assert expected_label(None, "neuron", A) is None
 
 
-def test_xfail_reason_only_for_exactly_the_expected_label():
+def test_a_failure_is_known_only_with_exactly_the_expected_label():
     known = parse_expectations(GOOD)
-    assert xfail_reason(known, "neuron", A, "MISMATCH") == "known MISMATCH: softmax rounding"
-    assert xfail_reason(known, "neuron", A, Label.CRASH) is None
-    assert xfail_reason(known, "neuron", A, Label.PASS) is None
-    assert xfail_reason(known, "cpu-eager", A, Label.MISMATCH) is None
+    assert known_failure_reason(known, "neuron", A, "MISMATCH") == "softmax rounding"
+    assert known_failure_reason(known, "neuron", A, Label.CRASH) is None
+    assert known_failure_reason(known, "neuron", A, Label.PASS) is None
+    assert known_failure_reason(known, "cpu-eager", A, Label.MISMATCH) is None
 
 
 @pytest.mark.parametrize("entry, message", [

@@ -167,6 +167,11 @@ def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     assert "[MISMATCH] known MISMATCH: row doubled on purpose" in proc.stdout
     results = load_results(tmp_path / "report" / "results.json")
     assert [r.label for r in results.records] == [Label.PASS, Label.MISMATCH]
+    assert [r.expected_failure for r in results.records] == [None, "row doubled on purpose"]
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "1 MISMATCH · 1 of 1 failures known** (❌ does not conform)" in summary
+    assert "| MISMATCH | known: row doubled on purpose |" in summary
+    assert "known: row doubled on purpose" in (tmp_path / "report" / "index.html").read_text()
 
 
 @pytest.mark.slow

@@ -329,3 +329,34 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
     empty_part = replace(empty, options={**empty.options, "shard": "2/2"})
     assert verdict_line(empty_part) == "no case ran (no selected case is in this shard)"
     assert "❌ does not conform" in summary_markdown(empty_part)
+
+
+def test_failures_come_before_unsupported_cases_and_the_known_ones_say_so(tmp_path):
+    """On a backend with many UNSUPPORTED cases (Neuron without backward), summary.md's cut
+    list must still show every failure; with --expectations, each failure says whether it is
+    a known one, and the verdict line counts them."""
+    from reports.summary import SUMMARY_MAX_FAILURES, summary_markdown
+
+    skipped = [record(case_id(seq=64 * (i + 1)), Label.UNSUPPORTED, message="no backward")
+               for i in range(SUMMARY_MAX_FAILURES + 5)]
+    known = replace(record(case_id("alibi", seq=128), Label.MISMATCH, message="off by 2x"),
+                    expected_failure="bias <sign> flipped")
+    new = record(case_id("alibi", seq=256), Label.CRASH, message="SIGSEGV")
+    results = run(skipped + [known, new])
+    results = replace(results, options={**results.options, "expectations": "known.toml"})
+    summary = summary_markdown(results)
+    assert "1 CRASH · 35 UNSUPPORTED · 1 of 2 failures known**" in summary
+    failing_part, _, unsupported_part = summary.partition("### Unsupported (35)")
+    assert "### Failing (2)" in failing_part
+    assert f"| `{new.case_id}` | CRASH | not listed |" in failing_part
+    assert "| MISMATCH | known: bias &lt;sign&gt; flipped |" in failing_part
+    assert unsupported_part.count("| no backward |") == SUMMARY_MAX_FAILURES
+    assert "... and 5 more: see index.html." in unsupported_part
+    without = summary_markdown(run(skipped + [new]))
+    assert "failures known" not in without and "not listed" not in without
+
+    write_report(results, tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert "Not passing (37: 2 failing, 35 unsupported)" in page
+    assert page.index(f'id="fail:{new.case_id}"') < page.index(f'id="fail:{skipped[0].case_id}"')
+    assert "known: bias &lt;sign&gt; flipped" in page
