@@ -3,7 +3,9 @@
 Rough on purpose, and erring high: a case counts what its child allocates (inputs, output,
 block mask, the score matrix an unfused eager path materialises, compiler working memory)
 plus what the parent holds for the verdict (float64 golden, baseline, observed output, and the
-reference's bounded chunk workspace). ``create_block_mask`` evaluates the mask over the whole
+reference's bounded chunk workspace), and the host copies of the results of a backend whose
+timed calls each give another answer (every one is kept and judged: conformance/child.py).
+``create_block_mask`` evaluates the mask over the whole
 [B?, H?, Sq, Skv] grid in several temporaries, measured here at ~9 bytes per element; which
 of B and H the grid has follows what the mask depends on (``block_mask_batch_heads``).
 """
@@ -45,6 +47,20 @@ def block_mask_batch_heads(shape: Shape,
     return batch, heads
 
 
+def result_bytes(case: Case) -> int:
+    """Bytes of one call's result: the output, and with a backward dQ, dK and dV."""
+    q, kv, _ = tensor_bytes(case)
+    return (q if case.mode == "fwd" else 2 * q + kv) * _DTYPE_BYTES[case.dtype]
+
+
+def kept_results_bytes(case: Case, timed_runs: int) -> int:
+    """The results a case keeps beyond the one each side's estimate counts, at worst (a
+    nondeterministic backend, whose every timed call gives another answer): the child holds
+    the first call's host copy and one per timed call, the parent loads one per timed call
+    too. None in a compile-only pass (``timed_runs`` 0)."""
+    return (2 * timed_runs + 1) * result_bytes(case) if timed_runs > 0 else 0
+
+
 def child_peak_bytes(case: Case, compiled: bool,
                      mask_depends_on: frozenset[str] = frozenset()) -> int:
     q, kv, scores = tensor_bytes(case)
@@ -75,10 +91,12 @@ def parent_peak_bytes(case: Case) -> int:
 
 
 def case_peak_bytes(case: Case, compiled: bool,
-                    mask_depends_on: frozenset[str] = frozenset()) -> int:
+                    mask_depends_on: frozenset[str] = frozenset(), timed_runs: int = 3) -> int:
     """Estimated bytes a case needs at its peak, child and parent together; ``mask_depends_on``
-    are the index arguments its mask depends on (cases.pointwise.mask_dependence)."""
-    return child_peak_bytes(case, compiled, mask_depends_on) + parent_peak_bytes(case)
+    are the index arguments its mask depends on (cases.pointwise.mask_dependence);
+    ``timed_runs`` bounds the results kept when the calls differ (0: a compile-only pass)."""
+    return (child_peak_bytes(case, compiled, mask_depends_on) + parent_peak_bytes(case)
+            + kept_results_bytes(case, timed_runs))
 
 
 def relative_cost(case: Case) -> float:

@@ -95,7 +95,8 @@ class Executor:
             mask_depends_on = _mask_dependence(case)
         except PointwiseModError as exc:  # a mod flex_attention cannot run either
             return self._record(case, Label.HARNESS_ERROR, str(exc), started_at)
-        estimate = case_peak_bytes(case, self.backend.compiled, mask_depends_on)
+        estimate = case_peak_bytes(case, self.backend.compiled, mask_depends_on,
+                                   0 if self.settings.compile_only else self.settings.timed_runs)
         if self.gate is None:
             return self._execute(case, started_at)
         with self.gate.reserve(estimate, f"{self.worker} {case.id}"):

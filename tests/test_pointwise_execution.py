@@ -86,6 +86,20 @@ def test_the_memory_estimate_follows_what_the_mask_depends_on():
     assert estimate(v.alibi()) == causal  # a score mod that reads h: no per-head grid
 
 
+def test_the_memory_estimate_counts_the_results_a_nondeterministic_backend_keeps():
+    """Every timed call whose result differs from the first is kept (child) and loaded
+    (parent) to be judged: the estimate counts them at worst, and none in a compile-only pass."""
+    from conformance.estimates import result_bytes
+
+    case = Case(v.causal(), Shape(4, 8, 8, 8192, 8192, 128), "bf16", "fwd+bwd")
+    assert result_bytes(case) == 4 * 64 << 20  # output, dQ, dK, dV: 64 MiB each
+    three = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=3)
+    five = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=5)
+    compile_only = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=0)
+    assert five - three == 2 * 2 * result_bytes(case)
+    assert three - compile_only == 7 * result_bytes(case)
+
+
 class RecordingGate:
     def __init__(self):
         self.reserved: list[int] = []
@@ -111,7 +125,8 @@ def test_the_executor_reserves_the_estimate_of_what_the_mask_depends_on():
     finally:
         executor.close()
     assert record.label is Label.PASS, record.message
-    assert gate.reserved == [case_peak_bytes(case, False, frozenset({"h", "q_idx", "kv_idx"}))]
+    assert gate.reserved == [case_peak_bytes(case, False, frozenset({"h", "q_idx", "kv_idx"}),
+                                             Settings().timed_runs)]
 
 
 # -- bad input: mods that vmap (and so flex_attention) cannot run ---------------------------
