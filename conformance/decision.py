@@ -58,6 +58,9 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     if differing:  # said only where a later call's result was not the first call's
         metrics = {**(metrics or {}), "differing_calls": [n for n, _ in differing],
                    "failing_calls": _failing_calls(judged, results.calls)}
+        masked = _masked_answer_calls(judged, results.calls)
+        if masked:
+            metrics["masked_answer_calls"] = masked
     if not failing:
         return Decision(Label.PASS, "", metrics, observed)
     calls = _calls_text(metrics["failing_calls"], results.calls) if differing else ""
@@ -69,6 +72,15 @@ def _failing_calls(judged: list, calls: int) -> list[int]:
     first call's, bit for bit) fails where the first call does."""
     verdicts = {n: verdict.passed for n, verdict, _ in judged}
     return [n for n in range(1, calls + 1) if not verdicts.get(n, verdicts[1])]
+
+
+def _masked_answer_calls(judged: list, calls: int) -> list[int]:
+    """The numbers of every call whose result took the fully masked answer on rows a score mod
+    hides by overflow (the report notes such passes), counted like ``_failing_calls``."""
+    from reports.summary import took_masked_answer
+
+    took = {n: took_masked_answer(verdict.metrics or {}) for n, verdict, _ in judged}
+    return [n for n in range(1, calls + 1) if took.get(n, took[1])]
 
 
 def _calls_text(failing: list[int], calls: int) -> str:

@@ -160,17 +160,21 @@ def _word(text) -> str:
     return shlex.quote(one_line(text))
 
 
-def masked_answer_cases(records) -> list[str]:
-    """Ids of the passing records whose verdict took the fully masked answer somewhere, on
-    rows a score mod hides by overflow (reference/overflow_rows.py; the verdict's metrics)."""
-    def took(metrics: dict) -> bool:
-        return bool(metrics.get("overflow_rows_zero")) \
-            or bool((metrics.get("lse") or {}).get("overflow_rows_minus_inf")) \
-            or any((metrics.get(name) or {}).get("as_masked_overflow")
-                   for name in ("dq", "dk", "dv"))
+def took_masked_answer(metrics: dict) -> bool:
+    """Whether a verdict (its metrics) took the fully masked answer somewhere, on rows a score
+    mod hides by overflow (reference/overflow_rows.py); ``masked_answer_calls`` names the calls
+    that did where a case's calls gave different results (conformance/decision.py)."""
+    return bool(metrics.get("overflow_rows_zero")) \
+        or bool((metrics.get("lse") or {}).get("overflow_rows_minus_inf")) \
+        or any((metrics.get(name) or {}).get("as_masked_overflow")
+               for name in ("dq", "dk", "dv")) \
+        or bool(metrics.get("masked_answer_calls"))
 
-    return [r.case_id for r in records
-            if r.label is Label.PASS and isinstance(r.metrics, dict) and took(r.metrics)]
+
+def masked_answer_cases(records) -> list[str]:
+    """Ids of the passing records whose verdict took the fully masked answer somewhere."""
+    return [r.case_id for r in records if r.label is Label.PASS
+            and isinstance(r.metrics, dict) and took_masked_answer(r.metrics)]
 
 
 def comparison_line(comparison: Comparison) -> str:

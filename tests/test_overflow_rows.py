@@ -272,3 +272,29 @@ def test_the_masked_answer_survives_the_reference_cache(tmp_path):
         assert set(ref.masked_overflow.grads) == {"dq", "dk", "dv"}
     assert torch.equal(golden.masked_overflow.grads["dv"], first.masked_overflow.grads["dv"])
     assert golden.masked_overflow.row_noise is not None
+
+
+def test_a_later_call_that_took_the_fully_masked_answer_is_noted(tmp_path):
+    """A backend whose calls differ is judged on each: a pass where only a later call took the
+    fully masked answer still gets the report's oracle note (masked_answer_calls)."""
+    from conformance.decision import decide
+    from conformance.protocol import Observation, Outcome, Phase, save_output
+    from records.results import Record
+    from reports.summary import masked_answer_cases, took_masked_answer
+
+    case = _case("1e30", "fp16")
+    inputs = make_inputs(case, 0)
+    golden, baseline = reference_pair(case, inputs)
+    exact = _eager(case, inputs)
+    masked = _as_fully_masked(exact, pv.padded_rows(case))
+    assert not took_masked_answer(judge(case, golden, baseline, exact).metrics)
+    path = str(tmp_path / "output.pt")
+    save_output(path, {"out": exact.out, "lse": exact.lse},
+                [(3, {"out": masked.out, "lse": masked.lse})], 4)
+    decision = decide(case, Observation(Outcome.OK, Phase.RUN, output_path=path),
+                      (golden, baseline))
+    assert decision.label is Label.PASS, decision.message
+    assert decision.metrics["differing_calls"] == [3]
+    assert decision.metrics["masked_answer_calls"] == [3]
+    record = Record(case.id, Label.PASS, metrics=decision.metrics)
+    assert masked_answer_cases([record]) == [case.id]
