@@ -30,6 +30,7 @@ def run(args) -> int:
     from conformance.executor import Executor, Settings
     from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
+    from conformance.run_info import matrix_path
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
 
@@ -58,7 +59,7 @@ def run(args) -> int:
         options["backend_pythonpath"] = pythonpath
     paths = write_outcome(result, Path(args.out), run_environment(backend, 1), options)
     smallest = result.smallest
-    rerun = ["pytest conformance/", f"--backend {shlex.quote(args.backend)}",
+    rerun = [f"pytest {shlex.quote(matrix_path())}", f"--backend {shlex.quote(args.backend)}",
              f"--case-file {shlex.quote(str(paths['spec']))}"] + ([f"--seed {seed}"] if seed else [])
     budget = f" (stopped at --max-cases {args.max_cases})" if result.out_of_budget else ""
     print(f"original  {result.original.case_id}: {result.original.label.value}")

@@ -128,10 +128,11 @@ def rerun_command(spec_path: Path, backend: str, seed: int) -> str:
     """The command that runs a saved failure again through the matrix (a ``module:object``
     backend with the PYTHONPATH it was imported from, as the report's rerun commands)."""
     from conformance.backends.registry import import_root
+    from conformance.run_info import matrix_path
 
     root = import_root(backend)
     parts = [f"PYTHONPATH={shlex.quote(root)}"] if root else []
-    parts += ["pytest conformance/", f"--backend {shlex.quote(backend)}",
+    parts += [f"pytest {shlex.quote(matrix_path())}", f"--backend {shlex.quote(backend)}",
               f"--case-file {shlex.quote(str(spec_path))}"]
     if seed:
         parts.append(f"--seed {seed}")

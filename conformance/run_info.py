@@ -11,6 +11,20 @@ from typing import Any, Sequence
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def matrix_path(cwd: str | Path | None = None) -> str:
+    """The suite's ``conformance/`` directory as a pytest argument from ``cwd`` (default: the
+    current directory): ``conformance/`` from the checkout's root, relative below it, absolute
+    from anywhere else, so a printed command runs where it is printed."""
+    import os
+
+    here = Path(cwd or os.getcwd()).resolve()
+    target = REPO_ROOT / "conformance"
+    try:
+        return f"{target.relative_to(here)}/"
+    except ValueError:
+        return f"{target}/"
+
+
 @lru_cache(maxsize=1)
 def suite_version() -> str:
     """The installed package version, else the one in pyproject.toml of this checkout."""

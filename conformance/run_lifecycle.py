@@ -138,6 +138,9 @@ class RunLifecycle:
     def _recorded_options(self) -> dict:
         options = self.options.to_record()
         options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
+        from conformance.run_info import matrix_path
+
+        options["matrix_path"] = matrix_path()  # what the rerun commands name, from here
         if ":" in self.options.backend:
             from conformance.backends.registry import import_root
 

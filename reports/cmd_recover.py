@@ -39,6 +39,7 @@ def _recover(report_dir: Path) -> int:
     from records.results import load_results
     from records.store import merge_records, read_manifest, records_dir, write_run
     from reports.render import write_report
+    from conformance.run_info import matrix_path
     from reports.summary import resume_command
 
     manifest = read_manifest(report_dir)
@@ -60,7 +61,7 @@ def _recover(report_dir: Path) -> int:
     print(f"recovered {finished} finished of {len(selected)} selected cases"
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
           + f": {report_dir / 'index.html'}")
-    print(f"finish it: {resume_command(results, report_dir)}")
+    print(f"finish it: {resume_command(results, report_dir, matrix_path())}")
     return 0
 
 

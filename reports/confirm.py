@@ -112,7 +112,7 @@ def run_pytest(side: Side, case_ids: list[str], report_dir: Path) -> RunResults 
     """One rerun: ``python -m pytest conformance/ ... --case-id ...`` from the suite's root
     (reports/confirm_plan.py has checked that it is there). A rerun that recorded another
     release than its side's run gives no figures."""
-    _, args = rerun_args(side.results, case_ids, str(report_dir.resolve()))
+    _, args = rerun_args(side.results, case_ids, str(report_dir.resolve()), "conformance/")
     opts = side.results.options
     budget = (float(opts.get("compile_timeout") or 600) + float(opts.get("run_timeout") or 300)
               ) * len(case_ids) + RERUN_MARGIN_SECONDS

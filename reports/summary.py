@@ -89,22 +89,24 @@ def rerun_command(results: RunResults, case_id: str) -> str:
                     + ["pytest"] + [_word(arg) for arg in args])
 
 
-def rerun_args(results: RunResults, case_ids, report_dir: str | None = None
-               ) -> tuple[dict[str, str], list[str]]:
+def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
+               matrix: str | None = None) -> tuple[dict[str, str], list[str]]:
     """What ``rerun_command`` runs, for a subprocess: the environment it adds and the
-    arguments after ``pytest`` (run from the suite's root), rerunning exactly ``case_ids``
-    into ``report_dir`` (default: the run's report directory with ``-rerun`` appended)."""
-    env, args = _run_args(results)
+    arguments after ``pytest`` (run from where the run started, or from where ``matrix`` is
+    the ``conformance/`` directory), rerunning exactly ``case_ids`` into ``report_dir``
+    (default: the run's report directory with ``-rerun`` appended)."""
+    env, args = _run_args(results, matrix)
     for case_id in case_ids:
         args += ["--case-id", case_id]
     args += ["--report-dir", report_dir or _rerun_dir(results.options.get("report_dir"))]
     return env, args
 
 
-def resume_command(results: RunResults, report_dir) -> str:
+def resume_command(results: RunResults, report_dir, matrix: str | None = None) -> str:
     """The command that finishes the interrupted run ``results`` in ``report_dir`` with the
-    run's own options (``--resume``; its shard's ``--shard``), from the suite's root."""
-    env, args = _run_args(results)
+    run's own options (``--resume``; its shard's ``--shard``), from the directory the run
+    started in, or from where ``matrix`` (the ``conformance/`` argument) is right."""
+    env, args = _run_args(results, matrix)
     if results.options.get("shard"):
         args += ["--shard", str(results.options["shard"])]
     args += ["--resume", str(report_dir)]
@@ -112,12 +114,16 @@ def resume_command(results: RunResults, report_dir) -> str:
                     + ["pytest"] + [_word(arg) for arg in args])
 
 
-def _run_args(results: RunResults) -> tuple[dict[str, str], list[str]]:
+def _run_args(results: RunResults, matrix: str | None = None
+              ) -> tuple[dict[str, str], list[str]]:
     """The environment and the arguments after ``pytest`` that select and judge as the run
-    did (backend, profile, matrix, case modules and file, seed, budgets, timed runs, cache)."""
+    did (backend, profile, matrix, case modules and file, seed, budgets, timed runs, cache).
+    The matrix is ``matrix``, else the ``conformance/`` the run named from where it started
+    (``options.matrix_path``; files before it: ``conformance/``, from the suite's root)."""
     opts = results.options
     backend, env = rerun_backend(results)
-    args = ["conformance/", "--backend", backend, "--profile", str(opts.get("profile", "?"))]
+    args = [matrix or str(opts.get("matrix_path") or "conformance/"), "--backend", backend,
+            "--profile", str(opts.get("profile", "?"))]
     if opts.get("matrix") not in (None, "core"):
         args += ["--matrix", str(opts["matrix"])]
     for module in opts.get("cases_modules") or []:

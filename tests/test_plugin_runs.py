@@ -40,8 +40,8 @@ def pytest_args(tmp_path: Path, backend: str, cases, *extra: str) -> list[str]:
             "--report-dir", str(tmp_path / "report"), "--reference-cache", "none", *extra]
 
 
-def run(args, env=None, timeout=300, **popen) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+def run(args, env=None, timeout=300, cwd=REPO, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=env or clean_env(), **popen)
 
 
@@ -212,3 +212,34 @@ def test_bad_phase_and_device_check_values_are_usage_errors(tmp_path):
     assert proc.returncode == 4
     assert "--phase compile fills the warm cache, but --compile-cache is cold" in proc.stderr
     assert not (tmp_path / "report" / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_a_run_started_outside_the_checkout_prints_rerun_commands_that_run_there(tmp_path):
+    """The report's rerun command names the matrix as the run did, from where it started: run
+    as printed from that directory, it reruns the case (before, `pytest conformance/` ran only
+    from the checkout's root)."""
+    import shlex
+
+    from conformance.run_info import matrix_path
+    from reports.summary import rerun_command
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "cases.json").write_text(json.dumps([c.to_json() for c in CASES[:2]]))
+    args = [sys.executable, "-m", "pytest", f"{REPO}/conformance/", "-p", "no:cacheprovider",
+            "--backend", "tests.fault_backends:WrongNumbers", "--case-file", "cases.json",
+            "--report-dir", "report", "--reference-cache", "none"]
+    proc = run(args, cwd=elsewhere)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = load_results(elsewhere / "report" / "results.json")
+    assert results.options["matrix_path"] == f"{REPO}/conformance/" == matrix_path(elsewhere)
+    assert matrix_path(REPO) == "conformance/"
+    assert matrix_path(REPO.parent) == f"{REPO.name}/conformance/"
+    command = shlex.split(rerun_command(results, CASES[1].id))
+    env_words = [w for w in command[:command.index("pytest")] if "=" in w]
+    rerun = run([sys.executable, "-m"] + command[len(env_words):], cwd=elsewhere,
+                env=clean_env(**dict(w.split("=", 1) for w in env_words)))
+    assert rerun.returncode == 1, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    again = load_results(elsewhere / "report-rerun" / "results.json")
+    assert [(r.case_id, r.label) for r in again.records] == [(CASES[1].id, Label.MISMATCH)]
