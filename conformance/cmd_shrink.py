@@ -26,18 +26,20 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from conformance.backends.base import WorkerSlot
-    from conformance.backends.registry import import_root, resolve_backend
+    from conformance.backends.registry import resolve_backend
     from conformance.executor import Executor, Settings
     from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
-    from conformance.run_info import matrix_path
+    from conformance.run_info import case_file_command, import_paths, pythonpath_env
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
 
     seed = option_value("--seed", args.seed)
+    modules = option_value("--cases-module", args.cases_module)  # with the installed ones
     settings = Settings(compile_timeout=option_value("--compile-timeout", args.compile_timeout),
-                        run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed)
-    case = case_from_argument(args.case, args.cases_module)
+                        run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed,
+                        cases_modules=modules)
+    case = case_from_argument(args.case, list(modules))
     backend = resolve_backend(args.backend)
     check_arguments(args)
     reference_dir = option_value("--reference-cache", args.reference_cache, Path.cwd())
@@ -53,23 +55,22 @@ def run(args) -> int:
     options = {"backend": backend.name, "backend_requested": args.backend, "profile": "shrink",
                "seed": seed, "compile_timeout": settings.compile_timeout,
                "run_timeout": settings.run_timeout, "compile_cache": "cold",
-               "cases_modules": args.cases_module}
-    pythonpath = import_root(args.backend)  # a module:object backend: where it was found
-    if pythonpath:
-        options["backend_pythonpath"] = pythonpath
+               "cases_modules": list(modules)}
+    options.update(import_paths(args.backend, modules))
     paths = write_outcome(result, Path(args.out), run_environment(backend, 1), options)
     smallest = result.smallest
-    rerun = [f"pytest {shlex.quote(matrix_path())}", f"--backend {shlex.quote(args.backend)}",
-             f"--case-file {shlex.quote(str(paths['spec']))}"] + ([f"--seed {seed}"] if seed else [])
+    rerun = case_file_command(paths["spec"], args.backend, seed, modules,
+                              Path(args.out) / "rerun")
     budget = f" (stopped at --max-cases {args.max_cases})" if result.out_of_budget else ""
     print(f"original  {result.original.case_id}: {result.original.label.value}")
     print(f"tried     {len(result.tried)} cases in {result.passes} passes{budget}")
     print(f"smallest  {smallest.case_id}: {smallest.label.value}")
     print(f"spec      {paths['spec']}")
     print(f"results   {paths['results']}")
-    # a module:object backend is loaded again by both commands: from where shrink found it
-    env = f"PYTHONPATH={shlex.quote(pythonpath)} " if pythonpath else ""
-    print(f"rerun     {env}{' '.join(rerun)}")
+    # a module:object backend and the case modules are loaded again by both commands: from
+    # where shrink found them
+    env = "".join(f"{key}={shlex.quote(value)} " for key, value in pythonpath_env(options).items())
+    print(f"rerun     {rerun}")
     print(f"repro     {env}flexconf repro {shlex.quote(str(paths['results']))} "
           f"{shlex.quote(smallest.case_id)} -o repro.py")
     return 0

@@ -48,9 +48,14 @@ def block_mask_batch_heads(shape: Shape,
 
 
 def result_bytes(case: Case) -> int:
-    """Bytes of one call's result: the output, and with a backward dQ, dK and dV."""
+    """Bytes of one call's result: the output, with its float32 log-sum-exp (``fwd+lse``) or
+    with dQ, dK and dV (``fwd+bwd``)."""
     q, kv, _ = tensor_bytes(case)
-    return (q if case.mode == "fwd" else 2 * q + kv) * _DTYPE_BYTES[case.dtype]
+    s = case.shape
+    if case.mode == "fwd+bwd":
+        return (2 * q + kv) * _DTYPE_BYTES[case.dtype]
+    lse = s.B * s.Hq * s.Sq * 4 if case.mode == "fwd+lse" else 0
+    return q * _DTYPE_BYTES[case.dtype] + lse
 
 
 def kept_results_bytes(case: Case, timed_runs: int) -> int:
@@ -91,7 +96,7 @@ def parent_peak_bytes(case: Case) -> int:
 
 
 def case_peak_bytes(case: Case, compiled: bool,
-                    mask_depends_on: frozenset[str] = frozenset(), timed_runs: int = 3) -> int:
+                    mask_depends_on: frozenset[str], timed_runs: int) -> int:
     """Estimated bytes a case needs at its peak, child and parent together; ``mask_depends_on``
     are the index arguments its mask depends on (cases.pointwise.mask_dependence);
     ``timed_runs`` bounds the results kept when the calls differ (0: a compile-only pass)."""

@@ -9,7 +9,6 @@ no example database).
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -123,17 +122,3 @@ def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int
     path.write_text(json.dumps(spec, indent=1) + "\n")
     return path
 
-
-def rerun_command(spec_path: Path, backend: str, seed: int) -> str:
-    """The command that runs a saved failure again through the matrix (a ``module:object``
-    backend with the PYTHONPATH it was imported from, as the report's rerun commands)."""
-    from conformance.backends.registry import import_root
-    from conformance.run_info import matrix_path
-
-    root = import_root(backend)
-    parts = [f"PYTHONPATH={shlex.quote(root)}"] if root else []
-    parts += [f"pytest {shlex.quote(matrix_path())}", f"--backend {shlex.quote(backend)}",
-              f"--case-file {shlex.quote(str(spec_path))}"]
-    if seed:
-        parts.append(f"--seed {seed}")
-    return " ".join(parts)

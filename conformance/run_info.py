@@ -11,6 +11,55 @@ from typing import Any, Sequence
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def import_paths(backend: str, cases_modules: Sequence[str]) -> dict[str, Any]:
+    """The options that say where a ``module:object`` backend (``backend_pythonpath``) and the
+    case modules (``cases_modules_pythonpath``) were imported from, so a printed rerun command
+    puts them on PYTHONPATH again (reports.summary.rerun_backend); a module found in the
+    interpreter's own site-packages needs no entry."""
+    import site
+
+    from conformance.backends.registry import import_root, module_root
+
+    own = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    paths: dict[str, Any] = {}
+    backend_root = import_root(backend)
+    if backend_root:
+        paths["backend_pythonpath"] = backend_root
+    roots = [module_root(module) for module in cases_modules]
+    roots = list(dict.fromkeys(r for r in roots if r and r not in own))
+    if roots:
+        paths["cases_modules_pythonpath"] = roots
+    return paths
+
+
+def pythonpath_env(options: dict[str, Any]) -> dict[str, str]:
+    """The environment a rerun adds for ``options`` (as ``import_paths`` records them):
+    PYTHONPATH naming the backend's and the case modules' directories, or nothing."""
+    import os
+
+    roots = [options.get("backend_pythonpath")] + list(
+        options.get("cases_modules_pythonpath") or [])
+    roots = list(dict.fromkeys(str(root) for root in roots if root))
+    return {"PYTHONPATH": os.pathsep.join(roots)} if roots else {}
+
+
+def case_file_command(case_file: str | Path, backend: str, seed: int,
+                      cases_modules: Sequence[str], report_dir: str | Path) -> str:
+    """The command that runs the cases of ``case_file`` (a shrunk or fuzzed failure) through
+    the matrix from the current directory, loading the backend and the case modules again
+    from where they were found, into ``report_dir`` (never over the run it came from)."""
+    import shlex
+
+    env = pythonpath_env(import_paths(backend, cases_modules))
+    words = ["pytest", matrix_path(), "--backend", backend]
+    for module in cases_modules:
+        words += ["--cases-module", module]
+    words += ["--case-file", str(case_file)] + (["--seed", str(seed)] if seed else [])
+    words += ["--report-dir", str(report_dir)]
+    return " ".join([f"{key}={shlex.quote(value)}" for key, value in env.items()]
+                    + [shlex.quote(word) for word in words])
+
+
 def matrix_path(cwd: str | Path | None = None) -> str:
     """The suite's ``conformance/`` directory as a pytest argument from ``cwd`` (default: the
     current directory): ``conformance/`` from the checkout's root, relative below it, absolute

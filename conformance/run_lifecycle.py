@@ -138,13 +138,11 @@ class RunLifecycle:
     def _recorded_options(self) -> dict:
         options = self.options.to_record()
         options["backend"], options["backend_requested"] = self.backend.name, self.options.backend
-        from conformance.run_info import matrix_path
+        from conformance.run_info import import_paths, matrix_path
 
-        options["matrix_path"] = matrix_path()  # what the rerun commands name, from here
-        if ":" in self.options.backend:
-            from conformance.backends.registry import import_root
-
-            options["backend_pythonpath"] = import_root(self.options.backend)
+        # what the rerun commands name, from where the run started (its relative paths' base)
+        options["matrix_path"] = matrix_path(self.config.invocation_params.dir)
+        options.update(import_paths(self.options.backend, self.options.cases_modules))
         return options
 
     def resumed_selection(self) -> set[str] | None:
@@ -264,7 +262,7 @@ def _outside_resumed_run(selected: list[str] | None, shard: set[str] | None,
 #: Options a resumed run must share with the run it finishes (they change what a label means).
 _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
                 "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase",
-                "shard")
+                "shard", "expectations")
 
 
 def _resumable_run(options: opts.RunOptions, recorded: dict, backend):

@@ -43,12 +43,19 @@ class _Budget(Exception):
 def shrink(case: Case, execute: Callable[[Case], Record], max_cases: int = 60) -> ShrinkResult:
     """The smallest case found that ``execute`` gives the same label as ``case``.
 
-    ValueError when ``case`` itself passes or is unsupported (nothing to shrink).
+    ValueError when ``case`` itself passes or is unsupported (nothing to shrink), or is a
+    HARNESS_ERROR (the case or the suite is at fault, not the backend: every smaller case
+    would keep that label for the same reason).
     """
     original = execute(case)
     if original.label in (Label.PASS, Label.UNSUPPORTED):
         raise ValueError(f"{case.id} is {original.label.value} on this backend; shrink takes a "
                          "failing case")
+    if original.label is Label.HARNESS_ERROR:
+        from records.text import first_line
+
+        raise ValueError(f"{case.id} is HARNESS_ERROR ({first_line(original.message, 300)}); "
+                         "fix the case (or its --cases-module) before shrinking")
     result = ShrinkResult(original, original, [original])
     seen = {case.id: original}
 

@@ -17,7 +17,8 @@ def test_fuzz(request, conformance_options):
     if options.fuzz_examples <= 0:
         pytest.skip("fuzzing is off; pass --fuzz-examples N (N > 0) to run N drawn variants")
     from cases.custom import fuzz_variant_sources
-    from conformance.fuzz import rerun_command, runnable, save_failure, search
+    from conformance.fuzz import runnable, save_failure, search
+    from conformance.run_info import case_file_command
     from conformance.fuzz_log import FuzzLog
 
     sources = fuzz_variant_sources(list(options.cases_modules))
@@ -44,7 +45,9 @@ def test_fuzz(request, conformance_options):
     first = (record.message or "").splitlines()[0] if record.message else ""
     lines = [f"[{record.label.value}] fuzzed case {record.case_id}: {first}".rstrip(": "),
              f"minimal case after {result.examples_run} executions: {spec}",
-             f"run it again: {rerun_command(spec, backend, options.seed)}"]
+             "run it again: " + case_file_command(
+                 spec, backend, options.seed, options.cases_modules,
+                 f"{str(options.report_dir).rstrip('/')}-fuzz-rerun")]
     if result.flaky:
         lines.append(f"note: the failure did not repeat when replayed ({result.flaky})")
     pytest.fail("\n".join(lines), pytrace=False)

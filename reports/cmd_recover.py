@@ -2,7 +2,8 @@
 machine) from its record store: results.json, index.html and summary.md, ``complete: false``.
 
 A case that was started and never finished is a CRASH record (the store's rule). The run can
-then be finished with ``pytest conformance/ --resume REPORT_DIR`` and the same options.
+then be finished with ``pytest conformance/ --resume REPORT_DIR`` and the same options (the
+command is printed, for the current directory).
 A run that wrote its own results (complete, or stopped by a signal) is refused: there is
 nothing to recover, and its results stay as they are. No torch: this reads files only.
 """
@@ -82,6 +83,8 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     if head.get("complete"):
         raise ValueError(f"{report_dir}: its results.json already reports its run, complete; "
                          "nothing to recover (recover is for a run that was killed)")
+    from conformance.run_info import matrix_path
+
     raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
-                     f"its end; nothing to recover: finish it with pytest conformance/ "
+                     f"its end; nothing to recover: finish it with pytest {matrix_path()} "
                      f"--resume {report_dir} and the run's options")

@@ -25,7 +25,8 @@ from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, 
 from reports.matrix import build_matrix, seq_text
 from records.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, known_text, label_counts,
-                             non_passing, rerun_command, summary_markdown, verdict_line)
+                             non_passing, rerun_command, summary_markdown, verdict_line,
+                             with_expectations)
 from reports.summary import failing as failing_records
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -131,7 +132,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
         performance=_performance_view(main.records),
         failures=failures, failing_ids={r.case_id for r in failing},
         failing_count=len(failing_records(main)),
-        with_expectations=bool(main.options.get("expectations")),
+        with_expectations=with_expectations(main),
         records=main.records,
         counts={k.value: v for k, v in label_counts(main.records).items()},
         labels=[(label.value, label.short, label.meaning) for label in Label],

@@ -35,7 +35,7 @@ def verdict_line(results: RunResults) -> str:
     parts = [f"{counts.get(head, 0)}/{len(results.records)} {head.value}"]
     parts += [f"{n} {label.value}" for label, n in counts.items() if label is not head]
     failures = failing(results)
-    if results.options.get("expectations") and failures:
+    if with_expectations(results) and failures:
         known = sum(1 for r in failures if r.expected_failure)
         parts.append(f"{known} of {len(failures)} failures known")
     if head is Label.COMPILED:
@@ -72,6 +72,13 @@ def failing(results: RunResults) -> list[Record]:
 
 def unsupported(results: RunResults) -> list[Record]:
     return [r for r in results.records if r.label is Label.UNSUPPORTED]
+
+
+def with_expectations(results: RunResults) -> bool:
+    """Whether the run judged its failures against ``--expectations`` (a merge keeps the first
+    part's options: a record that says it was expected tells too)."""
+    return bool(results.options.get("expectations")) \
+        or any(r.expected_failure for r in results.records)
 
 
 def known_text(record: Record) -> str:
@@ -135,6 +142,8 @@ def _run_args(results: RunResults, matrix: str | None = None
             args += [f"--{key.replace('_', '-')}", _number(opts[key])]
     if opts.get("compile_cache") == "warm":
         args += ["--compile-cache", "warm"]
+    if opts.get("expectations"):  # its known failures are xfail again
+        args += ["--expectations", str(opts["expectations"])]
     if opts.get("backend") == "neuron":  # how the run used the device and flex_attention's check
         for key in ("neuron_cores_per_worker", "neuron_device_check"):
             if opts.get(key) is not None:
@@ -145,13 +154,14 @@ def _run_args(results: RunResults, matrix: str | None = None
 def rerun_backend(results: RunResults) -> tuple[str, dict[str, str]]:
     """The ``--backend`` a rerun of ``results`` names, and the environment it adds: the
     backend the run resolved to, or the ``module:object`` it was given (a plugin that is not
-    registered) with the PYTHONPATH it was loaded from."""
+    registered), and PYTHONPATH naming where that backend and the case modules were imported
+    from (conformance.run_info.import_paths)."""
+    from conformance.run_info import pythonpath_env
+
     opts = results.options
     requested = opts.get("backend_requested")
-    if isinstance(requested, str) and ":" in requested:
-        pythonpath = opts.get("backend_pythonpath")
-        return requested, {"PYTHONPATH": str(pythonpath)} if pythonpath else {}
-    return str(opts.get("backend", "?")), {}
+    plugin = isinstance(requested, str) and ":" in requested
+    return (requested if plugin else str(opts.get("backend", "?"))), pythonpath_env(opts)
 
 
 def _rerun_dir(report_dir) -> str:
@@ -209,7 +219,7 @@ def _failing_table(results: RunResults) -> list[str]:
     rows = failing(results)
     if not rows:
         return []
-    with_known = bool(results.options.get("expectations"))
+    with_known = with_expectations(results)
     header = ["case", "label"] + (["expectations"] if with_known else []) + ["compile", "message"]
     return [f"### Failing ({len(rows)})", ""] + md_table(header, [
         [md_code(r.case_id), r.label.value] + ([md_text(first_line(known_text(r), 100))]

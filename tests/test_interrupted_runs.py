@@ -208,6 +208,14 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
                             "--seed", "5", "--resume", str(tmp_path / "report")))
     assert other.returncode == 4
     assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
+    # its known failures: a resume without them would fail the cases they make xfail
+    known = tmp_path / "known.toml"
+    known.write_text('[[failure]]\nbackend = "*"\ncase = "x/*"\nlabel = "CRASH"\nreason = "r"\n')
+    without = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
+                              "--expectations", str(known), "--resume", str(tmp_path / "report")))
+    assert without.returncode == 4
+    assert (f"the run had expectations None, this one '{known}'; resume with the run's own "
+            "options") in without.stderr
 
     # Its cases judged by another version of the oracle: one results file would hold two.
     from reference.golden import REFERENCE_VERSION

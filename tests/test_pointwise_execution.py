@@ -78,7 +78,7 @@ def test_the_memory_estimate_follows_what_the_mask_depends_on():
 
     def estimate(variant: Variant) -> int:
         case = Case(variant, big)
-        return case_peak_bytes(case, True, _mask_dependence(case))
+        return case_peak_bytes(case, True, _mask_dependence(case), 3)
 
     causal = estimate(v.causal())
     assert estimate(pv.variant("tiles_per_head")) - causal == (8 - 1) * grid  # [H, Sq, Skv]
@@ -93,6 +93,8 @@ def test_the_memory_estimate_counts_the_results_a_nondeterministic_backend_keeps
 
     case = Case(v.causal(), Shape(4, 8, 8, 8192, 8192, 128), "bf16", "fwd+bwd")
     assert result_bytes(case) == 4 * 64 << 20  # output, dQ, dK, dV: 64 MiB each
+    assert result_bytes(Case(v.causal(), case.shape, "bf16", "fwd")) == 64 << 20
+    assert result_bytes(Case(v.causal(), case.shape, "bf16", "fwd+lse")) == (64 + 1) << 20
     three = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=3)
     five = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=5)
     compile_only = case_peak_bytes(case, True, frozenset({"q_idx", "kv_idx"}), timed_runs=0)
@@ -116,17 +118,21 @@ def test_the_executor_reserves_the_estimate_of_what_the_mask_depends_on():
     from conformance.executor import Executor, Settings
     from conformance.reference_cache import ReferenceCache
 
-    gate = RecordingGate()
     case = Case(pv.variant("tiles_per_head"), SHAPE)
-    executor = Executor(load_backend("cpu-eager"), "cpu-eager", WorkerSlot(0, 1),
-                        Settings(cases_modules=MODULES), ReferenceCache(None, 0), gate, "test")
-    try:
-        record = executor.execute(case)
-    finally:
-        executor.close()
-    assert record.label is Label.PASS, record.message
-    assert gate.reserved == [case_peak_bytes(case, False, frozenset({"h", "q_idx", "kv_idx"}),
-                                             Settings().timed_runs)]
+    depends_on = frozenset({"h", "q_idx", "kv_idx"})
+    for settings, label, kept_for in ((Settings(cases_modules=MODULES, timed_runs=5),
+                                       Label.PASS, 5),
+                                      (Settings(cases_modules=MODULES, compile_only=True),
+                                       Label.COMPILED, 0)):
+        gate = RecordingGate()
+        executor = Executor(load_backend("cpu-eager"), "cpu-eager", WorkerSlot(0, 1),
+                            settings, ReferenceCache(None, 0), gate, "test")
+        try:
+            record = executor.execute(case)
+        finally:
+            executor.close()
+        assert record.label is label, record.message
+        assert gate.reserved == [case_peak_bytes(case, False, depends_on, kept_for)]
 
 
 # -- bad input: mods that vmap (and so flex_attention) cannot run ---------------------------

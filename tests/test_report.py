@@ -217,14 +217,15 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
                    backend_requested="tests.fault_backends:WrongNumbers",
                    backend_pythonpath="/src/my plugin", matrix="extended",
                    cases_modules=["my_cases"], compile_cache="warm", timed_runs=5,
-                   report_dir="/tmp/run 1/")
+                   report_dir="/tmp/run 1/", expectations="/src/known.toml",
+                   cases_modules_pythonpath=["/src/cases", "/src/my plugin"])
     results = replace(results, options=options)
     assert rerun_command(results, "odd'id`$(x)") == (
-        "PYTHONPATH='/src/my plugin' pytest conformance/ "
+        "PYTHONPATH='/src/my plugin:/src/cases' pytest conformance/ "
         "--backend tests.fault_backends:WrongNumbers --profile smoke --matrix extended "
         "--cases-module my_cases --case-file '/tmp/my cases.json' --seed 7 "
         "--compile-timeout 600 --run-timeout 300 --timed-runs 5 --compile-cache warm "
-        "--case-id 'odd'\"'\"'id`$(x)' --report-dir '/tmp/run 1-rerun'")
+        "--expectations /src/known.toml --case-id 'odd'\"'\"'id`$(x)' --report-dir '/tmp/run 1-rerun'")
     # on Neuron: the cores each worker had and the device check, as the run was set
     neuron = replace(results, options=dict(results.options, backend="neuron",
                                            backend_requested="neuron", neuron_cores_per_worker=4,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     # the backend is a module:object of this checkout: both lines name where it was found
     env = f"PYTHONPATH={REPO} "
     assert printed["rerun"] == (f"{env}pytest conformance/ --backend {BACKEND} --case-file "
-                                f"{out / 'smallest.json'} --seed 2")
+                                f"{out / 'smallest.json'} --seed 2 --report-dir {out / 'rerun'}")
     assert printed["repro"] == f"{env}flexconf repro {out / 'results.json'} {SMALLEST} -o repro.py"
     results = load_results(out / "results.json")
     assert results.options["seed"] == 2 and results.by_id()[SMALLEST].label is Label.MISMATCH
@@ -161,3 +162,50 @@ def test_a_bad_max_cases_or_out_is_one_line_before_any_case_runs(tmp_path, capsy
         assert main(["shrink", "--backend", "cpu-eager", core, *extra]) == 2
         assert capsys.readouterr().err.splitlines() == [f"flexconf shrink: error: {line}"]
     assert afile.read_text() == ""
+
+
+@pytest.mark.slow
+def test_shrink_of_a_case_module_variant_loads_the_module_and_prints_commands_that_run(tmp_path):
+    """A case module's variant reaches the child (before, every try was a HARNESS_ERROR
+    'unknown variant' and shrink said so with exit 0), and the printed rerun line, pasted in
+    another directory, loads the module and the backend again from where shrink found them."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    shutil.copy(REPO / "examples" / "custom_variants" / "my_variants.py", mods / "my_variants.py")
+    start = "dilated_sliding_window-w64-dil4/b1-h8x8-s256x256-d128/bf16/fwd"  # its smoke case
+    out = tmp_path / "shrink"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(mods), str(REPO)])
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "shrink", "--backend",
+         "tests.shape_fault_backends:WrongOnLongHead1", start, "--cases-module", "my_variants",
+         "--max-cases", "3", "--out", str(out), "--reference-cache", "none"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    printed = dict(line.split(None, 1) for line in proc.stdout.splitlines())
+    assert printed["original"] == f"{start}: MISMATCH"
+    assert printed["smallest"].endswith(": MISMATCH")
+    assert "HARNESS_ERROR" not in (out / "results.json").read_text()
+    words = shlex.split(printed["rerun"])
+    assert words[0] == f"PYTHONPATH={REPO}{os.pathsep}{mods}"
+    assert words[1:3] == ["pytest", f"{REPO}/conformance/"]
+    assert "--cases-module" in words and words[words.index("--cases-module") + 1] == "my_variants"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rerun_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    rerun_env.update([words[0].split("=", 1)])
+    rerun = subprocess.run([sys.executable, "-m", *words[1:], "-p", "no:cacheprovider"],
+                           cwd=elsewhere, env=rerun_env, capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 1, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    again = load_results(out / "rerun" / "results.json")
+    assert [r.label for r in again.records] == [Label.MISMATCH]
+
+
+def test_shrink_refuses_a_harness_error_of_the_case_itself():
+    def broken(case):
+        return Record(case.id, Label.HARNESS_ERROR, message="setup: unknown variant 'x'")
+
+    with pytest.raises(ValueError, match=r"is HARNESS_ERROR \(setup: unknown variant 'x'\); "
+                                         r"fix the case"):
+        shrink(START, broken)

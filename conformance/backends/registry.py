@@ -103,12 +103,17 @@ def import_root(spec: str) -> str | None:
     """For a ``package.module:object`` backend, the directory its package is imported from
     (what PYTHONPATH must name for a later command to load it again); None for a registered
     name or a module that cannot be found."""
+    if ":" not in spec:
+        return None
+    return module_root(spec.partition(":")[0])
+
+
+def module_root(module: str) -> str | None:
+    """The directory ``module``'s top-level package is imported from (None when it cannot be
+    found): what PYTHONPATH must name for another process to import it."""
     import importlib.util
     from pathlib import Path
 
-    if ":" not in spec:
-        return None
-    module = spec.partition(":")[0]
     try:
         found = importlib.util.find_spec(module.split(".")[0])
     except (ImportError, ValueError):
