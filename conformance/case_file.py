@@ -1,30 +1,49 @@
-"""Case spec files (``--case-file``, docs/cases.md): one JSON spec, a list of specs, or
-``{"cases": [...]}``, read into cases; a bad file is a ValueError of one line that names the
-file, the case and the fix."""
+"""Case spec files (``--case-file``, docs/cases.md "Case spec files"): one JSON spec, a list
+of specs, or ``{"cases": [...]}``, read into cases; a bad file is a ValueError of one line that
+names the file, the case and the fix. Every field is checked, unknown ones too: a misspelt
+``input_scale`` must not turn an x4 case into an x1 case that passes."""
 from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
 
 from cases.model import Case
 from records.files import UserFileError, read_json
 from records.text import one_line
 
+#: The fields of a case spec (Case.to_json), and of its shape.
+SPEC_FIELDS = ("id", "variant", "params", "shape", "dtype", "mode", "input_scale")
+SHAPE_FIELDS = ("B", "Bkv", "Hq", "Hkv", "Sq", "Skv", "D")
+#: Beside "cases", what a saved fuzz failure carries (conformance/fuzz.py).
+FILE_FIELDS = ("cases", "fuzz")
 
-def load_case_file(path: str) -> list:
-    """Cases of a JSON case file: one spec, a list of specs, or {"cases": [...]}."""
+
+def load_case_file(path: str, known_variants: Collection[str] | None = None) -> list:
+    """Cases of a JSON case file: one spec, a list of specs, or {"cases": [...]}.
+    ``known_variants``: the variants this process can build (after importing the case
+    modules); a spec naming another is an error here, not a HARNESS_ERROR of the case."""
     try:
         data = read_json(path, "pass a JSON case spec file (docs/cases.md)")
     except UserFileError as exc:
         raise ValueError(f"--case-file {exc}") from None
     if isinstance(data, dict) and "cases" in data:
+        _refuse_unknown(data, FILE_FIELDS, f"--case-file {path!r}: the file")
         data = data["cases"]
     specs = data if isinstance(data, list) else [data]
     cases = []
     for i, spec in enumerate(specs):
+        where = f"--case-file {path!r}: case {i}"
+        _check_fields(spec, where)
         try:
-            cases.append(Case.from_json(spec))
+            case = Case.from_json(spec)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"--case-file {path!r}: case {i} is not a valid case spec "
-                             f"({_spec_problem(exc)}); write the fields of Case.to_json "
-                             "(docs/cases.md)") from None
+            raise ValueError(f"{where} is not a valid case spec ({_spec_problem(exc)}); write "
+                             "the fields of Case.to_json (docs/cases.md)") from None
+        if known_variants is not None and case.variant.name not in known_variants:
+            raise ValueError(f"{where} names variant {case.variant.name!r}, which no builder "
+                             f"registers{_suggestion(case.variant.name, known_variants)}; a "
+                             "custom variant needs its --cases-module (docs/cases.md)")
+        cases.append(case)
     if not cases:
         raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
                          "at least one case spec (Case.to_json, docs/cases.md)")
@@ -33,6 +52,60 @@ def load_case_file(path: str) -> list:
     if duplicates:
         raise ValueError(f"--case-file {path!r} lists case {duplicates[0]!r} twice; keep one")
     return cases
+
+
+def _check_fields(spec, where: str) -> None:
+    """Unknown fields, and fields of the wrong JSON type, as one line naming the field."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where} is a JSON {_json_type(spec)}; a case spec is an object with "
+                         f"the fields {', '.join(SPEC_FIELDS)} (docs/cases.md)")
+    _refuse_unknown(spec, SPEC_FIELDS, where)
+    shape = spec.get("shape")
+    if shape is not None and not isinstance(shape, dict):
+        raise ValueError(f"{where}: 'shape' is a JSON {_json_type(shape)}; give an object with "
+                         f"the fields {', '.join(SHAPE_FIELDS)}")
+    if isinstance(shape, dict):
+        _refuse_unknown(shape, SHAPE_FIELDS, f"{where}: shape")
+    integers = [(f"shape.{key}", value) for key, value in (shape or {}).items()
+                if not (key == "Bkv" and value is None)]  # Bkv null: the batch
+    integers += [("input_scale", spec["input_scale"])] if "input_scale" in spec else []
+    for name, value in integers:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: {name} is {one_line(json_text(value))} (a JSON "
+                             f"{_json_type(value)}); give a whole number, e.g. 64")
+    for name in ("variant", "dtype", "mode", "id"):
+        if name in spec and not isinstance(spec[name], str):
+            raise ValueError(f"{where}: {name} is {one_line(json_text(spec[name]))} (a JSON "
+                             f"{_json_type(spec[name])}); give a string")
+    if "params" in spec and not isinstance(spec["params"], dict):
+        raise ValueError(f"{where}: 'params' is a JSON {_json_type(spec['params'])}; give an "
+                         'object of the variant\'s parameters, e.g. {"w": 256}, or {}')
+
+
+def _refuse_unknown(data: dict, allowed: tuple[str, ...], where: str) -> None:
+    unknown = [key for key in data if key not in allowed]
+    if unknown:
+        raise ValueError(f"{where} has an unknown field {one_line(unknown[0])!r}"
+                         f"{_suggestion(unknown[0], allowed)}; its fields are "
+                         f"{', '.join(allowed)}")
+
+
+def _suggestion(name: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value)[:80]
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _spec_problem(exc: Exception) -> str:

@@ -368,8 +368,10 @@ def _select_cases(options: opts.RunOptions) -> list:
     from conformance.case_file import load_case_file
 
     if options.case_file:  # a spec may name a custom variant: register its module first
+        from cases.variants import registered_variants
+
         import_case_modules(list(options.cases_modules))
-        cases = load_case_file(options.case_file)
+        cases = load_case_file(options.case_file, registered_variants())
     else:
         cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
     if not options.case_ids:

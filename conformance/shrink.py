@@ -187,13 +187,15 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     """A case from a case id (the catalog's, a composed variant's or a case module's) or from a
     case spec file (its first case). ValueError, one line, when it is none of these."""
     from cases.catalog import PROFILES, find_case, matrix
-    from cases.custom import entry_point_case_modules, load_case_modules
+    from cases.custom import entry_point_case_modules, import_case_modules, load_case_modules
+    from cases.variants import registered_variants
     from conformance.case_file import load_case_file
 
+    modules = list(dict.fromkeys(list(case_modules or []) + entry_point_case_modules()))
     if text.endswith(".json") or Path(text).is_file():
-        return load_case_file(text)[0]
+        import_case_modules(modules)  # a spec may name a custom variant
+        return load_case_file(text, registered_variants())[0]
     pool = [c for p in PROFILES for c in matrix(p, "all")]
-    modules = list(case_modules or []) + entry_point_case_modules()
     for profile in PROFILES:
         pool += load_case_modules(modules, profile) if modules else []
     try:
