@@ -44,6 +44,29 @@ class PointwiseModError(ValueError):
     """A mod that cannot be evaluated point by point (under torch.vmap)."""
 
 
+class ModRaised(PointwiseModError):
+    """A mod raised while evaluated point by point: the case's own fault (an index out of its
+    captured table's bounds at some points, a ValueError of its own), which flex_attention
+    meets as well; ``cause`` is what it raised."""
+
+    def __init__(self, mod_name: str, cause: Exception):
+        text = str(cause).strip().splitlines()
+        super().__init__(f"its {mod_name} raised {type(cause).__name__}"
+                         + (f": {text[0]}" if text else ""))
+        self.mod_name, self.cause = mod_name, cause
+
+
+def _raising_as_the_mod(mod_name: str, evaluate: Callable[[], T]) -> T:
+    """``evaluate()``, with what the mod raised as ModRaised (running out of memory is not the
+    mod's fault, and stays what it is)."""
+    try:
+        return _under_flex_indexing(evaluate)
+    except (torch.OutOfMemoryError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's mod: say which raised what
+        raise ModRaised(mod_name, exc) from exc
+
+
 #: The running torch's rule for int indices (``_rule_takes_ints``), once a mod has needed it;
 #: None until then (see ``_IntRuleNeeded``).
 _takes_ints: bool | None = None
@@ -143,7 +166,8 @@ def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: t
     """``mask_mod`` at every point of the grid b x h x q_idx x kv_idx (1-d index tensors):
     a bool tensor [len(b), len(h), len(q_idx), len(kv_idx)]. Dimensions the mask does not
     depend on come back expanded (stride 0, no copy)."""
-    mask = _under_flex_indexing(lambda: _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx))
+    mask = _raising_as_the_mod(
+        "mask_mod", lambda: _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx))
     if mask.dtype != torch.bool:
         raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
     return mask
@@ -160,7 +184,7 @@ def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h:
         lens, mod = with_traced_dtype(score_mod, traced_dtype, score.dtype)
         with lens:
             return _vmap_bhqkv(mod, score=True)(score, b, h, q_idx, kv_idx)
-    return _under_flex_indexing(evaluate)
+    return _raising_as_the_mod("score_mod", evaluate)
 
 
 def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
@@ -193,10 +217,44 @@ def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: s
             if not isinstance(out, torch.Tensor) or out.shape != (1, 1, 1, 1):
                 raise TypeError(f"it returned {_shape_of(out)} per point, not a 0-d tensor")
         except Exception as exc:  # noqa: BLE001 - the user's mod: say which and why
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise PointwiseModError(
-                f"variant {variant!r}: its {name} cannot be evaluated point by point under "
-                f"torch.vmap ({type(exc).__name__}: {reason}); {_HOW_TO_WRITE}") from exc
+            raise PointwiseModError(f"variant {variant!r}: its {name} "
+                                    + _why_not_pointwise(name, mod, exc)) from exc
+
+
+def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
+    """Why ``mod`` failed on the one-point grid, and the fix that applies: its signature, an
+    error of its own, or a construct vmap (and so flex_attention) cannot run."""
+    arguments = ("score", *INDEX_NAMES) if name == "score_mod" else INDEX_NAMES
+    takes = _parameters(mod)
+    if takes is not None and not _can_take(mod, len(arguments)):
+        return (f"takes ({', '.join(takes)}), and flex_attention calls {name}"
+                f"({', '.join(arguments)}); give it those {len(arguments)} arguments")
+    cause = exc.cause if isinstance(exc, ModRaised) else exc
+    text = str(cause).strip().splitlines()
+    reason = f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
+    if isinstance(exc, ModRaised) and "vmap" not in reason.lower():
+        return (f"raised {reason} at the point b = h = q_idx = kv_idx = 0, where "
+                "flex_attention calls it too; fix the mod")
+    return f"cannot be evaluated point by point under torch.vmap ({reason}); {_HOW_TO_WRITE}"
+
+
+def _parameters(mod: Callable) -> list[str] | None:
+    import inspect
+
+    try:
+        return list(inspect.signature(mod).parameters)
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return None
+
+
+def _can_take(mod: Callable, count: int) -> bool:
+    import inspect
+
+    try:
+        inspect.signature(mod).bind(*range(count))
+    except TypeError:
+        return False
+    return True
 
 
 def _shape_of(out) -> str:

@@ -7,6 +7,8 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           (the first call's result, and each later call's that differs from it bit for bit:
           MISMATCH where any fails)
     the reference, the output file or the verdict failed ─▶ HARNESS_ERROR (the suite's fault)
+    the case's mods raise in the reference ─▶ HARNESS_ERROR, whatever the backend did (the
+          case's fault: a mask indexing its table out of bounds fails the backend too)
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 from cases.model import Case
 from conformance.protocol import Observation, label_of, load_output
 from records.labels import Label
+from records.text import first_line
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,15 @@ class Decision:
 def decide(case: Case, obs: Observation, reference: tuple | BaseException | None) -> Decision:
     """``reference``: the (golden, baseline) pair, the exception computing it raised, or None
     in a compile-only pass (no reference is computed there)."""
+    from cases.pointwise import PointwiseModError
+
     label = label_of(obs)
+    if isinstance(reference, PointwiseModError):  # the case is at fault, whatever the backend did
+        backend = f"{label.value}: {first_line(obs.message, 300)}" if label else "it finished"
+        return Decision(Label.HARNESS_ERROR, (
+            "the case's own mods fail in the float64 reference, which evaluates them at every "
+            f"point as flex_attention does: {reference}; fix the variant, not the backend (the "
+            f"backend: {backend})"))
     if label is not None:
         return Decision(label, obs.message)
     if reference is None:

@@ -186,3 +186,21 @@ def test_mask_dependence_of_a_mask_vmap_cannot_evaluate_is_everything():
     table = torch.ones(3)
     assert mask_dependence(converts_an_index) == {"b", "h", "q_idx", "kv_idx"}
     assert mask_dependence(branches_on_a_captured_value) == {"q_idx", "kv_idx"}
+
+
+@pytest.mark.parametrize("backend", ["cpu-eager", "cpu-inductor"])
+def test_a_mod_that_fails_at_some_points_is_the_cases_fault_not_the_backends(backend):
+    """A bias table or document ids too short for the shape: flex_attention fails (eager and
+    compiled, at setup or in the first call) and so does the golden; the label was the
+    backend's COMPILE_ERROR or RUNTIME_ERROR, which the gate counts against the backend."""
+    from cases.custom import load_case_modules
+
+    cases = load_case_modules(["tests.broken_mod_variants"], "smoke")
+    records = execute(backend, cases, cases_modules=("tests.broken_mod_variants",))
+    assert [r.label for r in records] == [Label.HARNESS_ERROR, Label.HARNESS_ERROR], \
+        [r.message for r in records]
+    for record, mod in zip(records, ("score_mod", "mask_mod")):
+        assert record.message.startswith(
+            "the case's own mods fail in the float64 reference, which evaluates them at every "
+            f"point as flex_attention does: its {mod} raised IndexError: "), record.message
+        assert "fix the variant, not the backend (the backend: " in record.message

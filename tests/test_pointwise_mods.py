@@ -435,3 +435,27 @@ def test_a_mod_whose_bare_except_swallows_the_rules_question_still_gets_the_rule
     asked_before = evaluate_score(adds_a_table_entry, score, *grid)
     assert torch.equal(asked_first, asked_before)
     assert torch.equal(asked_first[0, :, 0, 0], table[1])  # the entries, not the except branch
+
+
+def _raises_its_own_error(b, h, q_idx, kv_idx):
+    raise ValueError("window must be positive")
+
+
+@pytest.mark.parametrize("mask_mod, score_mod, says", [
+    (lambda q_idx, kv_idx: kv_idx <= q_idx, None,
+     "its mask_mod takes (q_idx, kv_idx), and flex_attention calls mask_mod(b, h, q_idx, "
+     "kv_idx); give it those 4 arguments"),
+    (None, lambda score, q_idx, kv_idx: score,
+     "its score_mod takes (score, q_idx, kv_idx), and flex_attention calls score_mod(score, b, "
+     "h, q_idx, kv_idx); give it those 5 arguments"),
+    (_raises_its_own_error, None,
+     "its mask_mod raised ValueError: window must be positive at the point b = h = q_idx = "
+     "kv_idx = 0, where flex_attention calls it too; fix the mod"),
+])
+def test_a_mod_with_the_wrong_signature_or_an_error_of_its_own_is_told_its_own_fix(
+        mask_mod, score_mod, says):
+    """Both used to get vmap's advice (torch.where instead of a Python if), which does not
+    apply to them."""
+    with pytest.raises(PointwiseModError) as err:
+        check_mods(mask_mod, score_mod, "mine")
+    assert str(err.value) == f"variant 'mine': {says}"
