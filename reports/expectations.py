@@ -170,6 +170,11 @@ def _entry(item: object, where: str, line: int) -> Expectation:
             f"{where}: unknown label {item['label']!r}; use one of {choices}") from None
     if label is Label.PASS:
         raise ExpectationsError(f"{where}: label PASS is not a failure; remove the entry")
+    if ":" in item["backend"]:  # what --backend was given, never a backend's name
+        raise ExpectationsError(
+            f"{where}: backend {item['backend'].strip()!r} is a --backend module:object spec; "
+            "an entry names the backend itself, as results.json records it in options.backend "
+            "(the backend's name attribute; flexconf backends lists the registered ones)")
     case = item["case"].strip()
     if not any(ch in case for ch in _GLOB_CHARS):
         _check_case_id(case, where)

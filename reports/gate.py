@@ -39,7 +39,7 @@ MESSAGE_CHARS = 160  # of a failure's first line in a text row
 BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "RUN_TIME",
                   "STALE")
 #: findings that neither block nor are good news: listed so that nothing changes silently
-LISTED_KINDS = ("NEW",)
+LISTED_KINDS = ("NEW", "KNOWN")
 #: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
 BUDGETS = ("compile_timeout", "run_timeout")
 CATEGORIES = ("blocking", "good news", "dismissed", "listed")
@@ -95,7 +95,7 @@ class Finding:
 @dataclass(frozen=True)
 class Note:
     kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, KNOWN_FAILURES, UNTRIAGED,
-    #          SEED_CHANGE, UNCONFIRMED, CONFIRMATION
+    #          UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED, CONFIRMATION
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -229,6 +229,9 @@ def decide(baseline: RunResults, candidate: RunResults,
             expected_count += 1
             if entry.reason.startswith(TRIAGE_REASON):
                 untriaged.append(entry)
+            findings.append(Finding("KNOWN", rec.case_id, f"{rec.label.value} as expected "
+                                    f"({_where(entry)}): {entry.reason}", False,
+                                    old.get(rec.case_id), rec))
             continue
         why = (f"expected {entry.label.value} ({_where(entry)})" if entry
                else "not in the expectations")
@@ -276,6 +279,13 @@ def decide(baseline: RunResults, candidate: RunResults,
         if expected_count:
             notes.append(Note("KNOWN_FAILURES", f"{expected_count} known failures listed in "
                               f"{expectations.source}"))
+        unmatched = unmatched_expectations(expectations, candidate)
+        if unmatched:
+            notes.append(Note("UNMATCHED_EXPECTATIONS", (
+                f"{len(unmatched)} entr{'y' if len(unmatched) == 1 else 'ies'} of "
+                f"{expectations.source} for this backend match no case of the candidate (e.g. "
+                f"{_where(unmatched[0])}: {unmatched[0].case!r}): a misspelt id or glob, or "
+                "cases this run did not select")))
         if untriaged:
             first = untriaged[0]
             notes.append(Note("UNTRIAGED", f"{len(untriaged)} known failure(s) still read "
@@ -339,6 +349,14 @@ def stale_expectations(expectations: Expectations, results: RunResults) -> list[
         if covered and not any(r.label is entry.label for r in covered):
             stale.append(entry)
     return stale
+
+
+def unmatched_expectations(expectations: Expectations,
+                           results: RunResults) -> list[Expectation]:
+    """Entries for the run's backend whose case id or glob matches no case of the run."""
+    backend = results.options.get("backend", "")
+    return [entry for entry in expectations.entries if entry.applies_to(backend)
+            and not any(entry.matches(backend, r.case_id) for r in results.records)]
 
 
 def _where(entry: Expectation) -> str:

@@ -32,7 +32,8 @@ def junit_properties(record: Record) -> list[tuple[str, str]]:
 def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_name: str) -> str:
     """The gate's decision (reports.gate.GateDecision) as JUnit XML: one test case per case
     compared (and per blocking STALE expectation), failed when a blocking finding names it;
-    the failure's text is the candidate's full message. Good news and listed findings go to
+    the failure's text is the candidate's full message. A failure the expectations accept
+    (KNOWN) is skipped, with the entry's reason; good news and other listed findings go to
     the case's system-out. Control characters are escaped (XML 1.0 cannot hold them)."""
     records = candidate.by_id()
     by_subject: dict[str, list] = {}
@@ -41,7 +42,8 @@ def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_na
     # every case compared, then what else blocks (a STALE expectation under --strict-...)
     subjects = list(dict.fromkeys([*decision.case_ids, *(f.subject for f in decision.blocking)]))
     failed = sum(1 for s in subjects if any(f.blocking for f in by_subject.get(s, ())))
-    suite = _suite(len(subjects), failed, 0)
+    known = {f.subject: f for f in decision.findings if f.kind == "KNOWN"}
+    suite = _suite(len(subjects), failed, 0, len(known))
     verdict = "MAY_SHIP" if decision.may_ship else "MAY_NOT_SHIP"
     _properties(suite, [("verdict", verdict), ("baseline", baseline_name),
                         ("candidate", candidate_name)])
@@ -58,7 +60,11 @@ def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_na
             failure = ET.SubElement(case, "failure", type=blocking[0].kind,
                                     message=_text(message))
             failure.text = _text(record.message if record is not None else message, multiline=True)
-        others = [f"{f.kind}: {f.detail}{f.confirmation_suffix}" for f in findings if not f.blocking]
+        elif subject in known:
+            ET.SubElement(case, "skipped", type="KNOWN",
+                          message=_text(f"KNOWN: {known[subject].detail}"))
+        others = [f"{f.kind}: {f.detail}{f.confirmation_suffix}" for f in findings
+                  if not f.blocking and f.kind != "KNOWN"]
         if others:
             ET.SubElement(case, "system-out").text = _text("\n".join(others), multiline=True)
     return _xml(suite)
@@ -72,9 +78,9 @@ def gate_refusal_junit(error: str) -> str:
     return _xml(suite)
 
 
-def _suite(tests: int, failures: int, errors: int) -> ET.Element:
+def _suite(tests: int, failures: int, errors: int, skipped: int = 0) -> ET.Element:
     return ET.Element("testsuite", name="flexconf gate", tests=str(tests),
-                      failures=str(failures), errors=str(errors), skipped="0")
+                      failures=str(failures), errors=str(errors), skipped=str(skipped))
 
 
 def _properties(parent: ET.Element, pairs: list[tuple[str, str]]) -> None:
@@ -91,7 +97,8 @@ def _text(value: str, multiline: bool = False) -> str:
 
 def _xml(suite: ET.Element) -> str:
     root = ET.Element("testsuites", name="flexconf gate", tests=suite.get("tests"),
-                      failures=suite.get("failures"), errors=suite.get("errors"))
+                      failures=suite.get("failures"), errors=suite.get("errors"),
+                      skipped=suite.get("skipped"))
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

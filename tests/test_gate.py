@@ -69,6 +69,39 @@ def test_a_failure_blocks_unless_listed_with_that_label(tmp_path, capsys):
     assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH", backend="cuda*")) == 1
 
 
+def test_each_accepted_failure_is_listed_and_junit_skips_it(tmp_path, capsys):
+    """The gate said only '2 known failures listed in FILE': a reviewer could not see which
+    failures were waived, in the text, the JSON or the JUnit XML."""
+    old = run([record(A), record(B, Label.MISMATCH)])
+    new = run([record(A), record(B, Label.MISMATCH)])
+    entries = known(B, "MISMATCH") + "\n" + known("casual/*", "CRASH")
+    junit = tmp_path / "gate.xml"
+    assert gate(tmp_path, old, new, "--junit", str(junit), expectations=entries) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gate: MAY SHIP (listed: 1 KNOWN)")
+    assert f"* KNOWN              {B}  MISMATCH as expected (line 1): tracked" in out
+    assert ("1 entry of " in out and "for this backend match no case of the candidate (e.g. "
+            "line 8: 'casual/*'): a misspelt id or glob, or cases this run did not select" in out)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0"
+    skipped = [case for case in suite.iter("testcase") if case.find("skipped") is not None]
+    assert [case.get("name") for case in skipped] == [B]
+    assert skipped[0].find("skipped").get("message") == "KNOWN: MISMATCH as expected (line 1): tracked"
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "g.json"), expectations=entries) == 0
+    findings = json.loads((tmp_path / "g.json").read_text())["findings"]
+    assert [(f["kind"], f["case_id"], f["category"]) for f in findings] == [("KNOWN", B, "listed")]
+
+
+def test_an_entry_naming_a_backend_spec_is_refused_in_one_line(tmp_path, capsys):
+    both = run([record(A), record(B, Label.MISMATCH)])
+    assert gate(tmp_path, both, both, expectations=known(
+        B, "MISMATCH", backend="tests.fault_backends:WrongNumbers")) == 2
+    err = capsys.readouterr().err
+    assert ("known.toml:1: backend 'tests.fault_backends:WrongNumbers' is a --backend "
+            "module:object spec; an entry names the backend itself, as results.json records it "
+            "in options.backend") in err
+
+
 def test_unsupported_is_not_a_failure(tmp_path):
     both = run([record(A), record(B, Label.UNSUPPORTED, compile_seconds=None)])
     assert gate(tmp_path, both, both) == 0
