@@ -51,6 +51,10 @@ def import_case_modules(names: list[str]) -> list[ModuleType]:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                if name.endswith(".py"):
+                    raise ValueError(f"case module {name!r} cannot be found: name the module, "
+                                     f"not its file: --cases-module {name[:-3]}, with its "
+                                     "directory on PYTHONPATH") from None
                 raise ValueError(f"case module {name!r} cannot be found; install it or put "
                                  "its directory on PYTHONPATH") from None
             raise ValueError(f"case module {name!r} failed to import: {exc}; install what "

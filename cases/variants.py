@@ -73,7 +73,12 @@ def build_mods(variant: Variant, shape: Shape, device: torch.device | str = "cpu
             f"unknown variant {variant.name!r}; known: {', '.join(registered_variants())}"
             " (custom variants: pass --cases-module)"
         ) from None
-    return build(variant, shape, torch.device(device))
+    mods = build(variant, shape, torch.device(device))
+    if not isinstance(mods, Mods):
+        raise TypeError(f"the builder of variant {variant.name!r} returned "
+                        f"{type(mods).__name__}; return cases.variants.Mods(mask_mod, score_mod) "
+                        "(None for a mod it does not have)")
+    return mods
 
 
 def _causal(b, h, q_idx, kv_idx):

@@ -22,11 +22,17 @@ def run(args) -> int:
 
     from conformance.kept_outputs import outputs_path
 
-    path = write_repro(args.results, args.case_id, args.output, args.backend, args.cases_module)
-    print(f"wrote {path} ({path.stat().st_size // 1024} KiB); run it with: "
-          f"python {shlex.quote(str(path))}")
+    from conformance.backends.registry import import_root
+
+    path, backend = write_repro(args.results, args.case_id, args.output, args.backend,
+                                args.cases_module)
+    # a module:object backend is not embedded: the script imports it from where it was found
+    root = import_root(backend)
+    command = (f"PYTHONPATH={shlex.quote(root)} " if root else "") + \
+        f"python {shlex.quote(str(path))}"
+    print(f"wrote {path} ({path.stat().st_size // 1024} KiB); run it with: {command}")
     kept = outputs_path(Path(args.results).parent, args.case_id)
     if kept.exists():
         print(f"the run kept this case's outputs: {kept}; compare with: "
-              f"python {shlex.quote(str(path))} --compare {shlex.quote(str(kept))}")
+              f"{command} --compare {shlex.quote(str(kept))}")
     return 0

@@ -341,9 +341,21 @@ class ConformanceSession(RunLifecycle):
             environment_of(self.backend, self.options.backend)  # one line now, not at the end
             load_expectations(self.options.expectations)
             opts.check_reference_cache(self.options.reference_cache)
+            self._check_fuzz_sources()
         except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
+
+    def _check_fuzz_sources(self) -> None:
+        """--fuzz-examples with --matrix custom fuzzes only the case modules' variants: none
+        is a usage error now, not a failed test after the run."""
+        if self.options.fuzz_examples <= 0 or self.options.matrix != "custom":
+            return
+        from cases.custom import fuzz_variant_sources
+
+        if not fuzz_variant_sources(list(self.options.cases_modules)):
+            raise ValueError("--matrix custom fuzzes only case modules' variants, and no case "
+                             "module defines fuzz_variants(shape); define one (docs/cases.md)")
 
     # -- worker ---------------------------------------------------------------------------
     def runner(self):

@@ -26,8 +26,10 @@ ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.decision
 
 
 def write_repro(results_path: str | Path, case_id: str, output: str | Path,
-                backend: str | None = None, case_modules: list[str] | None = None) -> Path:
-    """Write the reproduction script of ``case_id`` of the run ``results_path`` to ``output``.
+                backend: str | None = None, case_modules: list[str] | None = None
+                ) -> tuple[Path, str]:
+    """Write the reproduction script of ``case_id`` of the run ``results_path`` to ``output``
+    (its directory made when missing); returns its path and the backend it runs on.
 
     ``backend`` overrides the run's backend (compare on another one); ``case_modules`` names
     the case modules of custom variants (entry points and the run's own are found anyway).
@@ -53,9 +55,10 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
     script = _script(record, backend, int(options.get("seed") or 0), [module] if module else [],
                      results.environment, sources)
     path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     path.chmod(0o755)
-    return path
+    return path, backend
 
 
 def embedded_sources(roots: list[str]) -> dict[str, str]:

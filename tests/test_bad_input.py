@@ -296,6 +296,9 @@ def test_a_report_output_that_is_a_file_is_one_line(tmp_path, capsys):
                                   "--resume names the report directory; drop --report-dir"),
     (("--matrix", "custom"), "--matrix custom runs only the cases of case modules, and none is "
                              "given; pass --cases-module MODULE (docs/cases.md)"),
+    (("--matrix", "custom", "--cases-module", "tests.broken_mod_variants", "--fuzz-examples", "2"),
+     "--matrix custom fuzzes only case modules' variants, and no case module defines "
+     "fuzz_variants(shape); define one (docs/cases.md)"),
 ])
 def test_options_a_run_would_ignore_are_one_line_usage_errors(tmp_path, extra, line):
     """--report-dir was dropped without a word under --resume; --matrix custom without a case

@@ -87,6 +87,8 @@ def test_golden_and_verdict_apply_unchanged(my_variants, make, args):
      "install it or put its directory on PYTHONPATH"),
     ("my-variants", "case module 'my-variants' is not a Python module name;"),
     ("examples/custom_variants/my_variants.py", "is not a Python module name;"),
+    ("my_attn.py", "case module 'my_attn.py' cannot be found: name the module, not its file: "
+     "--cases-module my_attn, with its directory on PYTHONPATH"),
     ("string", "case module 'string' has no function cases(profile) -> list[Case]; define one"),
 ])
 def test_bad_module_names_are_one_line_errors(name, message):

@@ -170,6 +170,13 @@ def test_a_mod_vmap_cannot_run_is_one_harness_error_and_the_run_goes_on(bad_vari
     assert ".item()" in records[0].message  # vmap's own reason is quoted
 
 
+def test_a_builder_that_returns_no_mods_is_told_what_to_return(monkeypatch):
+    monkeypatch.setitem(v._BUILDERS, "bare", lambda variant, shape, device: _mask_with_item)
+    with pytest.raises(TypeError, match=r"^the builder of variant 'bare' returned function; "
+                                        r"return cases.variants.Mods\(mask_mod, score_mod\)"):
+        build_mods(Variant("bare"), SHAPE)
+
+
 def test_the_golden_refuses_such_a_mod_with_the_same_sentence(bad_variants):
     case = bad_variants[0]
     with pytest.raises(PointwiseModError, match=r"^variant 'mask_calls_item': its mask_mod "):

@@ -60,9 +60,12 @@ def broken_run(tmp_path_factory) -> Path:
 
 
 def test_script_reproduces_the_mismatch_and_its_numbers(broken_run, tmp_path, capsys):
-    script = tmp_path / "repro.py"
+    script = tmp_path / "new dir" / "repro.py"  # -o into a directory not made yet
     assert main(["repro", str(broken_run), BROKEN.id, "-o", str(script)]) == 0
-    assert f"wrote {script}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"wrote {script}" in out
+    # the module:object backend is not embedded: the printed command says where it is
+    assert out.rstrip().endswith(f"run it with: PYTHONPATH={REPO} python '{script}'")
     text = script.read_text()
     assert f"BACKEND = {WRONG!r}" in text and f"SEED = {SEED}" in text
     proc = run_script(script, tmp_path, str(REPO))  # the module:object backend is imported
