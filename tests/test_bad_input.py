@@ -409,3 +409,14 @@ def test_a_run_that_dies_before_its_selection_keeps_an_empty_parts_results_and_t
     set_aside_results(run_dir, resuming=RunManifest("A", "v", {}, ["c1", "c2"]))  # --resume A
     assert (run_dir / "previous" / "index.html").read_text() == "Z"  # not A's own part
     assert not (run_dir / "results.json").exists()
+
+
+def test_a_backend_object_the_module_lacks_names_the_backends_it_has():
+    from conformance.backends.registry import BackendError, resolve_backend
+
+    with pytest.raises(BackendError) as caught:
+        resolve_backend("tests.fault_backends:WrongNumber")
+    text = str(caught.value)
+    assert text.startswith("backend 'tests.fault_backends:WrongNumber': module "
+                           "'tests.fault_backends' has no 'WrongNumber'; its backends: ")
+    assert "WrongNumbers" in text.split("its backends: ")[1].split(", ")

@@ -188,7 +188,12 @@ def _instantiate(target: str, spec: str) -> Backend:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise BackendError(f"backend {spec!r}: module {module_name!r} has no {attr!r}") from None
+            offered = sorted(name for name, value in vars(module).items()
+                             if isinstance(value, type) and issubclass(value, Backend)
+                             and value.__module__ == module.__name__ and not name.startswith("_"))
+            raise BackendError(
+                f"backend {spec!r}: module {module_name!r} has no {attr!r}"
+                + (f"; its backends: {', '.join(offered)}" if offered else "")) from None
     if (isinstance(obj, type) and issubclass(obj, Backend)) or (
             not isinstance(obj, Backend) and callable(obj)):
         try:
