@@ -45,9 +45,10 @@ class PointwiseModError(ValueError):
 
 
 class ModRaised(PointwiseModError):
-    """A mod raised while evaluated point by point: the case's own fault (an index out of its
-    captured table's bounds at some points, a ValueError of its own), which flex_attention
-    meets as well; ``cause`` is what it raised."""
+    """A mod raised while evaluated point by point, from inside its own call: mostly the
+    case's fault (an index out of its captured table's bounds at some points, a ValueError of
+    its own), which flex_attention meets as well; ``cause`` is what it raised. Running out of
+    memory is never counted as the mod's, nor is what the suite's own code raises around it."""
 
     def __init__(self, mod_name: str, cause: Exception):
         text = str(cause).strip().splitlines()
@@ -56,15 +57,21 @@ class ModRaised(PointwiseModError):
         self.mod_name, self.cause = mod_name, cause
 
 
-def _raising_as_the_mod(mod_name: str, evaluate: Callable[[], T]) -> T:
-    """``evaluate()``, with what the mod raised as ModRaised (running out of memory is not the
-    mod's fault, and stays what it is)."""
-    try:
-        return _under_flex_indexing(evaluate)
-    except (torch.OutOfMemoryError, MemoryError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's mod: say which raised what
-        raise ModRaised(mod_name, exc) from exc
+def _raising_as_the_mod(mod: Callable, mod_name: str) -> Callable:
+    """``mod``, with what its own call raises as ModRaised (running out of memory stays what
+    it is; the BaseException ``_IntRuleNeeded`` passes, as any non-Exception)."""
+    from records.errors import is_out_of_memory
+
+    def call(*args):
+        try:
+            return mod(*args)
+        except ModRaised:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's mod: say which raised what
+            if is_out_of_memory(exc):
+                raise
+            raise ModRaised(mod_name, exc) from exc
+    return call
 
 
 #: The running torch's rule for int indices (``_rule_takes_ints``), once a mod has needed it;
@@ -166,8 +173,8 @@ def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: t
     """``mask_mod`` at every point of the grid b x h x q_idx x kv_idx (1-d index tensors):
     a bool tensor [len(b), len(h), len(q_idx), len(kv_idx)]. Dimensions the mask does not
     depend on come back expanded (stride 0, no copy)."""
-    mask = _raising_as_the_mod(
-        "mask_mod", lambda: _vmap_bhqkv(mask_mod, score=False)(b, h, q_idx, kv_idx))
+    mod = _raising_as_the_mod(mask_mod, "mask_mod")
+    mask = _under_flex_indexing(lambda: _vmap_bhqkv(mod, score=False)(b, h, q_idx, kv_idx))
     if mask.dtype != torch.bool:
         raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
     return mask
@@ -183,8 +190,9 @@ def evaluate_score(score_mod: Callable, score: torch.Tensor, b: torch.Tensor, h:
     def evaluate():
         lens, mod = with_traced_dtype(score_mod, traced_dtype, score.dtype)
         with lens:
-            return _vmap_bhqkv(mod, score=True)(score, b, h, q_idx, kv_idx)
-    return _raising_as_the_mod("score_mod", evaluate)
+            return _vmap_bhqkv(_raising_as_the_mod(mod, "score_mod"), score=True)(
+                score, b, h, q_idx, kv_idx)
+    return _under_flex_indexing(evaluate)
 
 
 def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
@@ -233,8 +241,10 @@ def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
     text = str(cause).strip().splitlines()
     reason = f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
     if isinstance(exc, ModRaised) and "vmap" not in reason.lower():
+        widened = (" (on a float64 score that reads as the query's dtype: a bit-level view of "
+                   "the score is beyond the suite's reference)") if name == "score_mod" else ""
         return (f"raised {reason} at the point b = h = q_idx = kv_idx = 0, where "
-                "flex_attention calls it too; fix the mod")
+                f"flex_attention calls it too{widened}; fix the mod")
     return f"cannot be evaluated point by point under torch.vmap ({reason}); {_HOW_TO_WRITE}"
 
 

@@ -34,8 +34,6 @@ from conformance.protocol import (WORKER_PID_ENV, CaseRequest, DoneEvent, ErrorE
 #: Lower case. The Neuron runtime's device allocator says "NRT allocation failed for size N
 #: (OOM)" and its host one "Failed to allocate host memory" (torch-neuronx source [SRC],
 #: NeuronCachingAllocator.cpp and ErrorHandler.cpp; docs/backends.md, section Neuron).
-_OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory", "(oom)",
-              "failed to allocate host memory")
 
 Emit = Callable[[Event], None]
 
@@ -46,8 +44,9 @@ def classify_exception(exc: BaseException, backend=None) -> Outcome:
     execution timeout, as ``backend`` recognises it) or error."""
     from conformance.compat import unsupported_sentence
 
-    text = str(exc)
-    if isinstance(exc, MemoryError) or any(t in text.lower() for t in _OOM_TEXTS):
+    from records.errors import is_out_of_memory
+
+    if is_out_of_memory(exc):
         return Outcome.OOM
     if unsupported_sentence(exc):
         return Outcome.UNSUPPORTED

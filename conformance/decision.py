@@ -7,8 +7,8 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           (the first call's result, and each later call's that differs from it bit for bit:
           MISMATCH where any fails)
     the reference, the output file or the verdict failed ─▶ HARNESS_ERROR (the suite's fault)
-    the case's mods raise in the reference ─▶ HARNESS_ERROR, whatever the backend did (the
-          case's fault: a mask indexing its table out of bounds fails the backend too)
+    the case's mods raise in the reference, and the backend failed with an error ─▶
+          HARNESS_ERROR (the case's fault: a mask indexing its table out of bounds fails both)
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     from cases.pointwise import PointwiseModError
 
     label = label_of(obs)
-    if isinstance(reference, PointwiseModError):  # the case is at fault, whatever the backend did
-        backend = f"{label.value}: {first_line(obs.message, 300)}" if label else "it finished"
+    if isinstance(reference, PointwiseModError) and label in _ERRORS_A_MOD_EXPLAINS:
+        backend = f"{label.value}: {first_line(obs.message, 300)}"
         return Decision(Label.HARNESS_ERROR, (
             "the case's own mods fail in the float64 reference, which evaluates them at every "
             f"point as flex_attention does: {reference}; fix the variant, not the backend (the "
@@ -76,6 +76,12 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
         return Decision(Label.PASS, "", metrics, observed)
     calls = _calls_text(metrics["failing_calls"], results.calls) if differing else ""
     return Decision(Label.MISMATCH, calls + verdict.summary, metrics, observed)
+
+
+#: Backend labels that the case's own mods, failing in the reference too, explain: the same
+#: error met by both. A crash, an out-of-memory or a timeout of the backend keeps its label
+#: (the reference may have failed for its own reasons then, e.g. out of memory itself).
+_ERRORS_A_MOD_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR)
 
 
 def _failing_calls(judged: list, calls: int) -> list[int]:

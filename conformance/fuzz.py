@@ -19,7 +19,7 @@ from hypothesis import seed as hypothesis_seed
 from cases.composed import composed
 from cases.model import DTYPES, MODES, Case, Shape, file_stem
 from conformance import fuzz_grammar
-from records.results import Record
+from records.results import Label, Record
 
 FAILURES_DIR = "fuzz-failures"
 #: The tiny case ``runnable`` asks the backend about, in each mode and dtype.
@@ -83,6 +83,7 @@ def search(execute: Callable[[Case], Record], examples: int, seed: int,
     on the first failure, shrink it and return the minimal one in ``FuzzResult.failure``.
     ``sources`` and ``with_composed`` choose the variants (fuzz_grammar.cases)."""
     result = FuzzResult()
+    first_failure: list[Label] = []  # the label a shrunk case must keep
 
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
               phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
@@ -94,7 +95,12 @@ def search(execute: Callable[[Case], Record], examples: int, seed: int,
             reject()
         record = execute(case)
         result.tried.append(record)
-        if not record.label.acceptable:
+        if record.label.acceptable:
+            return
+        first_failure[:] = first_failure or [record.label]
+        # Shrinking keeps the label, as flexconf shrink does: a smaller case that fails
+        # otherwise (a custom variant's mod that raises at a small shape) is not the failure
+        if record.label is first_failure[0]:
             raise CaseFailed(record)
 
     try:
@@ -102,7 +108,7 @@ def search(execute: Callable[[Case], Record], examples: int, seed: int,
     except CaseFailed as failed:
         result.failure = failed.record
     except Exception as exc:  # noqa: BLE001 - hypothesis' Flaky: the failure did not repeat
-        failures = [r for r in result.tried if not r.label.acceptable]
+        failures = [r for r in result.tried if first_failure and r.label is first_failure[0]]
         if not failures:
             raise
         result.failure = failures[-1]

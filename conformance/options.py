@@ -60,7 +60,9 @@ def _choice(flag: str, choices: tuple[str, ...]) -> Callable[[Any, Path], str]:
 
 
 def _path_or_none(text, base: Path) -> str | None:
-    return str(base / text) if text else None
+    import os
+
+    return os.path.normpath(base / text) if text else None
 
 
 def _keep(text, _base) -> str:

@@ -19,7 +19,7 @@ block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
-
+from collections import Counter
 from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
@@ -35,6 +35,9 @@ from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
 TEXT_ROWS_PER_KIND = 15
+#: Rows per listed kind (NEW, KNOWN) in the Markdown (a PR comment has a size limit; what
+#: blocks and the good news are always listed whole)
+MARKDOWN_LISTED_ROWS = 30
 MESSAGE_CHARS = 160  # of a failure's first line in a text row
 BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "RUN_TIME",
                   "STALE")
@@ -415,7 +418,8 @@ def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -
 
 
 def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
-    """The same, as markdown for a pull-request comment (every finding)."""
+    """The same, as markdown for a pull-request comment: every finding, but at most
+    MARKDOWN_LISTED_ROWS of each listed kind."""
     def text(value: str) -> str:
         return md_text(value)
 
@@ -429,9 +433,16 @@ def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: st
     if decision.findings:
         if lines[-1].startswith("- **"):
             lines.append("")
-        lines += md_table(["", "finding", "case", "detail", "why"], [
-            [f.category, f.kind, md_code(f.subject), text(f.detail + f.confirmation_suffix), text(f.why)]
-            for f in decision.findings])
+        shown, rows = Counter(), []
+        for f in decision.findings:
+            shown[f.kind] += 1
+            if f.category != "listed" or shown[f.kind] <= MARKDOWN_LISTED_ROWS:
+                rows.append([f.category, f.kind, md_code(f.subject),
+                             text(f.detail + f.confirmation_suffix), text(f.why)])
+        lines += md_table(["", "finding", "case", "detail", "why"], rows)
         lines.append("")
+        lines += [f"... and {n - MARKDOWN_LISTED_ROWS} more {kind} (the gate's --json lists "
+                  "them all)" for kind, n in shown.items()
+                  if kind in LISTED_KINDS and n > MARKDOWN_LISTED_ROWS]
     lines += [f"- {text(note.text)}" for note in decision.notes if not note.flagged]
     return "\n".join(lines).rstrip() + "\n"

@@ -42,7 +42,8 @@ def gate_junit(decision, candidate: RunResults, baseline_name: str, candidate_na
     # every case compared, then what else blocks (a STALE expectation under --strict-...)
     subjects = list(dict.fromkeys([*decision.case_ids, *(f.subject for f in decision.blocking)]))
     failed = sum(1 for s in subjects if any(f.blocking for f in by_subject.get(s, ())))
-    known = {f.subject: f for f in decision.findings if f.kind == "KNOWN"}
+    known = {f.subject: f for f in decision.findings if f.kind == "KNOWN"
+             and not any(g.blocking for g in by_subject.get(f.subject, ()))}
     suite = _suite(len(subjects), failed, 0, len(known))
     verdict = "MAY_SHIP" if decision.may_ship else "MAY_NOT_SHIP"
     _properties(suite, [("verdict", verdict), ("baseline", baseline_name),

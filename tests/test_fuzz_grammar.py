@@ -132,6 +132,23 @@ def test_search_shrinks_to_the_minimal_failing_case_and_is_repeatable():
     assert result.examples_run == len(first)
 
 
+def test_shrinking_keeps_the_label_of_the_failure_it_found():
+    """A smaller case that fails another way (here: every short one is a HARNESS_ERROR, as a
+    custom variant's mod that raises at small shapes is) is not the failure being shrunk."""
+    def execute(case: Case) -> Record:  # once shrinking began, every short case raises
+        wrong = case.shape.Sq >= MIN_FAILING_SQ and case.shape.Hq >= 2
+        label = Label.MISMATCH if wrong else (
+            Label.HARNESS_ERROR if case.shape.Sq < 32 and mismatched else Label.PASS)
+        mismatched.extend([True] if wrong else [])
+        return Record(case.id, label, case.to_json())
+
+    mismatched: list[bool] = []
+    result = fuzz.search(execute, examples=20, seed=7)
+    assert result.failure is not None and result.failure.label is Label.MISMATCH
+    assert result.failure.case_id == MINIMAL_FAILING_ID
+    assert any(Label.HARNESS_ERROR is r.label for r in result.tried)  # tried while shrinking
+
+
 def test_search_without_failures_runs_the_examples_asked_for():
     calls = []
     result = fuzz.search(fake_execute(calls), examples=6, seed=1,

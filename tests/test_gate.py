@@ -90,6 +90,24 @@ def test_each_accepted_failure_is_listed_and_junit_skips_it(tmp_path, capsys):
     assert gate(tmp_path, old, new, "--json", str(tmp_path / "g.json"), expectations=entries) == 0
     findings = json.loads((tmp_path / "g.json").read_text())["findings"]
     assert [(f["kind"], f["case_id"], f["category"]) for f in findings] == [("KNOWN", B, "listed")]
+    # a known failure that also blocks (its compile time grew tenfold) fails, and is not skipped
+    slower = run([record(A), record(B, Label.MISMATCH, compile_seconds=40.0)])
+    assert gate(tmp_path, old, slower, "--junit", str(junit), expectations=entries) == 1
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("failures"), suite.get("skipped")) == ("1", "0")
+
+
+def test_the_markdown_lists_at_most_30_of_a_listed_kind(tmp_path):
+    from reports.gate import MARKDOWN_LISTED_ROWS
+
+    failing = run([record(case_id(seq=64 * (i + 1)), Label.MISMATCH)
+                   for i in range(MARKDOWN_LISTED_ROWS + 5)])
+    out = tmp_path / "gate.md"
+    assert gate(tmp_path, failing, failing, "--markdown", str(out),
+                expectations=known("causal/*", "MISMATCH")) == 0
+    text = out.read_text()
+    assert text.count("| listed | KNOWN |") == MARKDOWN_LISTED_ROWS
+    assert "... and 5 more KNOWN (the gate's --json lists them all)" in text
 
 
 def test_an_entry_naming_a_backend_spec_is_refused_in_one_line(tmp_path, capsys):

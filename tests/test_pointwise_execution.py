@@ -211,3 +211,51 @@ def test_a_mod_that_fails_at_some_points_is_the_cases_fault_not_the_backends(bac
             "the case's own mods fail in the float64 reference, which evaluates them at every "
             f"point as flex_attention does: its {mod} raised IndexError: "), record.message
         assert "fix the variant, not the backend (the backend: " in record.message
+
+
+def test_only_what_the_mod_itself_raises_is_the_mods_fault(monkeypatch):
+    """Running out of memory while a mod is evaluated, and a failure of the suite's own code
+    around it (here: asking torch's indexing rule), must not read 'fix the mod'."""
+    import cases.pointwise as pointwise
+    from cases.pointwise import ModRaised, evaluate_mask
+
+    point = torch.zeros(1, dtype=torch.int64)
+
+    def allocates(b, h, q_idx, kv_idx):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 TB")
+
+    with pytest.raises(RuntimeError, match="can't allocate memory") as caught:
+        evaluate_mask(allocates, point, point, point, point)
+    assert not isinstance(caught.value, ModRaised)
+
+    def suite_fails():
+        raise ModuleNotFoundError("torch._dynamo._trace_wrapped_higher_order_op moved")
+
+    table = torch.tensor([True, False])
+    monkeypatch.setattr(pointwise, "_takes_ints", None)
+    monkeypatch.setattr(pointwise, "_rule_takes_ints", suite_fails)
+    with pytest.raises(ModuleNotFoundError) as caught:
+        evaluate_mask(lambda b, h, q_idx, kv_idx: table[0] | (kv_idx <= q_idx),
+                      point, point, point, point)
+    assert not isinstance(caught.value, ModRaised)
+    with pytest.raises(ModRaised, match="^its mask_mod raised IndexError"):
+        evaluate_mask(lambda b, h, q_idx, kv_idx: table[q_idx + 2], point, point, point, point)
+
+
+@pytest.mark.parametrize("outcome, phase, label", [
+    ("error", "compile", Label.HARNESS_ERROR),  # the same error met by both: the case's
+    ("error", "setup", Label.HARNESS_ERROR),
+    ("crash", "run", Label.CRASH),  # the backend's own label stands
+    ("oom", "compile", Label.OUT_OF_MEMORY),
+    ("timeout", "compile", Label.COMPILE_TIMEOUT),
+])
+def test_a_mod_failing_in_the_reference_takes_over_only_the_backends_errors(outcome, phase,
+                                                                            label):
+    from cases.pointwise import ModRaised
+    from conformance.decision import decide
+    from conformance.protocol import Observation
+
+    reference = ModRaised("mask_mod", IndexError("index 32 is out of bounds"))
+    decision = decide(Case(v.causal(), SHAPE), Observation(outcome, phase, "it failed"),
+                      reference)
+    assert decision.label is label
