@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
                          "write, e.g. -o results.json")
     refuse_if_run_going_on(Path(args.output).parent, "the merged results.json")
+    _refuse_repeated_paths(args.inputs, args.output)
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)
     write_results(merged.results, args.output)
@@ -40,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     for record in results.records:
         counts[record.label.value] = counts.get(record.label.value, 0) + 1
     tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    shards = ", ".join(results.options.get("merged_shards") or []) or "unsharded"
-    print(f"merged {len(runs)} files (shards {shards}): {len(results.records)} cases"
+    shards = ", ".join(results.options.get("merged_shards") or [])
+    print(f"merged {len(runs)} file{'s' if len(runs) != 1 else ''} "
+          f"({'shards ' + shards if shards else 'unsharded'}): {len(results.records)} "
+          f"case{'s' if len(results.records) != 1 else ''}"
           f"{': ' + tally if tally else ''} -> {args.output}")
     for note in merged.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -61,6 +64,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {case_id}", file=sys.stderr)
         _more(len(merged.missing))
     return 0 if merged.clean else 1
+
+
+def _refuse_repeated_paths(inputs: list[str], output: str) -> None:
+    """An input given twice, or an output that is an input (which the merge would overwrite:
+    the shard's own results gone): one line, before anything is read or written."""
+    from records.text import one_line
+
+    seen: dict[Path, str] = {}
+    for path in inputs:
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise ValueError(f"{one_line(path)} is given twice (as {one_line(seen[resolved])}); "
+                             "give each shard's results.json once")
+        seen[resolved] = path
+    if Path(output).resolve() in seen:
+        raise ValueError(f"-o {one_line(output)}: it is one of the files to merge, which the "
+                         "merge would overwrite; give another path, e.g. -o merged/results.json")
 
 
 def _more(total: int) -> None:

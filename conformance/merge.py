@@ -162,6 +162,10 @@ _FACTS = {
 def _difference(first: RunResults, run: RunResults, first_source: str, source: str) -> str | None:
     """How ``run`` differs from ``first`` in what makes shards parts of one run: ``<what> is
     <value> there but <value> here``; None when they agree."""
+    if (_shard(run) is None) != (_shard(first) is None):
+        whole, part = (source, first) if _shard(run) is None else (first_source, run)
+        return (f"{whole} is a whole run, not a --shard part, and the other is shard "
+                f"{part.options.get('shard')}")
     for what, get in _FACTS.items():
         if get(run) != get(first):
             return f"{what} is {get(run)!r} there but {get(first)!r} here"

@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output)
     refuse_if_run_going_on(args.output, "index.html and summary.md")
     runs = [load_results(path) for path in args.results]
+    refuse_another_runs_directory(args.output, runs[-1])
     baseline = load_results(args.baseline) if args.baseline else None
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,
                       baseline_name=args.baseline or "baseline")
@@ -41,6 +42,27 @@ def check_output(output: str) -> None:
     if problem:
         raise ValueError(f"-o {one_line(output)}: {problem}; give a directory this user can "
                          "write, e.g. -o reports/latest")
+
+
+def refuse_another_runs_directory(output: str, main) -> None:
+    """A -o that holds the results.json of another run than the one the report describes
+    (the last given): its index.html and summary.md would then contradict the results.json
+    beside them (a CI job posting summary.md would post another run's verdict). One line."""
+    from records.files import UserFileError
+    from records.results import load_results
+    from records.text import one_line
+
+    beside = Path(output) / "results.json"
+    if not beside.is_file():
+        return
+    try:
+        same = load_results(beside).to_json() == main.to_json()
+    except UserFileError:
+        same = False
+    if not same:
+        raise ValueError(f"-o {one_line(output)} holds the results.json of another run, which "
+                         "its index.html and summary.md would then contradict; give a "
+                         "directory of its own, e.g. -o reports/compare")
 
 
 def _names(paths: list[str]) -> list[str]:

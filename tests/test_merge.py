@@ -3,6 +3,7 @@ completeness judged against the recorded selection (and the fallback for older f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -102,6 +103,26 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it_not_a_temporary_
         assert capsys.readouterr().err.splitlines() == [
             f"flexconf merge: error: -o {output}: {problem}; give a path this user can write, "
             "e.g. -o results.json"]
+
+
+def test_an_input_given_twice_or_as_the_output_and_a_whole_run_are_refused(tmp_path, capsys):
+    """-o naming a shard's own file overwrote it with the merge; a whole run among the shards
+    said 'shard count is None there but 3 here'."""
+    a, b = write(tmp_path, "a.json", shard_run(1)), write(tmp_path, "b.json", shard_run(2))
+    before = Path(a).read_bytes()
+    assert main(["merge", a, b, "-o", a]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf merge: error: -o {a}: it is one of the files to merge, which the merge would "
+        "overwrite; give another path, e.g. -o merged/results.json"]
+    assert Path(a).read_bytes() == before
+    assert main(["merge", a, str(tmp_path / "." / "a.json"), "-o", str(tmp_path / "m.json")]) == 2
+    assert f"is given twice (as {a}); give each shard's results.json once" in \
+        capsys.readouterr().err
+    whole = replace(shard_run(1), options={**shard_run(1).options, "shard": None})
+    w = write(tmp_path, "whole.json", whole)
+    assert main(["merge", a, w, "-o", str(tmp_path / "m.json")]) == 2
+    assert (f"cannot merge {w} into {a}: {w} is a whole run, not a --shard part, and the other "
+            "is shard 1/3") in capsys.readouterr().err
 
 
 def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, capsys):

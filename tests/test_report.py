@@ -361,3 +361,24 @@ def test_failures_come_before_unsupported_cases_and_the_known_ones_say_so(tmp_pa
     assert "Not passing (37: 2 failing, 35 unsupported)" in page
     assert page.index(f'id="fail:{new.case_id}"') < page.index(f'id="fail:{skipped[0].case_id}"')
     assert "known: bias &lt;sign&gt; flipped" in page
+
+
+def test_a_report_into_another_runs_directory_is_refused(tmp_path, capsys):
+    """summary.md said 7/8 PASS beside a results.json of 8/8 PASS: a CI job posting
+    summary.md would have posted another run's verdict."""
+    green = run([record(case_id())])
+    red = run([record(case_id(), Label.MISMATCH, message="off")], seed=3)
+    directory = tmp_path / "latest"
+    directory.mkdir()
+    write_results(green, directory / "results.json")
+    write_results(red, tmp_path / "red.json")
+    write_results(green, tmp_path / "green-copy.json")
+    assert main(["report", str(tmp_path / "red.json"), "-o", str(directory)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf report: error: -o {directory} holds the results.json of another run, which "
+        "its index.html and summary.md would then contradict; give a directory of its own, "
+        "e.g. -o reports/compare"]
+    assert not (directory / "summary.md").exists()
+    for same in (directory / "results.json", tmp_path / "green-copy.json"):
+        assert main(["report", str(same), "-o", str(directory)]) == 0
+    assert "1/1 PASS" in (directory / "summary.md").read_text()
