@@ -186,14 +186,21 @@ def _check_same_oracle(baseline: RunResults, candidate: RunResults, baseline_nam
     old, new = baseline.reference_version, candidate.reference_version
     if old is None or new is None or old == new:
         return
-    revision = baseline.environment.get("git_revision")  # "<sha>", "<sha>-dirty" or None
+    # the run judged by the older oracle is the one to run again (versions only grow)
+    older, older_name, newer = (baseline, baseline_name, candidate) \
+        if _version_order(old) < _version_order(new) else (candidate, candidate_name, baseline)
+    revision = newer.environment.get("git_revision")  # "<sha>", "<sha>-dirty" or None
     clean = isinstance(revision, str) and not revision.endswith("-dirty")
-    at_revision = f" (git checkout {one_line(revision)})" if clean else ""
+    at_revision = f", git checkout {one_line(revision)}" if clean else ""
     raise GateInputError(
         f"{candidate_name}: reference version {one_line(repr(new))} differs from the "
-        f"baseline's {one_line(repr(old))} "
-        f"({baseline_name}): another oracle judged it; run the baseline again with this suite, "
-        f"or gate with the suite that judged it{at_revision}")
+        f"baseline's {one_line(repr(old))} ({baseline_name}): another oracle judged it; run "
+        f"{older_name} again with the suite that judged the other (reference version "
+        f"{one_line(repr(newer.reference_version))}{at_revision})")
+
+
+def _version_order(version) -> float:
+    return float(version) if isinstance(version, (int, float)) else float("-inf")
 
 
 def decide(baseline: RunResults, candidate: RunResults,

@@ -81,17 +81,22 @@ def _judged_by(version: int | None, revision: str | None = None) -> RunResults:
 def test_runs_judged_by_another_oracle_are_bad_input_that_says_how_to_gate_them(tmp_path,
                                                                               capsys):
     """A label that changed between runs that two versions of the oracle judged could be the
-    suite's change, not the release's: one line naming both versions and the suite revision
-    that judged the baseline (not a dirty one, which no checkout gives back). A file that
-    records no version is gated as before: what was not recorded cannot be checked."""
+    suite's change, not the release's: one line naming both versions, the run the older oracle
+    judged (to run again) and the suite revision of the newer one (not a dirty one, which no
+    checkout gives back). A file that records no version is gated as before: what was not
+    recorded cannot be checked."""
     assert gate(tmp_path, _judged_by(17, "abc1234"), _judged_by(18, "def5678")) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("flexconf gate: error: ")
     for words in (f"{tmp_path / 'new.json'}: reference version 18 differs from the baseline's "
                   f"17 ({tmp_path / 'old.json'})",
-                  "run the baseline again with this suite", "(git checkout abc1234)"):
+                  f"run {tmp_path / 'old.json'} again with the suite that judged the other "
+                  "(reference version 18, git checkout def5678)"):
         assert words in err, err
-    assert gate(tmp_path, _judged_by(17, "abc1234-dirty"), _judged_by(18)) == 2
+    assert gate(tmp_path, _judged_by(18, "abc1234"), _judged_by(17, "def5678")) == 2
+    assert (f"run {tmp_path / 'new.json'} again with the suite that judged the other "
+            "(reference version 18, git checkout abc1234)") in capsys.readouterr().err
+    assert gate(tmp_path, _judged_by(17), _judged_by(18, "abc1234-dirty")) == 2
     err = capsys.readouterr().err
     assert "reference version 18" in err and "git checkout" not in err
     assert gate(tmp_path, _judged_by(18, "abc1234"), _judged_by(18, "def5678"),
