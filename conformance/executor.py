@@ -144,9 +144,9 @@ class Executor:
         decision = decide(case, obs, outcome)
         record = self._record(case, decision.label, decision.message, started_at, obs,
                               decision.metrics)
-        # The timed calls finished (a timeout's seconds are only how long it ran): what they
-        # cost and how fast they were.
-        if record.run_seconds and decision.label in (Label.PASS, Label.MISMATCH):
+        # The timed calls finished with a right answer (a timeout's seconds are only how long
+        # it ran, a wrong answer's speed says nothing): what they cost and how fast they were.
+        if record.run_seconds and decision.label is Label.PASS:
             record = replace(record, performance=_performance(case, record.run_seconds))
         if decision.observed is None:
             return record

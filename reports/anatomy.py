@@ -32,6 +32,7 @@ class AnatomyRow:
     compile_seconds: float
     segments: list[Segment]
     text: str  # the breakdown as text, for the tooltip
+    cache_hit: bool = False  # a cache served the compile: the stages are a warm compile's
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Anatomy:
     shares: list[tuple[str, float]] = field(default_factory=list)  # (stage, % of all seconds)
     rows: list[AnatomyRow] = field(default_factory=list)
     with_stages: int = 0  # cases that have a breakdown
+    cache_hits: int = 0  # of them, those whose compile a cache served
 
     @property
     def css(self) -> str:
@@ -48,7 +50,8 @@ class Anatomy:
 
 def build_anatomy(records: tuple[Record, ...] | list[Record]) -> Anatomy:
     staged = [r for r in records if r.compile_breakdown]
-    anatomy = Anatomy(with_stages=len(staged))
+    anatomy = Anatomy(with_stages=len(staged),
+                      cache_hits=sum(1 for r in staged if r.cache_hit is True))
     if not staged:
         return anatomy
     order: dict[str, None] = {}
@@ -69,5 +72,5 @@ def build_anatomy(records: tuple[Record, ...] | list[Record]) -> Anatomy:
         segments = [Segment(css[name], round(100.0 * stages[name] / scale, 2), name, stages[name])
                     for name in names if stages.get(name)]
         anatomy.rows.append(AnatomyRow(record.case_id, sum(stages.values()), segments,
-                                       breakdown_text(stages)))
+                                       breakdown_text(stages), record.cache_hit is True))
     return anatomy

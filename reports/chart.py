@@ -1,6 +1,8 @@
 """Compile time per case as the geometry of an inline SVG bar chart (the template draws it).
 
-One bar per case, in case order, coloured by label. A case that ran out of compile time
+One bar per case, in case order, coloured by label; a compile that a cache served (the
+record's ``cache_hit``) is drawn pale and says so, as it is not a cold compile. A case that ran
+out of compile time
 without a measured figure is drawn up to the compile timeout. The scale is logarithmic when
 the times span two orders of magnitude or more. Above ``MAX_BARS_WITH_TOOLTIPS`` cases the bars
 become one path per label (no tooltip per bar) to keep the report small.
@@ -28,6 +30,7 @@ class Bar:
     height: float
     label: str
     title: str
+    cache_hit: bool = False
 
 
 @dataclass
@@ -44,6 +47,7 @@ class CompileChart:
     plot_bottom: float = HEIGHT - BOTTOM
     plotted: int = 0
     not_plotted: int = 0
+    cache_hits: int = 0  # plotted cases whose compile a cache served
 
 
 def _value(record: Record, compile_timeout: float | None) -> tuple[float | None, str]:
@@ -109,10 +113,13 @@ def compile_chart(records: tuple[Record, ...] | list[Record],
         if value is None:
             continue
         y = round(min(y_of(value), bottom - 1), 1)
+        hit = record.cache_hit is True
+        chart.cache_hits += hit
         if with_tooltips:
             chart.bars.append(Bar(round(x, 1), y, round(max(step * 0.8, 0.5), 2),
                                   round(bottom - y, 1), record.label.value,
-                                  f"{record.case_id}: {text} ({record.label.value})"))
+                                  f"{record.case_id}: {text} ({record.label.value}"
+                                  f"{', cache hit: not a cold compile' if hit else ''})", hit))
         else:
             segments.setdefault(record.label.value, []).append(
                 f"M{x + step / 2:.1f} {bottom}V{y}")

@@ -19,7 +19,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from records.results import Record
+from records.results import Label, Record
 
 DENSE_THRESHOLD = 2.0
 #: Below this share of non-empty 128x128 tiles a block-sparse kernel has work to skip.
@@ -65,8 +65,11 @@ class VariantPerformance:
 
 
 def case_performance(records: tuple[Record, ...] | list[Record]) -> list[CasePerformance]:
-    """Every record with performance figures, with its efficiency against ``full``."""
-    timed = [r for r in records if r.performance and r.run_seconds and r.case]
+    """Every passing record with performance figures, with its efficiency against ``full``
+    (a wrong answer's speed says nothing of the backend: results files before 2026-12-05
+    gave a MISMATCH figures too)."""
+    timed = [r for r in records if r.performance and r.run_seconds and r.case
+             and r.label is Label.PASS]
     full = {_shape_key(r): r.run_seconds for r in timed if r.case.get("variant") == "full"}
     rows = []
     for r in timed:

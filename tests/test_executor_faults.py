@@ -121,7 +121,9 @@ def test_every_call_is_judged_so_one_wrong_call_is_a_mismatch(backend, failing, 
     assert fault.metrics["differing_calls"] == differing
     passing = ", ".join(str(n) for n in range(1, 5) if n not in failing)
     assert fault.message.startswith(f"call {failing[0]} of 4 failed, {passing} passed")
+    assert fault.performance is None  # a wrong answer's speed says nothing
     assert after.label is Label.PASS and "differing_calls" not in after.metrics
+    assert after.performance is not None
 
 
 @pytest.mark.slow

@@ -83,6 +83,16 @@ def test_an_overhead_bound_shape_is_not_judged():
     assert document.tile_efficiency == pytest.approx(10.0) and not document.dense
 
 
+def test_a_wrong_answer_has_no_speed_in_the_report():
+    """A MISMATCH's GFLOP/s were listed and fed its variant's median (older results files
+    carry them; the executor gives figures to passing cases only)."""
+    from dataclasses import replace
+
+    wrong = replace(_record("causal", 0.1, 0.5, 0.5), label=Label.MISMATCH)
+    rows = case_performance([_record("full", 1.0, 1.0, 1.0), wrong])
+    assert [row.variant for row in rows] == ["full"]
+
+
 def test_a_tiny_case_cannot_be_dense_its_mask_leaves_no_tile_to_skip():
     records = [_record("full", 1.0, 1.0, 1.0), _record("causal", 1.0, 0.5, 1.0)]
     causal = [r for r in case_performance(records) if r.variant == "causal"][0]

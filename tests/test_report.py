@@ -382,3 +382,20 @@ def test_a_report_into_another_runs_directory_is_refused(tmp_path, capsys):
     for same in (directory / "results.json", tmp_path / "green-copy.json"):
         assert main(["report", str(same), "-o", str(directory)]) == 0
     assert "1/1 PASS" in (directory / "summary.md").read_text()
+
+
+def test_a_cache_hit_is_not_drawn_as_a_cold_compile(tmp_path):
+    """A warm run's 0.47 s compile read as a compile in the chart and the anatomy: only the
+    all-cases table said 'hit'."""
+    stages = {"dynamo_tracing": 0.4, "other": 0.07}
+    hit = replace(record(case_id(), compile_seconds=0.47, cache_hit=True),
+                  compile_breakdown=stages)
+    cold = replace(record(case_id(seq=256), compile_seconds=5.0, cache_hit=False),
+                   compile_breakdown={"dynamo_tracing": 4.0, "other": 1.0})
+    write_report(run([hit, cold]), tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert "<strong>1 of the 2 compiles were cache hits</strong> (drawn pale)" in page
+    assert f"{hit.case_id}: 0.47 s (PASS, cache hit: not a cold compile)" in page
+    assert f"{cold.case_id}: 5.00 s (PASS)" in page
+    assert "<strong>1 of them were cache hits</strong>: their stages are a warm compile" in page
+    assert page.count('<span class="note">(cache hit)</span>') == 1
