@@ -109,7 +109,7 @@ def _environment_rows(runs: Sequence[RunView]) -> list[tuple[str, list[str], boo
 
 
 def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
-                comparison: Comparison | None = None) -> str:
+                comparison: Comparison | None = None, order_note: str = "") -> str:
     """The HTML text of the report of ``runs[-1]`` (with ``runs`` side by side if several)."""
     main = runs[-1].results
     failing = non_passing(main)
@@ -122,6 +122,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
     rows = side_by_side([r.results for r in runs]) if len(runs) > 1 else []
     return _template().render(
         title=run_title(main), runs=runs, main=runs[-1], baseline=baseline,
+        order_note=order_note,
         comparison=comparison,
         comparison_line=comparison_line(comparison) if comparison else "",
         environment_rows=_environment_rows(([baseline] if baseline else []) + list(runs)),
@@ -170,12 +171,27 @@ def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
     base_view = _run_view(baseline, baseline_name) if baseline is not None else None
     against = base_view or (views[-2] if len(views) > 1 else None)
     comparison = compare_runs(against.results, runs[-1]) if against is not None else None
-    html = render_html(views, base_view, comparison)
+    html = render_html(views, base_view, comparison, _order_note(runs, names))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "index.html", html)
     _write_atomic(out / "summary.md", summary_markdown(
         runs[-1], comparison, against.name if against else "the baseline"))
+
+
+def _order_note(runs: Sequence[RunResults], names: Sequence[str]) -> str:
+    """With several runs: which one the report's sections describe (the last), and a warning
+    when the runs were not given in the order they started (the comparison then reads a
+    regression as a fix)."""
+    if len(runs) < 2:
+        return ""
+    note = f"The sections below describe the last run given, {names[-1]}"
+    started = [r.started_at for r in runs]
+    if all(started) and started != sorted(started):
+        note += (f"; the runs were not given oldest first (by started_at: "
+                 f"{', '.join(n for _, n in sorted(zip(started, names)))}), so the comparison "
+                 "reads each change backwards: give them oldest first")
+    return note + "."
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -399,3 +399,18 @@ def test_a_cache_hit_is_not_drawn_as_a_cold_compile(tmp_path):
     assert f"{cold.case_id}: 5.00 s (PASS)" in page
     assert "<strong>1 of them were cache hits</strong>: their stages are a warm compile" in page
     assert page.count('<span class="note">(cache hit)</span>') == 1
+
+
+def test_a_report_of_several_runs_names_the_one_it_describes_and_warns_of_their_order(tmp_path):
+    old = replace(run([record(case_id())]), started_at="2026-12-01T10:00:00+00:00")
+    new = replace(run([record(case_id(), Label.MISMATCH, message="off")], seed=1),
+                  started_at="2026-12-02T10:00:00+00:00")
+    write_runs_report([old, new], tmp_path / "right", names=["old.json", "new.json"])
+    page = (tmp_path / "right" / "index.html").read_text()
+    assert "The sections below describe the last run given, new.json." in page
+    assert "oldest first" not in page
+    write_runs_report([new, old], tmp_path / "wrong", names=["new.json", "old.json"])
+    page = (tmp_path / "wrong" / "index.html").read_text()
+    assert ("The sections below describe the last run given, old.json; the runs were not given "
+            "oldest first (by started_at: old.json, new.json), so the comparison reads each "
+            "change backwards: give them oldest first.") in page
