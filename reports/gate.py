@@ -97,8 +97,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, KNOWN_FAILURES, UNTRIAGED,
-    #          UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED, CONFIRMATION
+    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, RUN_TIME_NOT_GATED,
+    #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
+    #          CONFIRMATION
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -256,6 +257,8 @@ def decide(baseline: RunResults, candidate: RunResults,
         if comparison.both_cold and machines is None and compiles else []
     if run_slack_seconds is not None and machines is None:
         rules.append(TimeRule("run", run_budget, run_slack_seconds))
+    elif run_slack_seconds is None and machines is None:
+        notes += run_times_not_gated(baseline, candidate)
     for rule in rules:
         for c in slower_cases(baseline, candidate, rule.measure, rule.factor, rule.slack_seconds):
             findings.append(time_finding(rule, old[c.case_id], new[c.case_id], c.before, c.after))
@@ -323,10 +326,38 @@ def time_finding(rule: TimeRule, old: Record, new: Record, before: float,
     names the stage that grew most when both records carry a breakdown."""
     stage = stage_growth(old.compile_breakdown, new.compile_breakdown) \
         if rule.measure == "compile" else None
-    detail = (f"{fmt_seconds(before)} s -> {fmt_seconds(after)} s ({rule.verdict(before, after)})"
+    detail = (f"{_precise_seconds(before)} s -> {_precise_seconds(after)} s "
+              f"({rule.verdict(before, after)})"
               + (f"; {stage.text}" if stage else ""))
     return Finding(rule.kind, new.case_id, detail, True, old, new, rule, stage,
                    Confirmation("unconfirmed", rule))
+
+
+#: Without --run-time-slack, the run times that the gate still names in a flagged note: at
+#: least this many times as slow, and by at least this many seconds (timer noise on
+#: sub-millisecond calls stays out).
+UNGATED_RUN_FACTOR, UNGATED_RUN_SLACK_SECONDS = 2.0, 0.001
+
+
+def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note when run times are not gated (``--run-time-slack`` off, the default) and
+    cases ran at least twice as slow: a release whose kernels got far slower must not read
+    "no findings"."""
+    slower = slower_cases(baseline, candidate, "run", UNGATED_RUN_FACTOR,
+                          UNGATED_RUN_SLACK_SECONDS)
+    if not slower:
+        return []
+    worst = slower[0]
+    return [Note("RUN_TIME_NOT_GATED", (
+        f"run times are not gated (--run-time-slack is off), and {len(slower)} case(s) ran at "
+        f"least {UNGATED_RUN_FACTOR:g}x as slow, e.g. {worst.case_id}: "
+        f"{_precise_seconds(worst.before)} s -> {_precise_seconds(worst.after)} s "
+        f"(x{worst.ratio:.3g}); pass --run-time-slack SECONDS to gate them"), flagged=True)]
+
+
+def _precise_seconds(value: float) -> str:
+    """Seconds with the digits a sub-millisecond run time needs (0.00072, not 0.00)."""
+    return f"{value:.3g}" if value < 0.1 else fmt_seconds(value)
 
 
 def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
