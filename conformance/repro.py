@@ -47,7 +47,8 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
     options = results.options
     backend = backend or _run_backend(options)
     module = _variant_module(record.case["variant"], options, case_modules or [])
-    roots = list(ROOTS) + _backend_modules(backend) + ([module] if module else [])
+    recorded = options.get("backend_pythonpath") if backend == _run_backend(options) else None
+    roots = list(ROOTS) + _backend_modules(backend, recorded) + ([module] if module else [])
     sources = embedded_sources(roots)
     if module and module not in sources:  # a case module outside the suite
         sources[module] = _module_source(module)
@@ -118,11 +119,12 @@ def _run_backend(options: dict) -> str:
     return str(options.get("backend") or "cpu-eager")
 
 
-def _backend_modules(spec: str) -> list[str]:
+def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:
     """The suite modules a backend needs: its built-in module, or for a plugin or a
     ``module:object`` the suite modules its module imports (that module is not embedded: the
     script imports it where it runs). ValueError, one line, for a backend the script could not
-    load: an unknown name, or a module not importable here (its suite imports unknown)."""
+    load: an unknown name, or a module not importable here (its suite imports unknown; the
+    message names ``recorded_root``, where the run imported it from, when known)."""
     from conformance.backends.registry import BUILTIN, registered
 
     if spec in BUILTIN:
@@ -134,9 +136,11 @@ def _backend_modules(spec: str) -> list[str]:
                          f"{', '.join(names)} (or package.module:object)")
     module = target.partition(":")[0]
     if not _is_module(module):
+        where = (f"PYTHONPATH={recorded_root}, where the run imported it from" if recorded_root
+                 else "e.g. PYTHONPATH=. for tests.*")
         raise ValueError(f"backend {spec!r}: cannot import {module!r} here, so the script "
                          "would lack the suite modules it needs; put its directory on "
-                         "PYTHONPATH (e.g. PYTHONPATH=. for tests.*) and run flexconf repro again")
+                         f"PYTHONPATH ({where}) and run flexconf repro again")
     return _suite_imports(_module_source(module))
 
 

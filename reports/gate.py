@@ -97,7 +97,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # BUDGET_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED, RUN_TIME_NOT_GATED,
+    kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED,
+    #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
     #          CONFIRMATION
     text: str
@@ -226,7 +227,7 @@ def decide(baseline: RunResults, candidate: RunResults,
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")
     findings: list[Finding] = []
-    notes = budget_notes(baseline, candidate)
+    notes = budget_notes(baseline, candidate) + backend_notes(baseline, candidate)
     regressed = {c.case_id for c in comparison.regressions}
     for change in comparison.regressions:
         findings.append(Finding("REGRESSION", change.case_id, f"PASS -> {change.after.value}",
@@ -358,6 +359,19 @@ def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Not
 def _precise_seconds(value: float) -> str:
     """Seconds with the digits a sub-millisecond run time needs (0.00072, not 0.00)."""
     return f"{value:.3g}" if value < 0.1 else fmt_seconds(value)
+
+
+def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note when the two runs record one backend name but were given different
+    --backend values (a plugin that calls itself like a built-in, or another plugin object):
+    the same name need not be the same code."""
+    requested = [r.options.get("backend_requested") for r in (baseline, candidate)]
+    if None in requested or requested[0] == requested[1]:
+        return []
+    return [Note("BACKEND_SPEC_CHANGE", (
+        f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "
+        f"as --backend {requested[0]} (baseline) and --backend {requested[1]} (candidate): the "
+        "same name need not be the same code"), flagged=True)]
 
 
 def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:

@@ -178,6 +178,19 @@ def test_a_backend_that_compiles_nothing_has_its_first_calls_not_gated_as_compil
     assert gate(tmp_path, *compiled) == 1
 
 
+def test_one_backend_name_given_as_two_specs_is_flagged(tmp_path, capsys):
+    old = run([record(A)], backend="cpu-inductor")
+    new = run([record(A)], backend="cpu-inductor")
+    old = replace(old, options={**old.options, "backend_requested": "cpu-inductor"})
+    new = replace(new, options={**new.options, "backend_requested": "badrelease:SlowCompile"})
+    assert gate(tmp_path, old, new) == 0
+    assert ("  ! BACKEND_SPEC_CHANGE: both runs record the backend 'cpu-inductor', but it was "
+            "given as --backend cpu-inductor (baseline) and --backend badrelease:SlowCompile "
+            "(candidate): the same name need not be the same code") in capsys.readouterr().out
+    assert gate(tmp_path, old, old) == 0
+    assert "BACKEND_SPEC_CHANGE" not in capsys.readouterr().out
+
+
 def test_run_times_far_slower_are_named_even_when_not_gated(tmp_path, capsys):
     """A kernel 700x as slow (0.0007 s -> 0.5 s per call) read 'MAY SHIP (no findings)' with
     --run-time-slack off (the default), and its row, when gated, read '0.00 s -> 0.50 s'."""

@@ -139,6 +139,18 @@ def test_a_backend_the_script_could_not_load_is_refused_before_writing(tmp_path,
     assert not script.exists()
 
 
+def test_a_plugin_not_importable_here_is_named_with_where_the_run_found_it(tmp_path, capsys):
+    path = write_run(tmp_path / "results.json", [Record(BROKEN.id, Label.MISMATCH,
+                                                        BROKEN.to_json())],
+                     "mine", "nosuch_pkg.backends:Mine")
+    data = json.loads(path.read_text())
+    data["options"]["backend_pythonpath"] = "/src/plugins"
+    path.write_text(json.dumps(data))
+    assert main(["repro", str(path), BROKEN.id, "-o", str(tmp_path / "r.py")]) == 2
+    assert ("put its directory on PYTHONPATH (PYTHONPATH=/src/plugins, where the run imported it "
+            "from) and run flexconf repro again") in capsys.readouterr().err
+
+
 def test_a_script_whose_backend_cannot_be_loaded_where_it_runs_says_so_in_one_line(tmp_path):
     script = tmp_path / "repro.py"
     assert main(["repro", str(recorded_run(tmp_path)), BROKEN.id, "-o", str(script)]) == 0
