@@ -143,8 +143,16 @@ def _why_incomplete(run: RunResults) -> str:
                     "in (flexconf merge) and gate the merged file")
         return (f"a merge one of whose shards was interrupted or lacks cases ({held}"
                 "complete=false); finish that shard with --resume, merge again and gate that")
-    return (f"the run was interrupted ({held}complete=false); finish it with --resume "
-            "REPORT_DIR, or gate a finished run")
+    report_dir = run.options.get("report_dir")
+    if not report_dir:
+        return (f"the run was interrupted ({held}complete=false); finish it with --resume "
+                "REPORT_DIR, or gate a finished run")
+    from conformance.run_info import matrix_path
+    from reports.summary import resume_command
+
+    return (f"the run was interrupted ({held}complete=false); finish it ("
+            f"{resume_command(run, report_dir, matrix_path())}) and gate that, or gate a "
+            "finished run")
 
 
 def check_comparable(baseline: RunResults, candidate: RunResults,

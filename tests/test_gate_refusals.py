@@ -261,6 +261,13 @@ def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
     with pytest.raises(GateInputError, match=r"^baseline: the run was interrupted \(complete="
                                              r"false\); finish it with --resume"):
         check_comparable(replace(whole, complete=False), whole)
+    recorded = replace(whole, complete=False,
+                       options={**whole.options, "report_dir": "/runs/2.33"})
+    with pytest.raises(GateInputError) as refused:  # the command, with the run's directory
+        check_comparable(recorded, whole)
+    assert ("finish it (pytest conformance/ --backend neuron --profile smoke --seed 0 "
+            "--compile-timeout 600 --run-timeout 120 --resume /runs/2.33) and gate that"
+            ) in str(refused.value)
 
 
 def test_a_copy_of_the_baseline_is_not_a_candidate(tmp_path, capsys):
