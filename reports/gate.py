@@ -343,15 +343,15 @@ def time_finding(rule: TimeRule, old: Record, new: Record, before: float,
 
 
 #: Without --run-time-slack, the run times that the gate still names in a flagged note: at
-#: least this many times as slow, and by at least this many seconds (timer noise on
-#: sub-millisecond calls stays out).
-UNGATED_RUN_FACTOR, UNGATED_RUN_SLACK_SECONDS = 2.0, 0.001
+#: least this many times as slow, and by at least this many seconds (the noise of tiny calls
+#: on a loaded machine, which can double them, stays out).
+UNGATED_RUN_FACTOR, UNGATED_RUN_SLACK_SECONDS = 3.0, 0.005
 
 
 def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Note]:
     """A flagged note when run times are not gated (``--run-time-slack`` off, the default) and
-    cases ran at least twice as slow: a release whose kernels got far slower must not read
-    "no findings"."""
+    cases ran far slower (UNGATED_RUN_FACTOR): a release whose kernels got far slower must not
+    read "no findings" unremarked."""
     slower = slower_cases(baseline, candidate, "run", UNGATED_RUN_FACTOR,
                           UNGATED_RUN_SLACK_SECONDS)
     if not slower:
