@@ -163,9 +163,13 @@ def _difference(first: RunResults, run: RunResults, first_source: str, source: s
     """How ``run`` differs from ``first`` in what makes shards parts of one run: ``<what> is
     <value> there but <value> here``; None when they agree."""
     if (_shard(run) is None) != (_shard(first) is None):
-        whole, part = (source, first) if _shard(run) is None else (first_source, run)
-        return (f"{whole} is a whole run, not a --shard part, and the other is shard "
-                f"{part.options.get('shard')}")
+        (whole_name, whole), part = ((source, run), first) if _shard(run) is None \
+            else ((first_source, first), run)
+        merged = whole.options.get("merged_shards")
+        what = (f"already a merge of shards {', '.join(map(str, merged))}: merge the shards' "
+                "own results.json files, all in one command" if merged
+                else "a whole run, not a --shard part")
+        return f"{whole_name} is {what}, and the other is shard {part.options.get('shard')}"
     for what, get in _FACTS.items():
         if get(run) != get(first):
             return f"{what} is {get(run)!r} there but {get(first)!r} here"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import shlex
 from pathlib import Path
 
 from records.results import Record, load_results
@@ -136,8 +137,8 @@ def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:
                          f"{', '.join(names)} (or package.module:object)")
     module = target.partition(":")[0]
     if not _is_module(module):
-        where = (f"PYTHONPATH={recorded_root}, where the run imported it from" if recorded_root
-                 else "e.g. PYTHONPATH=. for tests.*")
+        where = (f"PYTHONPATH={shlex.quote(recorded_root)}, where the run imported it from"
+                 if recorded_root else "e.g. PYTHONPATH=. for tests.*")
         raise ValueError(f"backend {spec!r}: cannot import {module!r} here, so the script "
                          "would lack the suite modules it needs; put its directory on "
                          f"PYTHONPATH ({where}) and run flexconf repro again")

@@ -171,7 +171,8 @@ def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
     base_view = _run_view(baseline, baseline_name) if baseline is not None else None
     against = base_view or (views[-2] if len(views) > 1 else None)
     comparison = compare_runs(against.results, runs[-1]) if against is not None else None
-    html = render_html(views, base_view, comparison, _order_note(runs, names))
+    html = render_html(views, base_view, comparison,
+                       _order_note(runs, names, compared=baseline is None))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "index.html", html)
@@ -179,15 +180,17 @@ def write_runs_report(runs: Sequence[RunResults], out_dir: str | Path,
         runs[-1], comparison, against.name if against else "the baseline"))
 
 
-def _order_note(runs: Sequence[RunResults], names: Sequence[str]) -> str:
+def _order_note(runs: Sequence[RunResults], names: Sequence[str], compared: bool) -> str:
     """With several runs: which one the report's sections describe (the last), and a warning
-    when the runs were not given in the order they started (the comparison then reads a
-    regression as a fix)."""
+    when runs of one backend compared with each other (``compared``: no --baseline) were not
+    given in the order they started (the comparison then reads a regression as a fix). Runs
+    of two backends have no order."""
     if len(runs) < 2:
         return ""
     note = f"The sections below describe the last run given, {names[-1]}"
     started = [r.started_at for r in runs]
-    if all(started) and started != sorted(started):
+    one_backend = len({r.options.get("backend") for r in runs}) == 1
+    if compared and one_backend and all(started) and started != sorted(started):
         note += (f"; the runs were not given oldest first (by started_at: "
                  f"{', '.join(n for _, n in sorted(zip(started, names)))}), so the comparison "
                  "reads each change backwards: give them oldest first")

@@ -195,15 +195,18 @@ def test_run_times_far_slower_are_named_even_when_not_gated(tmp_path, capsys):
     """A kernel 700x as slow (0.0007 s -> 0.5 s per call) read 'MAY SHIP (no findings)' with
     --run-time-slack off (the default), and its row, when gated, read '0.00 s -> 0.50 s'."""
     old = run([replace(record(A), run_seconds=0.0007), replace(record(B), run_seconds=0.0007)])
-    new = run([replace(record(A), run_seconds=0.5), replace(record(B), run_seconds=0.0041)])
+    new = run([replace(record(A), run_seconds=0.5), replace(record(B), run_seconds=0.0074)])
     assert gate(tmp_path, old, new) == 0
     out = capsys.readouterr().out
     assert ("  ! RUN_TIME_NOT_GATED: run times are not gated (--run-time-slack is off), and 1 "
-            f"case(s) ran at least 3x as slow, e.g. {A}: 0.0007 s -> 0.50 s (x714); pass "
+            f"case(s) ran at least 3x as slow, e.g. {A}: 0.000700 s -> 0.50 s (x714); pass "
             "--run-time-slack SECONDS to gate them") in out
     assert gate(tmp_path, old, new, "--run-time-slack", "0") == 1
     out = capsys.readouterr().out
-    assert "0.0007 s -> 0.50 s" in out and "RUN_TIME_NOT_GATED" not in out
+    assert "0.000700 s -> 0.50 s" in out and "RUN_TIME_NOT_GATED" not in out
+    from reports.gate import _precise_seconds
+    assert [_precise_seconds(v) for v in (2e-05, 0.00226, 0.05, 0.5)] == [
+        "0.0000200", "0.00226", "0.0500", "0.50"]
     assert gate(tmp_path, old, old) == 0
     assert "RUN_TIME_NOT_GATED" not in capsys.readouterr().out
 

@@ -265,7 +265,9 @@ def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
                        options={**whole.options, "report_dir": "/runs/2.33"})
     with pytest.raises(GateInputError) as refused:  # the command, with the run's directory
         check_comparable(recorded, whole)
-    assert ("finish it (pytest conformance/ --backend neuron --profile smoke --seed 0 "
+    from conformance.run_info import matrix_path
+
+    assert (f"finish it (pytest {matrix_path()} --backend neuron --profile smoke --seed 0 "
             "--compile-timeout 600 --run-timeout 120 --resume /runs/2.33) and gate that"
             ) in str(refused.value)
 

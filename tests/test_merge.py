@@ -241,3 +241,17 @@ def test_hosts_and_devices_may_differ_and_are_listed():
                          ("b", other), ("c", shard_run(3))])
     assert merged.clean
     assert merged.results.environment["differs_between_shards"] == {"device_name": ["A", "B", None]}
+
+
+def test_a_merge_given_again_with_its_missing_shard_says_to_merge_the_shards(tmp_path, capsys):
+    """The gate's hint (merge the missing shard in) led to merging the merged file with the
+    last shard, refused as 'a whole run'."""
+    parts = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2)]
+    partial = tmp_path / "m.json"
+    assert main(["merge", *parts, "-o", str(partial)]) == 1  # shard 3/3 missing
+    last = write(tmp_path, "s3.json", shard_run(3))
+    capsys.readouterr()
+    assert main(["merge", str(partial), last, "-o", str(tmp_path / "m2.json")]) == 2
+    assert (f"{partial} is already a merge of shards 1/3, 2/3: merge the shards' own "
+            "results.json files, all in one command, and the other is shard 3/3"
+            ) in capsys.readouterr().err

@@ -394,7 +394,7 @@ def test_a_cache_hit_is_not_drawn_as_a_cold_compile(tmp_path):
                    compile_breakdown={"dynamo_tracing": 4.0, "other": 1.0})
     write_report(run([hit, cold]), tmp_path)
     page = (tmp_path / "index.html").read_text()
-    assert "<strong>1 of the 2 compiles were cache hits</strong> (drawn pale)" in page
+    assert "<strong>1 of the 2 cases drawn were cache hits</strong> (drawn pale)" in page
     assert f"{hit.case_id}: 0.47 s (PASS, cache hit: not a cold compile)" in page
     assert f"{cold.case_id}: 5.00 s (PASS)" in page
     assert "<strong>1 of them were cache hits</strong>: their stages are a warm compile" in page
@@ -414,3 +414,9 @@ def test_a_report_of_several_runs_names_the_one_it_describes_and_warns_of_their_
     assert ("The sections below describe the last run given, old.json; the runs were not given "
             "oldest first (by started_at: old.json, new.json), so the comparison reads each "
             "change backwards: give them oldest first.") in page
+    other = replace(old, options={**old.options, "backend": "cuda-inductor"})
+    write_runs_report([new, other], tmp_path / "two", names=["neuron.json", "cuda.json"])
+    assert "oldest first" not in (tmp_path / "two" / "index.html").read_text()  # no order
+    write_runs_report([new, old], tmp_path / "base", names=["new.json", "old.json"],
+                      baseline=old)
+    assert "oldest first" not in (tmp_path / "base" / "index.html").read_text()
