@@ -24,7 +24,7 @@ _KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model
                 "reference.kernel",
                 "reference.chunk_plan", "reference.heap", "reference.row_noise", "reference.underflow_noise",
                 "reference.partial_sums", "reference.row_sizes", "reference.pair_terms",
-                "reference.overflow_rows")
+                "reference.overflow_rows", "records.errors")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
