@@ -151,3 +151,12 @@ def run_title(results: RunResults) -> str:
         count = len(results.records)
         parts.append(f"{count} case" if count == 1 else f"{count} cases")
     return one_line("FlexAttention conformance: " + " · ".join(parts))
+
+
+def precise_seconds(value: float) -> str:
+    """Seconds with the digits a sub-millisecond run time needs (0.00072, not 0.00), never in
+    scientific notation (0.00002, not 2e-05)."""
+    if value >= 0.1:
+        return fmt_seconds(value)
+    digits = max(3, 2 - math.floor(math.log10(value))) if value > 0 else 3
+    return f"{value:.{digits}f}"

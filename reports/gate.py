@@ -19,14 +19,14 @@ block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import TRIAGE_REASON, Expectation, Expectations
 from records.text import first_line
-from reports.formatting import fmt_seconds
+from reports.formatting import precise_seconds
+from reports.gate_notes import Note, backend_notes, budget_notes, run_times_not_gated
 from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
@@ -44,8 +44,6 @@ BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME",
                   "STALE")
 #: findings that neither block nor are good news: listed so that nothing changes silently
 LISTED_KINDS = ("NEW", "KNOWN")
-#: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
-BUDGETS = ("compile_timeout", "run_timeout")
 CATEGORIES = ("blocking", "good news", "dismissed", "listed")
 
 
@@ -94,16 +92,6 @@ class Finding:
                 or self.new.label in (Label.PASS, Label.COMPILED):
             return ""
         return first_line(self.new.message, MESSAGE_CHARS)
-
-
-@dataclass(frozen=True)
-class Note:
-    kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED,
-    #          RUN_TIME_NOT_GATED,
-    #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION
-    text: str
-    flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
 
 @dataclass(frozen=True)
@@ -336,73 +324,11 @@ def time_finding(rule: TimeRule, old: Record, new: Record, before: float,
     names the stage that grew most when both records carry a breakdown."""
     stage = stage_growth(old.compile_breakdown, new.compile_breakdown) \
         if rule.measure == "compile" else None
-    detail = (f"{_precise_seconds(before)} s -> {_precise_seconds(after)} s "
+    detail = (f"{precise_seconds(before)} s -> {precise_seconds(after)} s "
               f"({rule.verdict(before, after)})"
               + (f"; {stage.text}" if stage else ""))
     return Finding(rule.kind, new.case_id, detail, True, old, new, rule, stage,
                    Confirmation("unconfirmed", rule))
-
-
-#: Without --run-time-slack, the run times that the gate still names in a flagged note: at
-#: least this many times as slow, and by more than this many seconds (the noise of tiny
-#: calls on a loaded machine stays out: two runs of one release on one VM differed 3.3x on
-#: a 2 ms case, docs/results/cpu-inductor-smoke-core.json against ...-torch2.13.0.json).
-UNGATED_RUN_FACTOR, UNGATED_RUN_SLACK_SECONDS = 3.0, 0.05
-
-
-def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Note]:
-    """A flagged note when run times are not gated (``--run-time-slack`` off, the default) and
-    cases ran far slower (UNGATED_RUN_FACTOR): a release whose kernels got far slower must not
-    read "no findings" unremarked."""
-    slower = slower_cases(baseline, candidate, "run", UNGATED_RUN_FACTOR,
-                          UNGATED_RUN_SLACK_SECONDS)
-    if not slower:
-        return []
-    worst = slower[0]
-    return [Note("RUN_TIME_NOT_GATED", (
-        f"run times are not gated (--run-time-slack is off), and {len(slower)} case(s) ran at "
-        f"least {UNGATED_RUN_FACTOR:g}x as slow, e.g. {worst.case_id}: "
-        f"{_precise_seconds(worst.before)} s -> {_precise_seconds(worst.after)} s "
-        f"(x{worst.ratio:.3g}); pass --run-time-slack SECONDS to gate them"), flagged=True)]
-
-
-def _precise_seconds(value: float) -> str:
-    """Seconds with the digits a sub-millisecond run time needs (0.00072, not 0.00), never in
-    scientific notation (0.00002, not 2e-05)."""
-    if value >= 0.1:
-        return fmt_seconds(value)
-    digits = max(3, 2 - math.floor(math.log10(value))) if value > 0 else 3
-    return f"{value:.{digits}f}"
-
-
-def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
-    """A flagged note when the two runs record one backend name but were given different
-    --backend values (a plugin that calls itself like a built-in, or another plugin object):
-    the same name need not be the same code."""
-    requested = [r.options.get("backend_requested") for r in (baseline, candidate)]
-    if None in requested or requested[0] == requested[1]:
-        return []
-    return [Note("BACKEND_SPEC_CHANGE", (
-        f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "
-        f"as --backend {requested[0]} (baseline) and --backend {requested[1]} (candidate): the "
-        "same name need not be the same code"), flagged=True)]
-
-
-def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
-    """A flagged note per budget (``--compile-timeout``, ``--run-timeout``) that changed: the
-    timeout labels of the two runs were reached under different limits."""
-    notes = []
-    for key in BUDGETS:
-        before, after = baseline.options.get(key), candidate.options.get(key)
-        if before != after:
-            notes.append(Note("BUDGET_CHANGE", f"{key} changed: {_budget(before)} (baseline) -> "
-                              f"{_budget(after)} (candidate); timeouts and passes were judged "
-                              "under different limits", flagged=True))
-    return notes
-
-
-def _budget(value) -> str:
-    return f"{value:g} s" if isinstance(value, (int, float)) else "unknown"
 
 
 def stale_expectations(expectations: Expectations, results: RunResults) -> list[Expectation]:

@@ -204,8 +204,8 @@ def test_run_times_far_slower_are_named_even_when_not_gated(tmp_path, capsys):
     assert gate(tmp_path, old, new, "--run-time-slack", "0") == 1
     out = capsys.readouterr().out
     assert "0.000700 s -> 0.50 s" in out and "RUN_TIME_NOT_GATED" not in out
-    from reports.gate import _precise_seconds
-    assert [_precise_seconds(v) for v in (2e-05, 0.00226, 0.05, 0.5)] == [
+    from reports.formatting import precise_seconds
+    assert [precise_seconds(v) for v in (2e-05, 0.00226, 0.05, 0.5)] == [
         "0.0000200", "0.00226", "0.0500", "0.50"]
     assert gate(tmp_path, old, old) == 0
     assert "RUN_TIME_NOT_GATED" not in capsys.readouterr().out

@@ -1,0 +1,77 @@
+"""The notes of a gate decision: facts beside the findings that a reader must weigh (a budget
+or a backend given another way, run times that were not gated), never findings themselves;
+``flagged`` ones are shown first, marked "!". reports/gate.py adds the notes about the
+expectations, the machines and the seeds where it finds them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from records.results import RunResults
+from reports.compare import slower_cases
+from reports.formatting import precise_seconds
+
+#: budgets whose change is flagged (the labels COMPILE_TIMEOUT and RUN_TIMEOUT depend on them)
+BUDGETS = ("compile_timeout", "run_timeout")
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED,
+    #          RUN_TIME_NOT_GATED,
+    #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
+    #          CONFIRMATION
+    text: str
+    flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
+
+
+#: Without --run-time-slack, the run times that the gate still names in a flagged note: at
+#: least this many times as slow, and by more than this many seconds (the noise of tiny
+#: calls on a loaded machine stays out: two runs of one release on one VM differed 3.3x on
+#: a 2 ms case, docs/results/cpu-inductor-smoke-core.json against ...-torch2.13.0.json).
+UNGATED_RUN_FACTOR, UNGATED_RUN_SLACK_SECONDS = 3.0, 0.05
+
+
+def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note when run times are not gated (``--run-time-slack`` off, the default) and
+    cases ran far slower (UNGATED_RUN_FACTOR): a release whose kernels got far slower must not
+    read "no findings" unremarked."""
+    slower = slower_cases(baseline, candidate, "run", UNGATED_RUN_FACTOR,
+                          UNGATED_RUN_SLACK_SECONDS)
+    if not slower:
+        return []
+    worst = slower[0]
+    return [Note("RUN_TIME_NOT_GATED", (
+        f"run times are not gated (--run-time-slack is off), and {len(slower)} case(s) ran at "
+        f"least {UNGATED_RUN_FACTOR:g}x as slow, e.g. {worst.case_id}: "
+        f"{precise_seconds(worst.before)} s -> {precise_seconds(worst.after)} s "
+        f"(x{worst.ratio:.3g}); pass --run-time-slack SECONDS to gate them"), flagged=True)]
+
+
+def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note when the two runs record one backend name but were given different
+    --backend values (a plugin that calls itself like a built-in, or another plugin object):
+    the same name need not be the same code."""
+    requested = [r.options.get("backend_requested") for r in (baseline, candidate)]
+    if None in requested or requested[0] == requested[1]:
+        return []
+    return [Note("BACKEND_SPEC_CHANGE", (
+        f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "
+        f"as --backend {requested[0]} (baseline) and --backend {requested[1]} (candidate): the "
+        "same name need not be the same code"), flagged=True)]
+
+
+def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note per budget (``--compile-timeout``, ``--run-timeout``) that changed: the
+    timeout labels of the two runs were reached under different limits."""
+    notes = []
+    for key in BUDGETS:
+        before, after = baseline.options.get(key), candidate.options.get(key)
+        if before != after:
+            notes.append(Note("BUDGET_CHANGE", f"{key} changed: {_budget(before)} (baseline) -> "
+                              f"{_budget(after)} (candidate); timeouts and passes were judged "
+                              "under different limits", flagged=True))
+    return notes
+
+
+def _budget(value) -> str:
+    return f"{value:g} s" if isinstance(value, (int, float)) else "unknown"
