@@ -12,8 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="OLD.json",
                         help="compare against this run (default with several runs: the one "
                              "before the last)")
-    parser.add_argument("-o", "--output", metavar="DIR", default="reports/latest",
-                        help="directory for index.html and summary.md (default reports/latest)")
+    parser.add_argument("-o", "--output", metavar="DIR", default=None,
+                        help="directory for index.html and summary.md (default: the directory "
+                             "of the last RESULTS.json, the run the report describes)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from records.results import load_results
     from records.store import refuse_if_run_going_on
 
+    if args.output is None:  # beside the run it describes: never contradicting another's
+        args.output = str(Path(args.results[-1]).parent)
     check_output(args.output)
     refuse_if_run_going_on(args.output, "index.html and summary.md")
     runs = [load_results(path) for path in args.results]

@@ -420,3 +420,16 @@ def test_a_report_of_several_runs_names_the_one_it_describes_and_warns_of_their_
     write_runs_report([new, old], tmp_path / "base", names=["new.json", "old.json"],
                       baseline=old)
     assert "oldest first" not in (tmp_path / "base" / "index.html").read_text()
+
+
+def test_a_report_without_o_goes_beside_the_run_it_describes(tmp_path, capsys):
+    """The default was reports/latest, which holds the last run's results: a report of any
+    other file there would now be refused."""
+    older, newer = tmp_path / "2.32", tmp_path / "2.33"
+    for directory, seed in ((older, 0), (newer, 1)):
+        directory.mkdir()
+        write_results(run([record(case_id())], seed=seed), directory / "results.json")
+    assert main(["report", str(older / "results.json"), str(newer / "results.json")]) == 0
+    assert capsys.readouterr().out.strip() == str(newer / "index.html")
+    assert "1/1 PASS" in (newer / "summary.md").read_text()
+    assert not (older / "index.html").exists()
