@@ -71,11 +71,11 @@ def _check_fields(spec, where: str) -> None:
     integers += [("input_scale", spec["input_scale"])] if "input_scale" in spec else []
     for name, value in integers:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: {name} is {one_line(json_text(value))} (a JSON "
+            raise ValueError(f"{where}: {name} is {one_line(_json_text(value))} (a JSON "
                              f"{_json_type(value)}); give a whole number, e.g. 64")
     for name in ("variant", "dtype", "mode", "id"):
         if name in spec and not isinstance(spec[name], str):
-            raise ValueError(f"{where}: {name} is {one_line(json_text(spec[name]))} (a JSON "
+            raise ValueError(f"{where}: {name} is {one_line(_json_text(spec[name]))} (a JSON "
                              f"{_json_type(spec[name])}); give a string")
     if "params" in spec and not isinstance(spec["params"], dict):
         raise ValueError(f"{where}: 'params' is a JSON {_json_type(spec['params'])}; give an "
@@ -95,7 +95,7 @@ def _suggestion(name: str, known: Collection[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def json_text(value) -> str:
+def _json_text(value) -> str:
     import json
 
     return json.dumps(value)[:80]
