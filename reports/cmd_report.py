@@ -44,7 +44,7 @@ def check_output(output: str) -> None:
     problem = directory_problem(Path(output))
     if problem:
         raise ValueError(f"-o {one_line(output)}: {problem}; give a directory this user can "
-                         "write, e.g. -o reports/latest")
+                         "write, e.g. -o reports/compare")
 
 
 def refuse_another_runs_directory(output: str, main) -> None:

@@ -243,7 +243,8 @@ def decide(baseline: RunResults, candidate: RunResults,
                                     old.get(rec.case_id), rec))
             continue
         why = (f"expected {entry.label.value} ({_where(entry)})" if entry
-               else "not in the expectations")
+               else "not in the expectations" if expectations is not None
+               else "the gate was given no --expectations")
         findings.append(Finding("UNEXPECTED_FAILURE", rec.case_id, f"{rec.label.value}; {why}",
                                 True, old.get(rec.case_id), rec))
     for rec in comparison.missing:
@@ -307,8 +308,8 @@ def decide(baseline: RunResults, candidate: RunResults,
         notes.append(Note("SEED_CHANGE", f"seeds differ (baseline {baseline.options.get('seed')}, "
                           f"candidate {candidate.options.get('seed')}): inputs differ"))
     compared = [r.case_id for r in candidate.records] + [r.case_id for r in comparison.missing]
-    return GateDecision(ordered(findings), tuple(notes), verdict_line(baseline),
-                        verdict_line(candidate), tuple(compared))
+    return GateDecision(ordered(findings), tuple(notes), verdict_line(baseline, False),
+                        verdict_line(candidate, False), tuple(compared))
 
 
 def ordered(findings) -> tuple[Finding, ...]:

@@ -52,7 +52,8 @@ def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
     --backend values (a plugin that calls itself like a built-in, or another plugin object):
     the same name need not be the same code."""
     requested = [r.options.get("backend_requested") for r in (baseline, candidate)]
-    if None in requested or requested[0] == requested[1]:
+    if None in requested or requested[0] == requested[1] \
+            or not any(":" in str(spec) for spec in requested):  # built-ins, or auto: one code
         return []
     return [Note("BACKEND_SPEC_CHANGE", (
         f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "

@@ -287,7 +287,7 @@ def test_a_report_output_that_is_a_file_is_one_line(tmp_path, capsys):
     assert main(["report", str(results), "-o", str(results)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf report: error: -o {results}: it is a file, not a directory; give a "
-        "directory this user can write, e.g. -o reports/latest"]
+        "directory this user can write, e.g. -o reports/compare"]
     assert results.read_bytes() == before
 
 

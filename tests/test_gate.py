@@ -59,9 +59,12 @@ def test_a_regression_blocks_even_when_the_expectations_list_it(tmp_path, capsys
 
 def test_a_failure_blocks_unless_listed_with_that_label(tmp_path, capsys):
     old = run([record(A), record(B, Label.MISMATCH)])
-    new = run([record(A), record(B, Label.MISMATCH)])
+    new = run([record(A), replace(record(B, Label.MISMATCH), expected_failure="the run's")])
     assert gate(tmp_path, old, new) == 1
-    assert "UNEXPECTED_FAILURE" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "MISMATCH; the gate was given no --expectations" in out
+    # the run's own --expectations are not the gate's: its verdict line does not count them
+    assert "failures known" not in out
     assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH")) == 0
     assert gate(tmp_path, old, new, expectations=known("causal/*", "MISMATCH")) == 0
     assert gate(tmp_path, old, new, expectations=known(B, "CRASH")) == 1
@@ -188,6 +191,9 @@ def test_one_backend_name_given_as_two_specs_is_flagged(tmp_path, capsys):
             "given as --backend cpu-inductor (baseline) and --backend badrelease:SlowCompile "
             "(candidate): the same name need not be the same code") in capsys.readouterr().out
     assert gate(tmp_path, old, old) == 0
+    assert "BACKEND_SPEC_CHANGE" not in capsys.readouterr().out
+    auto = replace(old, options={**old.options, "backend_requested": "auto"})
+    assert gate(tmp_path, auto, old) == 0  # auto resolved to the built-in: one code
     assert "BACKEND_SPEC_CHANGE" not in capsys.readouterr().out
 
 
