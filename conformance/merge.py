@@ -25,7 +25,7 @@ from records.selection import DEFINITION, first_difference, ids_difference, sele
 
 #: Options that must agree (they change which cases ran, or what a label means).
 SAME_OPTIONS = ("profile", "backend", "seed", "compile_cache", "compile_timeout", "run_timeout",
-                "phase")
+                "phase", "timed_runs")  # timed_runs: every call is judged, so more calls see more
 
 
 class MergeError(ValueError):

@@ -70,6 +70,7 @@ def test_three_shards_merge_into_the_whole_matrix_in_matrix_order():
                                                 "but None here"),
     ({"environment_NEURON_CC_FLAGS": "-O1"}, "NEURON_CC_FLAGS is '-O1' there but None here"),
     ({"options_shard": "2/4"}, "shard count is 4 there but 3 here"),
+    ({"options_timed_runs": 5}, "timed_runs is 5 there but None here"),
 ])
 def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
     (key, value), = change.items()
