@@ -1,8 +1,6 @@
 """`flexconf repro RESULTS.json CASE_ID -o repro.py`: write a standalone reproduction script."""
 from __future__ import annotations
 
-import shlex
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("results", help="the results.json of the run")
@@ -23,16 +21,17 @@ def run(args) -> int:
     from conformance.kept_outputs import outputs_path
 
     from conformance.backends.registry import import_root
+    from conformance.run_info import shell_command
 
     path, backend = write_repro(args.results, args.case_id, args.output, args.backend,
                                 args.cases_module)
     # a module:object backend is not embedded: the script imports it from where it was found
     root = import_root(backend)
-    command = (f"PYTHONPATH={shlex.quote(root)} " if root else "") + \
-        f"python {shlex.quote(str(path))}"
+    env = {"PYTHONPATH": root} if root else {}
+    command = shell_command(env, ["python", str(path)])
     print(f"wrote {path} ({path.stat().st_size // 1024} KiB); run it with: {command}")
     kept = outputs_path(Path(args.results).parent, args.case_id)
     if kept.exists():
         print(f"the run kept this case's outputs: {kept}; compare with: "
-              f"{command} --compare {shlex.quote(str(kept))}")
+              + shell_command(env, ["python", str(path), "--compare", str(kept)]))
     return 0

@@ -1,7 +1,6 @@
 """`flexconf shrink --backend NAME CASE_ID`: the smallest case that keeps a failure's label."""
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 
@@ -30,7 +29,8 @@ def run(args) -> int:
     from conformance.executor import Executor, Settings
     from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
-    from conformance.run_info import case_file_command, import_paths, pythonpath_env
+    from conformance.run_info import (case_file_command, import_paths, pythonpath_env,
+                                      shell_command)
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
 
@@ -69,10 +69,9 @@ def run(args) -> int:
     print(f"results   {paths['results']}")
     # a module:object backend and the case modules are loaded again by both commands: from
     # where shrink found them
-    env = "".join(f"{key}={shlex.quote(value)} " for key, value in pythonpath_env(options).items())
     print(f"rerun     {rerun}")
-    print(f"repro     {env}flexconf repro {shlex.quote(str(paths['results']))} "
-          f"{shlex.quote(smallest.case_id)} -o repro.py")
+    print("repro     " + shell_command(pythonpath_env(options), [
+        "flexconf", "repro", str(paths["results"]), smallest.case_id, "-o", "repro.py"]))
     return 0
 
 

@@ -43,21 +43,29 @@ def pythonpath_env(options: dict[str, Any]) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(roots)} if roots else {}
 
 
+def shell_command(env: dict[str, str], words: Sequence[str]) -> str:
+    """``KEY=value ... word ...`` as a shell line, each value and word quoted (and kept to one
+    line): every command the suite prints for a person to paste goes through here."""
+    import shlex
+
+    from records.text import one_line
+
+    return " ".join([f"{key}={shlex.quote(one_line(value))}" for key, value in env.items()]
+                    + [shlex.quote(one_line(word)) for word in words])
+
+
 def case_file_command(case_file: str | Path, backend: str, seed: int,
                       cases_modules: Sequence[str], report_dir: str | Path) -> str:
     """The command that runs the cases of ``case_file`` (a shrunk or fuzzed failure) through
     the matrix from the current directory, loading the backend and the case modules again
     from where they were found, into ``report_dir`` (never over the run it came from)."""
-    import shlex
-
     env = pythonpath_env(import_paths(backend, cases_modules))
     words = ["pytest", matrix_path(), "--backend", backend]
     for module in cases_modules:
         words += ["--cases-module", module]
     words += ["--case-file", str(case_file)] + (["--seed", str(seed)] if seed else [])
     words += ["--report-dir", str(report_dir)]
-    return " ".join([f"{key}={shlex.quote(value)}" for key, value in env.items()]
-                    + [shlex.quote(word) for word in words])
+    return shell_command(env, words)
 
 
 def matrix_path(cwd: str | Path | None = None) -> str:

@@ -2,7 +2,6 @@
 the command that reruns one case, and ``summary.md`` (short enough for a PR comment)."""
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 
 from reports.compare import Comparison
@@ -10,7 +9,7 @@ from records.text import first_line
 from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
-from records.text import one_line
+from conformance.run_info import shell_command
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
 SUMMARY_MAX_FAILURES = 30
@@ -94,8 +93,7 @@ def rerun_command(results: RunResults, case_id: str) -> str:
     replaces the run it came from. A ``module:object`` backend is named that way again, with
     the PYTHONPATH it was imported from."""
     env, args = rerun_args(results, [case_id])
-    return " ".join([f"{key}={_word(value)}" for key, value in env.items()]
-                    + ["pytest"] + [_word(arg) for arg in args])
+    return shell_command(env, ["pytest", *args])
 
 
 def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
@@ -119,8 +117,7 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
     if results.options.get("shard"):
         args += ["--shard", str(results.options["shard"])]
     args += ["--resume", str(report_dir)]
-    return " ".join([f"{key}={_word(value)}" for key, value in env.items()]
-                    + ["pytest"] + [_word(arg) for arg in args])
+    return shell_command(env, ["pytest", *args])
 
 
 def _run_args(results: RunResults, matrix: str | None = None
@@ -172,10 +169,6 @@ def _rerun_dir(report_dir) -> str:
 
 def _number(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _word(text) -> str:
-    return shlex.quote(one_line(text))
 
 
 def took_masked_answer(metrics: dict) -> bool:
