@@ -18,6 +18,7 @@ from typing import Any
 from cases.model import Case
 from conformance.protocol import Observation, label_of, load_output
 from records.labels import Label
+from records.metrics import took_masked_answer
 from records.text import first_line
 
 
@@ -94,8 +95,6 @@ def _failing_calls(judged: list, calls: int) -> list[int]:
 def _masked_answer_calls(judged: list, calls: int) -> list[int]:
     """The numbers of every call whose result took the fully masked answer on rows a score mod
     hides by overflow (the report notes such passes), counted like ``_failing_calls``."""
-    from reports.summary import took_masked_answer
-
     took = {n: took_masked_answer(verdict.metrics or {}) for n, verdict, _ in judged}
     return [n for n in range(1, calls + 1) if took.get(n, took[1])]
 

@@ -8,6 +8,7 @@ from reports.compare import Comparison
 from records.text import first_line
 from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
+from records.metrics import took_masked_answer
 from records.results import Label, Record, RunResults
 from conformance.run_info import shell_command
 
@@ -169,17 +170,6 @@ def _rerun_dir(report_dir) -> str:
 
 def _number(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def took_masked_answer(metrics: dict) -> bool:
-    """Whether a verdict (its metrics) took the fully masked answer somewhere, on rows a score
-    mod hides by overflow (reference/overflow_rows.py); ``masked_answer_calls`` names the calls
-    that did where a case's calls gave different results (conformance/decision.py)."""
-    return bool(metrics.get("overflow_rows_zero")) \
-        or bool((metrics.get("lse") or {}).get("overflow_rows_minus_inf")) \
-        or any((metrics.get(name) or {}).get("as_masked_overflow")
-               for name in ("dq", "dk", "dv")) \
-        or bool(metrics.get("masked_answer_calls"))
 
 
 def masked_answer_cases(records) -> list[str]:

@@ -280,7 +280,8 @@ def test_a_later_call_that_took_the_fully_masked_answer_is_noted(tmp_path):
     from conformance.decision import decide
     from conformance.protocol import Observation, Outcome, Phase, save_output
     from records.results import Record
-    from reports.summary import masked_answer_cases, took_masked_answer
+    from records.metrics import took_masked_answer
+    from reports.summary import masked_answer_cases
 
     case = _case("1e30", "fp16")
     inputs = make_inputs(case, 0)
