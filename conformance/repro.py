@@ -54,8 +54,8 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
     if module and module not in sources:  # a case module outside the suite
         sources[module] = _module_source(module)
         sources.update(embedded_sources(_suite_imports(sources[module])))
-    script = _script(record, backend, int(options.get("seed") or 0), [module] if module else [],
-                     results.environment, sources)
+    script = _script(record, backend, int(options.get("seed") or 0), _timed_runs(options),
+                     [module] if module else [], results.environment, sources)
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
@@ -164,7 +164,14 @@ def _variant_module(variant: str, options: dict, extra: list[str]) -> str | None
     return None if module.partition(".")[0] in SUITE_PACKAGES else module
 
 
-def _script(record: Record, backend: str, seed: int, case_modules: list[str],
+def _timed_runs(options: dict) -> int:
+    """The run's ``--timed-runs`` (every call is judged, so the script makes as many); 3, the
+    default, for a file that does not say."""
+    runs = options.get("timed_runs")
+    return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 0 else 3
+
+
+def _script(record: Record, backend: str, seed: int, runs: int, case_modules: list[str],
             environment: dict, sources: dict[str, str]) -> str:
     from conformance.run_info import git_revision, suite_version
 
@@ -201,7 +208,7 @@ def _script(record: Record, backend: str, seed: int, case_modules: list[str],
         f"CASE = {json.dumps(record.case, indent=1)}",
         f"BACKEND = {backend!r}",
         f"SEED = {seed}",
-        "RUNS = 3  # timed runs after the first (compile) call, as in the suite",
+        f"RUNS = {runs}  # timed runs after the first (compile) call, as in the run",
         f"CASE_MODULES = {case_modules!r}",
         f"RECORDED = {recorded[:300]!r}",
         "",

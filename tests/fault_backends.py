@@ -215,6 +215,14 @@ class WrongThirdCall(_WrongOnOneCall):
     wrong_call = 3
 
 
+class WrongFifthCall(_WrongOnOneCall):
+    """A race that strikes the fourth timed call: only a run of ``--timed-runs 4`` or more
+    makes that call."""
+
+    name = "test-wrong-fifth-call"
+    wrong_call = 5
+
+
 class LastBitNoise(CpuEager):
     """Correct, but not deterministic: each call moves one output element (another each call)
     by one unit in its last place, as an atomic accumulation's order moves a sum."""

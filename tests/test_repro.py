@@ -26,8 +26,10 @@ WRONG = "tests.fault_backends:WrongNumbers"
 SEED = 5
 
 
-def write_run(path: Path, records, backend: str, requested: str, seed: int = SEED) -> Path:
-    options = {"backend": backend, "backend_requested": requested, "profile": "full", "seed": seed}
+def write_run(path: Path, records, backend: str, requested: str, seed: int = SEED,
+              **more_options) -> Path:
+    options = {"backend": backend, "backend_requested": requested, "profile": "full", "seed": seed,
+               **more_options}
     write_results(RunResults({"backend": backend, "host": "test"}, options, tuple(records),
                              "0.1.0"), path)
     return path
@@ -87,6 +89,29 @@ def test_script_on_a_correct_backend_passes_with_only_torch_importable(broken_ru
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert last_line(proc) == "label: PASS"
     assert "backend   cpu-eager (cpu-eager)" in proc.stdout
+
+
+def test_script_makes_as_many_timed_calls_as_the_run(tmp_path):
+    """A failure of the fourth timed call, seen by a run of --timed-runs 4, is reproduced: the
+    script makes the run's number of calls, not the default's 3."""
+    spec = "tests.fault_backends:WrongFifthCall"
+    case = Case(Variant("causal"), TINY)
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
+                        Settings(seed=SEED, timed_runs=4), ReferenceCache(None, 0), worker="test")
+    try:
+        record = executor.execute(case)
+    finally:
+        executor.close()
+    assert record.label is Label.MISMATCH, record.message
+    assert "call 5 of 5 failed" in record.message
+    results = write_run(tmp_path / "results.json", [record], "test-wrong-fifth-call", spec,
+                        timed_runs=4)
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(results), case.id, "-o", str(script)]) == 0
+    assert "RUNS = 4  #" in script.read_text()
+    proc = run_script(script, tmp_path, str(REPO))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert last_line(proc) == "label: MISMATCH"
 
 
 def test_script_embeds_the_case_module_of_a_custom_variant(tmp_path, monkeypatch):
