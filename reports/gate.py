@@ -31,7 +31,7 @@ from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
-from reports.summary import verdict_line
+from reports.summary import rerun_command, verdict_line
 from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
@@ -40,6 +40,8 @@ TEXT_ROWS_PER_KIND = 15
 #: blocks and the good news are always listed whole)
 MARKDOWN_LISTED_ROWS = 30
 MESSAGE_CHARS = 160  # of a failure's first line in a text row
+#: the most failing cases one printed rerun command names (more: the first ones)
+RERUN_CASES = 20
 BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME", "RUN_TIME",
                   "STALE")
 #: findings that neither block nor are good news: listed so that nothing changes silently
@@ -307,9 +309,25 @@ def decide(baseline: RunResults, candidate: RunResults,
     if baseline.options.get("seed") != candidate.options.get("seed"):
         notes.append(Note("SEED_CHANGE", f"seeds differ (baseline {baseline.options.get('seed')}, "
                           f"candidate {candidate.options.get('seed')}): inputs differ"))
+    notes += _rerun_note(findings, candidate)
     compared = [r.case_id for r in candidate.records] + [r.case_id for r in comparison.missing]
     return GateDecision(ordered(findings), tuple(notes), verdict_line(baseline, False),
                         verdict_line(candidate, False), tuple(compared))
+
+
+def _rerun_note(findings: list[Finding], candidate: RunResults) -> list[Note]:
+    """The command that reruns the candidate's blocking failures (REGRESSION,
+    UNEXPECTED_FAILURE) with the candidate's own options, into a directory of their own: the
+    first step of triage (does it reproduce? then `flexconf repro` of the rerun)."""
+    failing = [f.subject for f in ordered(findings)
+               if f.kind in ("REGRESSION", "UNEXPECTED_FAILURE")]
+    if not failing:
+        return []
+    which = (f"the {len(failing)} failing case{'s' if len(failing) != 1 else ''}"
+             if len(failing) <= RERUN_CASES
+             else f"the first {RERUN_CASES} of the {len(failing)} failing cases")
+    return [Note("RERUN", f"rerun {which} of the candidate: "
+                 f"{rerun_command(candidate, failing[:RERUN_CASES])}")]
 
 
 def ordered(findings) -> tuple[Finding, ...]:

@@ -19,7 +19,7 @@ class Note:
     kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION
+    #          CONFIRMATION, RERUN
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 

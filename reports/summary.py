@@ -88,12 +88,12 @@ def known_text(record: Record) -> str:
     return f"known: {record.expected_failure}" if record.expected_failure else "not listed"
 
 
-def rerun_command(results: RunResults, case_id: str) -> str:
-    """The command that reruns exactly this case (``--case-id``, matched whole) with every
-    option that selected and judged it, into a report directory of its own so it never
-    replaces the run it came from. A ``module:object`` backend is named that way again, with
-    the PYTHONPATH it was imported from."""
-    env, args = rerun_args(results, [case_id])
+def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:
+    """The command that reruns exactly this case, or these cases (``--case-id``, matched
+    whole), with every option that selected and judged them, into a report directory of its
+    own so it never replaces the run they came from. A ``module:object`` backend is named that
+    way again, with the PYTHONPATH it was imported from."""
+    env, args = rerun_args(results, [case_ids] if isinstance(case_ids, str) else case_ids)
     return shell_command(env, ["pytest", *args])
 
 

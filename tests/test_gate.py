@@ -72,6 +72,41 @@ def test_a_failure_blocks_unless_listed_with_that_label(tmp_path, capsys):
     assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH", backend="cuda*")) == 1
 
 
+def test_the_blocking_failures_come_with_the_command_that_reruns_them(tmp_path, capsys):
+    import shlex
+
+    known_case = case_id(seq=1024)
+    old = run([record(A), record(B), record(C, Label.MISMATCH), record(known_case, Label.CRASH)])
+    new = run([record(A), record(B, Label.RUNTIME_ERROR), record(C, Label.MISMATCH),
+               record(known_case, Label.CRASH)])
+    new.options["report_dir"] = "reports/candidate"
+    assert gate(tmp_path, old, new, "--json", str(tmp_path / "gate.json"),
+                expectations=known(known_case, "CRASH")) == 1
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("  note: rerun ")]
+    assert line.startswith("  note: rerun the 2 failing cases of the candidate: pytest ")
+    words = shlex.split(line.split(": ", 2)[2])
+    ids = [words[i + 1] for i, word in enumerate(words) if word == "--case-id"]
+    assert ids == [B, C]  # the regression, the unexpected failure; not the known failure
+    assert words[words.index("--backend") + 1] == "neuron"
+    assert words[words.index("--report-dir") + 1] == "reports/candidate-rerun"
+    notes = json.loads((tmp_path / "gate.json").read_text())["notes"]
+    assert [n["kind"] for n in notes if n["text"].startswith("rerun ")] == ["RERUN"]
+    # a shipping candidate has nothing to rerun
+    assert gate(tmp_path, run([record(A)]), run([record(A)])) == 0
+    assert "rerun" not in capsys.readouterr().out
+
+
+def test_the_rerun_command_names_at_most_20_failing_cases(tmp_path, capsys):
+    ids = [case_id(seq=64 * (i + 1)) for i in range(25)]
+    old = run([record(i) for i in ids])
+    new = run([record(i, Label.MISMATCH) for i in ids])
+    assert gate(tmp_path, old, new) == 1
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  note: rerun ")]
+    assert "rerun the first 20 of the 25 failing cases of the candidate" in line
+    assert line.count("--case-id") == 20 and ids[19] in line and ids[20] not in line
+
+
 def test_each_accepted_failure_is_listed_and_junit_skips_it(tmp_path, capsys):
     """The gate said only '2 known failures listed in FILE': a reviewer could not see which
     failures were waived, in the text, the JSON or the JUnit XML."""
@@ -291,7 +326,8 @@ def test_text_rows_say_why_a_case_fails_and_escape_control_characters(tmp_path, 
     out = capsys.readouterr().out
     assert f"{A}  PASS -> COMPILE_ERROR — neuronx-cc: error: op \\x1b[2Jfoo\n" in out
     assert "\x1b" not in out and "at stage 3" not in out
-    assert out.splitlines()[-1].endswith(f"{B}  PASS -> CRASH")  # no message, nothing added
+    (row,) = [line for line in out.splitlines() if line.startswith("  x ") and B in line]
+    assert row.endswith(f"{B}  PASS -> CRASH")  # no message, nothing added
 
 
 def test_a_budget_change_is_flagged_not_refused(tmp_path, capsys):
