@@ -81,6 +81,59 @@ def build_mods(variant: Variant, shape: Shape, device: torch.device | str = "cpu
     return mods
 
 
+@dataclass(frozen=True)
+class ParamUse:
+    """How a variant's builder used the parameters a case gives it (``param_use``)."""
+
+    read: tuple[str, ...]  # the keys the builder asked for, in order
+    missing: tuple[str, ...]  # read by the builder, not given: the case cannot be built
+    unread: tuple[str, ...] | None  # given, never read (None: cannot tell)
+
+
+def param_use(variant: Variant, shape: Shape) -> ParamUse:
+    """Which of ``variant``'s parameters its builder reads, found by building its mods for
+    ``shape`` on the meta device (no memory; no data) and calling them at one point, with a
+    variant that records each ``param(key)``. A builder that reads ``params`` whole (or the
+    token, or hashes the variant), or that fails on meta tensors for another reason than a
+    missing parameter, is not judged on what it leaves unread."""
+    from cases.pointwise import check_mods
+
+    recorder = _ParamRecorder(variant.name, variant.params)
+    built = True
+    try:
+        mods = _BUILDERS[variant.name](recorder, shape, torch.device("meta"))
+        check_mods(mods.mask_mod, mods.score_mod, variant.name, "meta")
+    except Exception:  # noqa: BLE001 - the case's own builder; it runs for real later
+        built = False
+    reads = tuple(dict.fromkeys(object.__getattribute__(recorder, "_reads")))
+    given = [key for key, _ in variant.params]
+    judged = built and not object.__getattribute__(recorder, "_read_whole")
+    return ParamUse(reads, tuple(k for k in reads if k not in given),
+                    tuple(k for k in given if k not in reads) if judged else None)
+
+
+class _ParamRecorder(Variant):
+    """A variant that notes the parameters read through ``param``, and any reading of
+    ``params`` itself (then everything may have been read)."""
+
+    def __init__(self, name, params):
+        super().__init__(name, params)
+        object.__setattr__(self, "_reads", [])
+        object.__setattr__(self, "_read_whole", False)
+
+    def __getattribute__(self, attribute):
+        if attribute == "params":
+            object.__setattr__(self, "_read_whole", True)
+        return object.__getattribute__(self, attribute)
+
+    def param(self, key):
+        object.__getattribute__(self, "_reads").append(key)
+        for k, v in object.__getattribute__(self, "params"):
+            if k == key:
+                return v
+        raise KeyError(f"variant {self.name!r} has no parameter {key!r}")
+
+
 def _causal(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 

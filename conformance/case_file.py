@@ -43,6 +43,8 @@ def load_case_file(path: str, known_variants: Collection[str] | None = None) -> 
             raise ValueError(f"{where} names variant {case.variant.name!r}, which no builder "
                              f"registers{_suggestion(case.variant.name, known_variants)}; a "
                              "custom variant needs its --cases-module (docs/cases.md)")
+        if known_variants is not None:
+            _check_params(case, where)
         cases.append(case)
     if not cases:
         raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
@@ -82,6 +84,36 @@ def _check_fields(spec, where: str) -> None:
                          'object of the variant\'s parameters, e.g. {"w": 256}, or {}')
 
 
+def _check_params(case: Case, where: str) -> None:
+    """A parameter the variant's builder needs and the spec does not give, or one the spec
+    gives and the builder never reads (a misspelt name would only change the id)."""
+    from cases.variants import param_use
+
+    use = param_use(case.variant, case.shape)
+    given = [key for key, _ in case.variant.params]
+    name = case.variant.name
+    if use.missing:
+        raise ValueError(f"{where}: variant {name!r} needs the parameter {use.missing[0]!r}, "
+                         f"which 'params' does not give{_given(given, use.missing[0])}; give "
+                         f"the parameters it reads: {', '.join(use.read)}")
+    if use.unread:
+        unread = use.unread[0]
+        reads = f"it reads {', '.join(use.read)}" if use.read else "it takes none"
+        close = _closest(unread, use.read)
+        raise ValueError(f"{where}: variant {name!r} never reads the parameter "
+                         f"{one_line(unread)!r} ({reads}"
+                         f"{f'; did you mean {close!r}?' if close else ''}); drop it or fix its "
+                         "name")
+
+
+def _given(given: list[str], needed: str) -> str:
+    if not given:
+        return ""
+    close = _closest(needed, given)
+    return (f" (it gives {', '.join(one_line(k) for k in given)}"
+            f"{f'; did you mean {close!r}?' if close else ''})")
+
+
 def _refuse_unknown(data: dict, allowed: tuple[str, ...], where: str) -> None:
     unknown = [key for key in data if key not in allowed]
     if unknown:
@@ -91,8 +123,13 @@ def _refuse_unknown(data: dict, allowed: tuple[str, ...], where: str) -> None:
 
 
 def _suggestion(name: str, known: Collection[str]) -> str:
+    close = _closest(name, known)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def _closest(name: str, known: Collection[str]) -> str | None:
     close = difflib.get_close_matches(str(name), list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close[0] if close else None
 
 
 def _json_text(value) -> str:

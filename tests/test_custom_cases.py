@@ -169,3 +169,52 @@ def test_a_custom_case_with_a_catalog_id_is_refused_naming_both(tmp_path, monkey
         "case 'causal/b1-h8x8-s128x128-d128/bf16/fwd' of case module 'steals_an_id' has the id "
         "of a case of the catalog's core matrix (smoke profile); give the custom case another "
         "variant name, parameters or shape")
+
+
+def _lazy_window(variant, shape, device):
+    from cases.variants import Mods
+
+    def mask_mod(b, h, q_idx, kv_idx):  # reads its parameter when called, not when built
+        return (q_idx - kv_idx).abs() <= variant.param("w")
+
+    return Mods(mask_mod, None)
+
+
+def _whole_params(variant, shape, device):
+    from cases.variants import Mods
+
+    width = dict(variant.params)["w"]
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
+def _data_dependent(variant, shape, device):
+    from cases.variants import Mods
+
+    ends = torch.arange(1, shape.Skv + 1, device=device)
+    width = int(ends[variant.param("w")].item())  # no data on the meta device
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() < width, None)
+
+
+@pytest.mark.parametrize("build, params, missing, unread", [
+    (_lazy_window, (("w", 4),), (), ()),
+    (_lazy_window, (("w", 4), ("x", 1)), (), ("x",)),
+    (_lazy_window, (), ("w",), None),  # the build failed: what else it reads is unknown
+    (_whole_params, (("w", 4), ("x", 1)), (), None),  # read whole: cannot tell
+    (_data_dependent, (("w", 4), ("x", 1)), (), None),  # not buildable on meta: cannot tell
+    (_data_dependent, (), ("w",), None),  # but a missing parameter is still named
+])
+def test_param_use_sees_what_a_builder_reads_when_built_and_when_called(
+        monkeypatch, build, params, missing, unread):
+    """The case-file check (conformance/case_file.py) refuses a parameter that the builder
+    lacks or never reads, and must not refuse one it reads only inside its mods, or reads in
+    a way the check cannot follow."""
+    from cases import variants
+    from cases.model import Variant
+
+    monkeypatch.setitem(variants._BUILDERS, "test_param_use", build)
+    use = variants.param_use(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
+    assert (use.missing, use.unread) == (missing, unread)
+    # the same mods, built for real, compute what their parameters say
+    if params and missing == ():
+        mods = variants.build_mods(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
+        assert bool(mods.mask_mod(0, 0, torch.tensor(9), torch.tensor(5))) is True
