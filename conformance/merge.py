@@ -150,11 +150,21 @@ def _release_fact(key: str) -> str:
     return key if key.isupper() else f"{key} version"
 
 
+def _expectations(run: RunResults) -> str:
+    """Which known failures judged a run (each record's ``expected_failure``): the content of
+    its --expectations file, which shards on other machines may name by other paths."""
+    digest = run.options.get("expectations_sha256")
+    if digest:
+        return f"a file of sha256 {str(digest)[:12]}"
+    return "not recorded" if run.options.get("expectations") else "none"
+
+
 _FACTS = {
     "suite_version": lambda r: r.suite_version,
     "reference version": lambda r: r.reference_version,
     **{name: (lambda r, n=name: r.options.get(n)) for name in SAME_OPTIONS},
     "shard count": lambda r: _shard(r)[1] if _shard(r) else None,
+    "--expectations": _expectations,
     **{_release_fact(name): (lambda r, n=name: r.environment.get(n)) for name in RELEASE_KEYS},
 }
 

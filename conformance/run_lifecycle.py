@@ -143,6 +143,11 @@ class RunLifecycle:
         # what the rerun commands name, from where the run started (its relative paths' base)
         options["matrix_path"] = matrix_path(self.config.invocation_params.dir)
         options.update(import_paths(self.options.backend, self.options.cases_modules))
+        if self.options.expectations:  # shards name one file by different paths: by content
+            import hashlib
+
+            with open(self.options.expectations, "rb") as file:
+                options["expectations_sha256"] = hashlib.sha256(file.read()).hexdigest()
         return options
 
     def resumed_selection(self) -> set[str] | None:

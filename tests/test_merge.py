@@ -71,6 +71,9 @@ def test_three_shards_merge_into_the_whole_matrix_in_matrix_order():
     ({"environment_NEURON_CC_FLAGS": "-O1"}, "NEURON_CC_FLAGS is '-O1' there but None here"),
     ({"options_shard": "2/4"}, "shard count is 4 there but 3 here"),
     ({"options_timed_runs": 5}, "timed_runs is 5 there but None here"),
+    # each record's expected_failure came from its shard's --expectations
+    ({"options_expectations_sha256": "ab" * 32}, "--expectations is 'a file of sha256 "
+                                                 "abababababab' there but 'none' here"),
 ])
 def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
     (key, value), = change.items()
@@ -87,6 +90,17 @@ def test_mixed_runs_are_refused_with_one_line(tmp_path, capsys, change, what):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"flexconf merge: error: cannot merge {b} into {a}: {what}")
     assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_shards_naming_one_expectations_file_by_two_paths_merge():
+    def judged(index, path):
+        run = shard_run(index)
+        return replace(run, options={**run.options, "expectations": path,
+                                     "expectations_sha256": "cd" * 32})
+
+    merged = merge_runs([("a", judged(1, "/ci-1/known.toml")), ("b", judged(2, "/ci-2/k.toml")),
+                         ("c", judged(3, "known.toml"))])
+    assert merged.clean and merged.results.options["expectations"] == "/ci-1/known.toml"
 
 
 def test_an_output_that_cannot_be_written_is_one_line_naming_it_not_a_temporary_file(

@@ -168,6 +168,9 @@ def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     results = load_results(tmp_path / "report" / "results.json")
     assert [r.label for r in results.records] == [Label.PASS, Label.MISMATCH]
     assert [r.expected_failure for r in results.records] == [None, "row doubled on purpose"]
+    # the file's content, for merge: shards may name one file by different paths
+    import hashlib
+    assert results.options["expectations_sha256"] == hashlib.sha256(known.read_bytes()).hexdigest()
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "1 MISMATCH · 1 of 1 failures known** (❌ does not conform)" in summary
     assert "| MISMATCH | known: row doubled on purpose |" in summary
