@@ -15,7 +15,8 @@ def import_paths(backend: str, cases_modules: Sequence[str]) -> dict[str, Any]:
     """The options that say where a ``module:object`` backend (``backend_pythonpath``) and the
     case modules (``cases_modules_pythonpath``) were imported from, so a printed rerun command
     puts them on PYTHONPATH again (reports.summary.rerun_backend); a module found in the
-    interpreter's own site-packages needs no entry."""
+    interpreter's own site-packages needs no entry (and must get none: another environment's
+    site-packages on PYTHONPATH would shadow that environment's own torch)."""
     import site
 
     from conformance.backends.registry import import_root, module_root
@@ -23,7 +24,7 @@ def import_paths(backend: str, cases_modules: Sequence[str]) -> dict[str, Any]:
     own = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
     paths: dict[str, Any] = {}
     backend_root = import_root(backend)
-    if backend_root:
+    if backend_root and backend_root not in own:
         paths["backend_pythonpath"] = backend_root
     roots = [module_root(module) for module in cases_modules]
     roots = list(dict.fromkeys(r for r in roots if r and r not in own))

@@ -234,6 +234,20 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
         rerun_command(neuron, cid)
 
 
+def test_modules_of_the_interpreters_own_site_packages_get_no_pythonpath(monkeypatch):
+    """A rerun in another environment with this one's site-packages on PYTHONPATH would import
+    this environment's torch: a plugin or case module installed here needs no entry."""
+    import site
+
+    from conformance.run_info import import_paths
+
+    spec, cases_module = "tests.fault_backends:WrongNumbers", "tests.gym_variants"
+    assert import_paths(spec, [cases_module]) == {
+        "backend_pythonpath": str(REPO), "cases_modules_pythonpath": [str(REPO)]}
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(REPO)])
+    assert import_paths(spec, [cases_module]) == {}
+
+
 def test_flexconf_report_renders_from_files_and_rejects_a_bad_file(tmp_path, capsys):
     write_results(doctored_run(), tmp_path / "old.json")
     write_results(doctored_run(seed=1), tmp_path / "new.json")
