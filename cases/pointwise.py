@@ -229,6 +229,44 @@ def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: s
                                     + _why_not_pointwise(name, mod, exc)) from exc
 
 
+#: Points of the grid ``score_mod_raises`` evaluates at most (2**26: about a second), and at
+#: most at once (32 MiB of float64 scores).
+SCORE_CHECK_POINTS = 2 ** 26
+SCORE_CHECK_CHUNK = 2 ** 22
+
+
+def score_mod_raises(score_mod: Callable, shape, traced_dtype: torch.dtype | None = None,
+                     max_points: int = SCORE_CHECK_POINTS) -> ModRaised | None:
+    """What ``score_mod`` raises from its own call somewhere on the grid (ModRaised), or None.
+
+    Eager flex_attention applies the score mod to the whole score matrix, masked points
+    included, before it masks (a compiled one skips fully masked blocks only), while the
+    golden evaluates it only on the keys each chunk's mask keeps: a captured table indexed out
+    of bounds only where the mask hides meets flex_attention's error, not the golden's. This
+    looks for it, on a score of zeros: first every (q_idx, kv_idx) at b = h = 0, then every
+    point, in row chunks, up to ``max_points`` (what lies beyond is not looked at). Any other
+    failure (memory, vmap) is not the mod's own: None."""
+    b_all, h_all = torch.arange(shape.B), torch.arange(shape.Hq)
+    kv_idx = torch.arange(shape.Skv)
+    budget = max_points
+    for b, h in ((b_all[:1], h_all[:1]), (b_all, h_all)):
+        per_row = len(b) * len(h) * shape.Skv
+        rows = max(1, SCORE_CHECK_CHUNK // per_row)
+        for start in range(0, shape.Sq, rows):
+            q_idx = torch.arange(start, min(start + rows, shape.Sq))
+            if budget < per_row * len(q_idx):
+                return None
+            budget -= per_row * len(q_idx)
+            score = torch.zeros(len(b), len(h), len(q_idx), shape.Skv, dtype=torch.float64)
+            try:
+                evaluate_score(score_mod, score, b, h, q_idx, kv_idx, traced_dtype)
+            except ModRaised as exc:  # vmap's limits are check_mods's to tell, at point 0
+                return None if "vmap" in str(exc.cause).lower() else exc
+            except Exception:  # noqa: BLE001 - not the mod's own error: nothing to say
+                return None
+    return None
+
+
 def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
     """Why ``mod`` failed on the one-point grid, and the fix that applies: its signature, an
     error of its own, or a construct vmap (and so flex_attention) cannot run."""
@@ -242,10 +280,20 @@ def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
     reason = f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
     if isinstance(exc, ModRaised) and "vmap" not in reason.lower():
         widened = (" (on a float64 score that reads as the query's dtype: a bit-level view of "
-                   "the score is beyond the suite's reference)") if name == "score_mod" else ""
-        return (f"raised {reason} at the point b = h = q_idx = kv_idx = 0, where "
-                f"flex_attention calls it too{widened}; fix the mod")
+                   "the score is beyond the suite's reference)") \
+            if name == "score_mod" and _about_dtypes(reason) else ""
+        where = (" (it applies the score mod at every point, masked or not)"
+                 if name == "score_mod" else "")
+        return (f"raised {reason} at the point b = h = q_idx = kv_idx = 0, where eager "
+                f"flex_attention calls it too{where}{widened}; fix the mod")
     return f"cannot be evaluated point by point under torch.vmap ({reason}); {_HOW_TO_WRITE}"
+
+
+def _about_dtypes(reason: str) -> bool:
+    """Whether an error's text is about dtypes or views (a bit-level view of the score), not
+    an index or a value of the mod's own."""
+    text = reason.lower()
+    return any(word in text for word in ("dtype", "view", "float64", "double"))
 
 
 def _parameters(mod: Callable) -> list[str] | None:

@@ -7,8 +7,9 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           (the first call's result, and each later call's that differs from it bit for bit:
           MISMATCH where any fails)
     the reference, the output file or the verdict failed ─▶ HARNESS_ERROR (the suite's fault)
-    the case's mods raise in the reference, and the backend failed with an error ─▶
-          HARNESS_ERROR (the case's fault: a mask indexing its table out of bounds fails both)
+    the case's mods raise in the reference, or its score mod raises somewhere on the grid
+          (where eager flex_attention applies it: masked points too), and the backend failed
+          with an error ─▶ HARNESS_ERROR (the case's fault: a table indexed out of bounds)
 """
 from __future__ import annotations
 
@@ -36,12 +37,19 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     from cases.pointwise import PointwiseModError
 
     label = label_of(obs)
-    if isinstance(reference, PointwiseModError) and label in _ERRORS_A_MOD_EXPLAINS:
+    if label in _ERRORS_A_MOD_EXPLAINS:
         backend = f"{label.value}: {first_line(obs.message, 300)}"
-        return Decision(Label.HARNESS_ERROR, (
-            "the case's own mods fail in the float64 reference, which evaluates them at every "
-            f"point as flex_attention does: {reference}; fix the variant, not the backend (the "
-            f"backend: {backend})"))
+        if isinstance(reference, PointwiseModError):
+            return Decision(Label.HARNESS_ERROR, (
+                f"the case's own mods fail in the float64 reference: {reference}; fix the "
+                f"variant, not the backend (the backend: {backend})"))
+        raised = _score_mod_raises(case)
+        if raised is not None:
+            return Decision(Label.HARNESS_ERROR, (
+                f"the case's own score_mod fails where flex_attention evaluates it: {raised}; "
+                "eager flex_attention applies the score mod at every point, masked or not (the "
+                "float64 reference, only at the points the mask keeps, did not meet it); fix "
+                f"the variant, not the backend (the backend: {backend})"))
     if label is not None:
         return Decision(label, obs.message)
     if reference is None:
@@ -83,6 +91,23 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
 #: error met by both. A crash, an out-of-memory or a timeout of the backend keeps its label
 #: (the reference may have failed for its own reasons then, e.g. out of memory itself).
 _ERRORS_A_MOD_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR)
+
+
+def _score_mod_raises(case: Case):
+    """What the case's score mod raises from its own code somewhere on the grid, masked
+    points included (cases.pointwise.score_mod_raises); None when it does not, has none, or
+    its mods cannot be built (the backend's error stands then)."""
+    from cases.pointwise import score_mod_raises
+    from cases.score_dtype import traced_score_dtype
+    from cases.variants import build_mods
+
+    try:
+        mods = build_mods(case.variant, case.shape)
+    except Exception:  # noqa: BLE001 - reported by the child, which built them too
+        return None
+    if mods.score_mod is None:
+        return None
+    return score_mod_raises(mods.score_mod, case.shape, traced_score_dtype(case))
 
 
 def _failing_calls(judged: list, calls: int) -> list[int]:

@@ -204,12 +204,17 @@ def test_a_mod_that_fails_at_some_points_is_the_cases_fault_not_the_backends(bac
 
     cases = load_case_modules(["tests.broken_mod_variants"], "smoke")
     records = execute(backend, cases, cases_modules=("tests.broken_mod_variants",))
-    assert [r.label for r in records] == [Label.HARNESS_ERROR, Label.HARNESS_ERROR], \
-        [r.message for r in records]
+    assert [r.label for r in records] == [Label.HARNESS_ERROR] * 3, [r.message for r in records]
     for record, mod in zip(records, ("score_mod", "mask_mod")):
         assert record.message.startswith(
-            "the case's own mods fail in the float64 reference, which evaluates them at every "
-            f"point as flex_attention does: its {mod} raised IndexError: "), record.message
+            f"the case's own mods fail in the float64 reference: its {mod} raised IndexError: "
+            ), record.message
+    # out of bounds only where the mask hides: the golden never meets it, flex_attention does
+    assert records[2].message.startswith(
+        "the case's own score_mod fails where flex_attention evaluates it: its score_mod raised "
+        "IndexError: "), records[2].message
+    assert "applies the score mod at every point, masked or not" in records[2].message
+    for record in records:
         assert "fix the variant, not the backend (the backend: " in record.message
 
 
@@ -240,6 +245,35 @@ def test_only_what_the_mod_itself_raises_is_the_mods_fault(monkeypatch):
     assert not isinstance(caught.value, ModRaised)
     with pytest.raises(ModRaised, match="^its mask_mod raised IndexError"):
         evaluate_mask(lambda b, h, q_idx, kv_idx: table[q_idx + 2], point, point, point, point)
+
+
+def test_the_score_mod_is_looked_at_everywhere_within_its_budget():
+    """score_mod_raises finds an out-of-bounds index at one point of one head of one batch,
+    on every point's score, and stops at its budget; a mod that only fails for the suite's
+    reasons (vmap) is not reported as the mod's."""
+    from cases.pointwise import score_mod_raises
+
+    shape = Shape(2, 3, 3, 40, 24, 8)
+    rows = torch.zeros(3, 40)
+
+    def last_point_of_the_last_head(score, b, h, q_idx, kv_idx):  # out of bounds at one point
+        return score + rows[h + (b * (h == 2) * (q_idx == 39) * (kv_idx == 23)), q_idx]
+
+    raised = score_mod_raises(last_point_of_the_last_head, shape)
+    assert raised is not None and str(raised).startswith("its score_mod raised IndexError")
+    assert score_mod_raises(last_point_of_the_last_head, shape, max_points=40 * 24 * 4) is None
+    assert score_mod_raises(lambda score, b, h, q_idx, kv_idx: score + rows[h, q_idx],
+                            shape) is None
+    assert score_mod_raises(lambda score, b, h, q_idx, kv_idx: score * float(q_idx),
+                            shape) is None  # vmap refuses float(): not the mod's own error
+
+
+def test_a_backend_error_on_a_sound_score_mod_stays_the_backends():
+    from conformance.decision import decide
+    from conformance.protocol import Observation
+
+    decision = decide(Case(v.alibi(), SHAPE), Observation("error", "compile", "it failed"), None)
+    assert decision.label is Label.COMPILE_ERROR and decision.message == "it failed"
 
 
 @pytest.mark.parametrize("outcome, phase, label", [

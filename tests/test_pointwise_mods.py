@@ -450,7 +450,7 @@ def _raises_its_own_error(b, h, q_idx, kv_idx):
      "h, q_idx, kv_idx); give it those 5 arguments"),
     (_raises_its_own_error, None,
      "its mask_mod raised ValueError: window must be positive at the point b = h = q_idx = "
-     "kv_idx = 0, where flex_attention calls it too; fix the mod"),
+     "kv_idx = 0, where eager flex_attention calls it too; fix the mod"),
 ])
 def test_a_mod_with_the_wrong_signature_or_an_error_of_its_own_is_told_its_own_fix(
         mask_mod, score_mod, says):
