@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import math
 import os
 import signal
 import statistics
@@ -185,27 +186,50 @@ def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str
 
 def _cache_hit(backend) -> bool | None:
     """Whether the compile hit a cache; unknown (None) when the backend cannot say, or fails
-    to: a broken counter must not turn a compiled case into a crash."""
+    to: a broken counter must not turn a compiled case into a crash. A numpy or torch bool
+    (a comparison of counters) counts as the bool it is; anything else is not an answer."""
     try:
-        return backend.cache_hit()
+        hit = backend.cache_hit()
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         return None
+    import torch
+
+    if hit is None or isinstance(hit, bool):
+        return hit
+    if type(hit).__name__ in ("bool_", "bool") or (  # numpy's bool (1.x, 2.x)
+            isinstance(hit, torch.Tensor) and hit.numel() == 1 and hit.dtype == torch.bool):
+        return bool(hit)
+    print(f"cache_hit() returned {type(hit).__name__} {str(hit)[:80]!r}, not a bool or None: "
+          "recorded as unknown", file=sys.stderr)
+    return None
+
+
+#: How far the stages a backend reports may sum past the compile phase (clock granularity;
+#: docs/performance.md states the stages and ``other`` sum to the phase within 2%).
+BREAKDOWN_TOLERANCE = 0.02
 
 
 def _compile_breakdown(backend, compile_seconds: float) -> dict[str, float] | None:
     """The compiler's own stage times for the first call, plus ``other``: the rest of the
     compile phase (tracing the suite's call, the execution, waiting), so the stages always
-    sum to the phase. None when the backend does not report stages, or fails to."""
+    sum to the phase. None when the backend does not report stages, fails to, or reports
+    stages that sum past the phase (beyond BREAKDOWN_TOLERANCE)."""
     try:
         stages = backend.compile_breakdown()
+        if not stages:
+            return None
+        breakdown = {str(name): max(0.0, float(seconds)) for name, seconds in stages.items()}
     except Exception:  # noqa: BLE001 - a broken counter must not fail a compiled case
         traceback.print_exc()
         return None
-    if not stages:
+    stages_seconds = sum(breakdown.values())
+    if not math.isfinite(stages_seconds) or \
+            stages_seconds > compile_seconds * (1 + BREAKDOWN_TOLERANCE) + 0.01:
+        print(f"compile_breakdown() ignored: its stages sum to {stages_seconds:.3f} s, more "
+              f"than the compile phase's {compile_seconds:.3f} s", file=sys.stderr)
         return None
-    breakdown = {str(name): max(0.0, float(seconds)) for name, seconds in stages.items()}
-    breakdown["other"] = max(0.0, compile_seconds - sum(breakdown.values()))
+    breakdown["other"] = max(0.0, compile_seconds - stages_seconds)
     return breakdown
 
 

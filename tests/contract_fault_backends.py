@@ -98,3 +98,52 @@ class SparseOutput(_Breaks):
 
     def breach(self, case, result, *args):
         return result.to_sparse()
+
+
+class _Reports(CpuEager):
+    """Computes correctly; reports ``reported`` from one of its after-the-first-call hooks."""
+
+    compiled = True
+    hit = None
+    stages = None
+
+    def cache_hit(self):
+        return self.hit
+
+    def compile_breakdown(self):
+        return self.stages
+
+
+class NumpyCacheHit(_Reports):  # what a comparison of numpy counters gives
+    name = "test-numpy-cache-hit"
+
+    @property
+    def hit(self):
+        import numpy as np
+
+        return np.int64(2) > np.int64(1)
+
+
+class TensorCacheHit(_Reports):
+    name = "test-tensor-cache-hit"
+
+    @property
+    def hit(self):
+        import torch
+
+        return torch.tensor(0) > 1
+
+
+class IntCacheHit(_Reports):
+    name = "test-int-cache-hit"
+    hit = 1
+
+
+class TextStages(_Reports):
+    name = "test-text-stages"
+    stages = {"zapcc": "fast"}
+
+
+class StagesPastThePhase(_Reports):
+    name = "test-stages-past-the-phase"
+    stages = {"zapcc": 100.0}

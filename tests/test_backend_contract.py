@@ -82,3 +82,27 @@ def test_a_differentiable_output_keeps_the_backward_contract():
     with pytest.raises(ContractError, match=r"fwd\+lse: fn returned a tuple of 3 items;"):
         check_result(Case(Variant("full"), case.shape, "fp32", "fwd+lse"), (out, out, out),
                      torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("backend, cache_hit", [
+    ("NumpyCacheHit", True), ("TensorCacheHit", False), ("IntCacheHit", None),
+    ("TextStages", None), ("StagesPastThePhase", None),
+])
+def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path, backend,
+                                                                       cache_hit):
+    """A numpy bool from cache_hit() was a CRASH (the child could not write it), an int was
+    written into a results.json that the suite's own reader then refused, and stages given
+    as text were a CRASH; stages summing past the compile phase were kept, with other = 0."""
+    from records.results import RunResults, load_results, write_results
+
+    from tests.test_backends_cpu import execute
+
+    case = Case(Variant("causal"), Shape(1, 2, 2, 64, 64, 16))
+    (record,) = execute(f"tests.contract_fault_backends:{backend}", [case])
+    assert record.label is Label.PASS, record.message
+    assert record.cache_hit is cache_hit
+    assert record.compile_breakdown is None
+    write_results(RunResults({"backend": backend}, {"backend": backend, "profile": "smoke", "seed": 0},
+                             (record,), "0.1.0"),
+                  tmp_path / "results.json")
+    assert load_results(tmp_path / "results.json").records[0].cache_hit is cache_hit
