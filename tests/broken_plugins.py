@@ -19,6 +19,13 @@ class RaisesInAvailability(CpuEager):
         raise KeyError("NEURON_RT_ROOT")
 
 
+class AvailabilityABool(CpuEager):
+    name = "test-availability-a-bool"
+
+    def availability(self):
+        return True
+
+
 class RaisesInEnvironment(CpuEager):
     name = "test-raises-in-environment"
 

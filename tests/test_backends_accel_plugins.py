@@ -109,6 +109,10 @@ def test_a_broken_plugin_is_unavailable_and_hides_nothing(tmp_path, monkeypatch)
                      "raised RuntimeError: driver handle not found; fix the plugin"),
     ("RaisesInAvailability", "backend 'tests.broken_plugins:RaisesInAvailability' is not "
                              "available here: its availability() raised KeyError: 'NEURON_RT_ROOT'"),
+    ("AvailabilityABool", "backend 'tests.broken_plugins:AvailabilityABool' is not available "
+                          "here: its availability() returned bool True, not an Availability; "
+                          "return Availability(True) or Availability(False, 'why') "
+                          "(docs/backends.md)"),
     ("RaisesInEnvironment", "backend 'tests.broken_plugins:RaisesInEnvironment': its "
                             "environment() raised FileNotFoundError: /opt/vendor/version.txt; "
                             "fix the plugin"),
@@ -133,7 +137,8 @@ def test_flexconf_backends_lists_raising_plugins_as_unavailable_with_the_first_l
     site = tmp_path / "site"
     install_entry_points(site, "vendor-raising", "1.0", {
         "raises-in-init": "tests.broken_plugins:RaisesInInit",
-        "raises-in-availability": "tests.broken_plugins:RaisesInAvailability"})
+        "raises-in-availability": "tests.broken_plugins:RaisesInAvailability",
+        "availability-a-bool": "tests.broken_plugins:AvailabilityABool"})
     monkeypatch.syspath_prepend(str(site))
     statuses = _by_name()
     assert not statuses["raises-in-init"].available
@@ -141,6 +146,7 @@ def test_flexconf_backends_lists_raising_plugins_as_unavailable_with_the_first_l
         "raised RuntimeError: driver handle not found; fix the plugin")
     assert statuses["raises-in-availability"].detail == \
         "its availability() raised KeyError: 'NEURON_RT_ROOT'"
+    assert not statuses["availability-a-bool"].available  # it was a traceback, listing none
     assert statuses["cpu-eager"].available
 
 

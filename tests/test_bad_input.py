@@ -429,3 +429,22 @@ def test_a_backend_object_the_module_lacks_names_the_backends_it_has():
     assert text.startswith("backend 'tests.fault_backends:WrongNumber': module "
                            "'tests.fault_backends' has no 'WrongNumber'; its backends: ")
     assert "WrongNumbers" in text.split("its backends: ")[1].split(", ")
+
+
+@pytest.mark.parametrize("spec, line", [
+    ("/src/plug/zap_backend.py:Zap", "backend '/src/plug/zap_backend.py:Zap' names a file; name "
+     "its module: --backend zap_backend:Zap with PYTHONPATH=/src/plug (docs/backends.md)"),
+    ("zap_backend.py:Zap", "backend 'zap_backend.py:Zap' names a file; name its module: "
+     "--backend zap_backend:Zap with PYTHONPATH=. (docs/backends.md)"),
+    ("os:sep", "backend 'os:sep' is a str, not a conformance.backends.base.Backend (subclass "
+     "it)"),
+    ("json:JSONDecodeError", "backend 'json:JSONDecodeError': constructing 'JSONDecodeError' "
+     "raised TypeError: "),
+])
+def test_a_backend_given_as_a_file_or_as_no_backend_is_told_what_to_give(spec, line):
+    """A file path used to read "No module named '/src/plug/zap_backend'"."""
+    from conformance.backends.registry import BackendError, load_backend
+
+    with pytest.raises(BackendError) as caught:
+        load_backend(spec)
+    assert str(caught.value).startswith(line)

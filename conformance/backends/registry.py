@@ -11,6 +11,7 @@ function returning one. Modules are imported only when their backend is asked fo
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from importlib.metadata import entry_points
 
 from conformance.backends.base import Backend
@@ -125,13 +126,21 @@ def module_root(module: str) -> str | None:
 
 
 def availability_of(backend: Backend):
-    """``backend.availability()``; one that raises is unavailable, with the error's first line."""
+    """``backend.availability()``; one that raises, or returns something else than an
+    Availability, is unavailable, with what went wrong in one line."""
     from conformance.backends.base import Availability
+    from records.text import one_line
 
     try:
-        return backend.availability()
+        availability = backend.availability()
     except Exception as exc:  # noqa: BLE001 - a plugin's bug is its unavailability, not ours
         return Availability(False, f"its availability() raised {_first_line(exc)}")
+    if not isinstance(availability, Availability):
+        return Availability(False, (
+            f"its availability() returned {type(availability).__name__} "
+            f"{one_line(repr(availability))[:40]}, not an Availability; return "
+            "Availability(True) or Availability(False, 'why') (docs/backends.md)"))
+    return availability
 
 
 def environment_of(backend: Backend, spec: str | None = None) -> dict:
@@ -171,10 +180,20 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def _instantiate(target: str, spec: str) -> Backend:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise BackendError(f"bad backend {spec!r}; write package.module:object")
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        path = Path(module_name)
+        raise BackendError(
+            f"backend {spec!r} names a file; name its module: "
+            f"--backend {path.stem if path.suffix == '.py' else path.name}:{attr} with "
+            f"PYTHONPATH={path.parent if str(path.parent) != '.' else '.'} (docs/backends.md)")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -202,7 +221,7 @@ def _instantiate(target: str, spec: str) -> Backend:
             raise BackendError(f"backend {spec!r}: constructing {attr!r} raised "
                                f"{_first_line(exc)}; fix the plugin") from None
     if not isinstance(obj, Backend):
-        raise BackendError(f"backend {spec!r} is a {type(obj).__name__}, not a"
+        raise BackendError(f"backend {spec!r} is {_a(type(obj).__name__)}, not a"
                            " conformance.backends.base.Backend (subclass it)")
     if not obj.name:
         raise BackendError(f"backend {spec!r} has an empty name; set the class attribute `name`")
