@@ -106,3 +106,19 @@ def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path,
                              (record,), "0.1.0"),
                   tmp_path / "results.json")
     assert load_results(tmp_path / "results.json").records[0].cache_hit is cache_hit
+
+
+def test_torchs_out_of_memory_error_is_out_of_memory_whatever_its_text():
+    """A plugin raising torch.OutOfMemoryError("zap HBM exhausted ...") was a RUNTIME_ERROR:
+    the class is a RuntimeError, and only its text was read."""
+    from conformance.protocol import Outcome
+
+    class VendorOutOfMemory(torch.OutOfMemoryError):
+        pass
+
+    backend = CpuEager()
+    for exc in (torch.OutOfMemoryError("zap HBM exhausted (tried to allocate 8 GiB)"),
+                VendorOutOfMemory("pool 3 is full"), MemoryError()):
+        assert child.classify_exception(exc, backend) is Outcome.OOM, exc
+    assert child.classify_exception(RuntimeError("zap HBM exhausted"), backend) \
+        is not Outcome.OOM
