@@ -26,7 +26,8 @@ from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import TRIAGE_REASON, Expectation, Expectations
 from records.text import first_line
 from reports.formatting import precise_seconds
-from reports.gate_notes import Note, backend_notes, budget_notes, run_times_not_gated
+from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
+                                run_times_not_gated)
 from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
@@ -226,7 +227,8 @@ def decide(baseline: RunResults, candidate: RunResults,
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")
     findings: list[Finding] = []
-    notes = budget_notes(baseline, candidate) + backend_notes(baseline, candidate)
+    notes = budget_notes(baseline, candidate) + backend_notes(baseline, candidate) \
+        + cold_cache_hit_notes(baseline, candidate)
     regressed = {c.case_id for c in comparison.regressions}
     for change in comparison.regressions:
         findings.append(Finding("REGRESSION", change.case_id, f"PASS -> {change.after.value}",

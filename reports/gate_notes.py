@@ -16,7 +16,8 @@ BUDGETS = ("compile_timeout", "run_timeout")
 
 @dataclass(frozen=True)
 class Note:
-    kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COMPILE_NOT_GATED, TIMES_NOT_GATED,
+    kind: str  # BUDGET_CHANGE, BACKEND_SPEC_CHANGE, COLD_CACHE_HITS, COMPILE_NOT_GATED,
+    #          TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
     #          CONFIRMATION, RERUN
@@ -45,6 +46,23 @@ def run_times_not_gated(baseline: RunResults, candidate: RunResults) -> list[Not
         f"least {UNGATED_RUN_FACTOR:g}x as slow, e.g. {worst.case_id}: "
         f"{precise_seconds(worst.before)} s -> {precise_seconds(worst.after)} s "
         f"(x{worst.ratio:.3g}); pass --run-time-slack SECONDS to gate them"), flagged=True)]
+
+
+def cold_cache_hit_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note per run that compiled cold (``compile_cache`` cold: no cache of any layer
+    may serve a case) and still records cache hits: those compiles are not compared (a hit
+    measures no compile), so a slower compiler behind a cache the suite does not isolate, or a
+    backend that always says "hit", would pass the compile-time rule unremarked."""
+    notes = []
+    for side, run in (("baseline", baseline), ("candidate", candidate)):
+        hits = [r.case_id for r in run.records if r.cache_hit]
+        if run.options.get("compile_cache") == "cold" and hits:
+            notes.append(Note("COLD_CACHE_HITS", (
+                f"the {side} ran with a cold compile cache, yet {len(hits)} case(s) report a "
+                f"cache hit (e.g. {hits[0]}); their compile times are not compared: a cache "
+                "the suite does not isolate served them, or the backend's cache_hit() is "
+                "wrong"), flagged=True))
+    return notes
 
 
 def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:

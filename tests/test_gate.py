@@ -289,10 +289,18 @@ def test_times_measured_on_different_machines_are_not_gated_but_labels_are(tmp_p
     assert gate(tmp_path, old, replace(slower, environment=unrecorded)) == 1
 
 
-def test_a_cache_hit_is_not_compared(tmp_path):
-    old = run([record(A, compile_seconds=4.0)])
-    new = run([record(A, compile_seconds=9.0, cache_hit=True)])
+def test_a_cache_hit_is_not_compared_and_on_a_cold_run_is_flagged(tmp_path, capsys):
+    """A backend whose cache_hit() always says True escaped the compile-time rule on two cold
+    runs without a word (an outside trial: a compile 0.68 s -> 3.27 s, "no findings")."""
+    old = run([record(A, compile_seconds=4.0), record(B, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=9.0, cache_hit=True), record(B, compile_seconds=4.0)])
     assert gate(tmp_path, old, new) == 0
+    out = capsys.readouterr().out
+    assert f"  ! COLD_CACHE_HITS: the candidate ran with a cold compile cache, yet 1 case(s) " \
+           f"report a cache hit (e.g. {A}); their compile times are not compared" in out
+    warm = run([record(A, compile_seconds=9.0, cache_hit=True)], compile_cache="warm")
+    assert gate(tmp_path, warm, warm) == 0
+    assert "COLD_CACHE_HITS" not in capsys.readouterr().out  # a warm run's hits are its point
 
 
 def test_fixes_are_good_news_and_stale_expectations_block_only_when_strict(tmp_path, capsys):
