@@ -5,6 +5,7 @@ one) quoting the contract, never a MISMATCH of a reshaped tensor or a bare unpac
 from __future__ import annotations
 
 from cases.model import Case
+from conformance.backends.base import Backend
 from conformance.backends.cpu import CpuEager
 
 
@@ -147,3 +148,34 @@ class TextStages(_Reports):
 class StagesPastThePhase(_Reports):
     name = "test-stages-past-the-phase"
     stages = {"zapcc": 100.0}
+
+
+class PrepareLog(CpuEager):
+    """Logs the id of each case it prepares, and whether the call ran, to
+    ``$FLEXCONF_TEST_PREPARE_LOG``; warms up as a plugin that does not override ``warm_up``
+    does (conformance.backends.base.Backend.warm_up)."""
+
+    name = "test-prepare-log"
+    warm_up = Backend.warm_up
+    declines = ()  # variants it calls unsupported
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        return "declined" if case.variant.name in self.declines else None
+
+    def prepare(self, case: Case):
+        import os
+
+        real = super().prepare(case)
+
+        def logged(*args):
+            result = real(*args)
+            with open(os.environ["FLEXCONF_TEST_PREPARE_LOG"], "a") as log:
+                log.write(f"{case.id}\n")
+            return result
+
+        return logged
+
+
+class PrepareLogDecliningCausal(PrepareLog):
+    name = "test-prepare-log-declining-causal"
+    declines = ("causal",)

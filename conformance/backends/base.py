@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cases.model import Case
+from cases.model import Case, Shape, Variant
+
+#: The case the default ``Backend.warm_up`` compiles (its own score mod: a halving).
+WARM_UP_CASE = Case(Variant("causal"), Shape(1, 1, 1, 128, 128, 16), "bf16", "fwd")
 
 
 class FatalSetupError(RuntimeError):
@@ -158,7 +161,24 @@ class Backend:
     def warm_up(self) -> None:
         """In the child, once at start: pay one-time start-up costs (compiler initialisation)
         so that no case's compile seconds include them. Errors here are logged, not fatal,
-        except FatalSetupError (every case of the child becomes HARNESS_ERROR)."""
+        except FatalSetupError (every case of the child becomes HARNESS_ERROR).
+
+        The default runs the backend's own ``prepare`` of a tiny case (``WARM_UP_CASE``: bf16,
+        a causal block mask, a score mod) once on its device and synchronizes, unless
+        ``unsupported_reason`` declines that case; override it where that is not the path the
+        cases take."""
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        if self.unsupported_reason(WARM_UP_CASE) is not None:
+            return
+        attention = self.prepare(WARM_UP_CASE)
+        s, device = WARM_UP_CASE.shape, self.device()
+        q = torch.randn(s.B, s.Hq, s.Sq, s.D, dtype=torch.bfloat16, device=device)
+        block_mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None,
+                                       s.Sq, s.Skv, device=device)
+        attention(q, q, q, lambda score, b, h, q_idx, kv_idx: score * 0.5, block_mask)
+        self.synchronize()
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
         """In the child, before each case: forget everything compiled for earlier cases (each
