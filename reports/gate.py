@@ -325,9 +325,9 @@ def _rerun_note(findings: list[Finding], candidate: RunResults) -> list[Note]:
                if f.kind in ("REGRESSION", "UNEXPECTED_FAILURE")]
     if not failing:
         return []
-    which = (f"the {len(failing)} failing case{'s' if len(failing) != 1 else ''}"
+    which = (f"the {len(failing)} blocking case{'s' if len(failing) != 1 else ''}"
              if len(failing) <= RERUN_CASES
-             else f"the first {RERUN_CASES} of the {len(failing)} failing cases")
+             else f"the first {RERUN_CASES} of the {len(failing)} blocking cases")
     return [Note("RERUN", f"rerun {which} of the candidate: "
                  f"{rerun_command(candidate, failing[:RERUN_CASES])}")]
 

@@ -84,7 +84,7 @@ def test_the_blocking_failures_come_with_the_command_that_reruns_them(tmp_path, 
                 expectations=known(known_case, "CRASH")) == 1
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if x.startswith("  note: rerun ")]
-    assert line.startswith("  note: rerun the 2 failing cases of the candidate: pytest ")
+    assert line.startswith("  note: rerun the 2 blocking cases of the candidate: pytest ")
     words = shlex.split(line.split(": ", 2)[2])
     ids = [words[i + 1] for i, word in enumerate(words) if word == "--case-id"]
     assert ids == [B, C]  # the regression, the unexpected failure; not the known failure
@@ -103,7 +103,7 @@ def test_the_rerun_command_names_at_most_20_failing_cases(tmp_path, capsys):
     new = run([record(i, Label.MISMATCH) for i in ids])
     assert gate(tmp_path, old, new) == 1
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  note: rerun ")]
-    assert "rerun the first 20 of the 25 failing cases of the candidate" in line
+    assert "rerun the first 20 of the 25 blocking cases of the candidate" in line
     assert line.count("--case-id") == 20 and ids[19] in line and ids[20] not in line
 
 

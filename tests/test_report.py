@@ -234,6 +234,22 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
         rerun_command(neuron, cid)
 
 
+def test_the_resume_command_narrows_as_the_run_did():
+    """recover's command left -k out: pasted, it said 72 selected cases were not part of the
+    run it resumed."""
+    from records.selection import Selection
+    from reports.summary import resume_command
+
+    cid = "causal/b1-h8x8-s128x128-d128/bf16/fwd"
+    results = run([record(cid)], backend="cpu-inductor", profile="smoke")
+    selection = Selection("core", "smoke", (), None, None, "causal and b1-", "not slow", None,
+                          (cid,))
+    narrowed = replace(results, selection=selection.to_json())
+    assert resume_command(narrowed, "reports/x").endswith(
+        "--run-timeout 120 -k 'causal and b1-' -m 'not slow' --resume reports/x")
+    assert resume_command(results, "reports/x").endswith("--run-timeout 120 --resume reports/x")
+
+
 def test_modules_of_the_interpreters_own_site_packages_get_no_pythonpath(monkeypatch):
     """A rerun in another environment with this one's site-packages on PYTHONPATH would import
     this environment's torch: a plugin or case module installed here needs no entry."""
