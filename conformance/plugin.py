@@ -323,7 +323,8 @@ class ConformanceSession(RunLifecycle):
 
     # -- controller -----------------------------------------------------------------------
     def validate_backend(self) -> None:
-        from conformance.backends.registry import BackendError, environment_of, resolve_backend
+        from conformance.backends.registry import (BackendError, check_env_hooks,
+                                                   environment_of, resolve_backend)
 
         if self.options.reference_device == "cuda":
             import torch
@@ -339,6 +340,7 @@ class ConformanceSession(RunLifecycle):
             self.backend = resolve_backend(self.options.backend)
             self.backend.check_worker_count(worker_count(self.config))
             environment_of(self.backend, self.options.backend)  # one line now, not at the end
+            check_env_hooks(self.backend, self.options.backend, worker_count(self.config))
             load_expectations(self.options.expectations)
             opts.check_reference_cache(self.options.reference_cache)
             self._check_fuzz_sources()

@@ -26,6 +26,13 @@ class AvailabilityABool(CpuEager):
         return True
 
 
+class ChildEnvNotText(CpuEager):
+    name = "test-child-env-not-text"
+
+    def child_env(self, slot, cache_dir):
+        return {**super().child_env(slot, cache_dir), "ZAP_CORES": slot.count}
+
+
 class RaisesInEnvironment(CpuEager):
     name = "test-raises-in-environment"
 

@@ -113,6 +113,9 @@ def test_a_broken_plugin_is_unavailable_and_hides_nothing(tmp_path, monkeypatch)
                           "here: its availability() returned bool True, not an Availability; "
                           "return Availability(True) or Availability(False, 'why') "
                           "(docs/backends.md)"),
+    ("ChildEnvNotText", "backend 'tests.broken_plugins:ChildEnvNotText': its child_env() gives "
+                        "'ZAP_CORES': 1 (str: int); environment variables are str to str; fix "
+                        "the plugin"),
     ("RaisesInEnvironment", "backend 'tests.broken_plugins:RaisesInEnvironment': its "
                             "environment() raised FileNotFoundError: /opt/vendor/version.txt; "
                             "fix the plugin"),

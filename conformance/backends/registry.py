@@ -143,6 +143,34 @@ def availability_of(backend: Backend):
     return availability
 
 
+def check_env_hooks(backend: Backend, spec: str, workers: int) -> None:
+    """The backend's environment hooks (child_env, process_cache_env, artifact_env), called
+    once at the start as a worker's executor will call them: BackendError, one line naming
+    the hook, where one raises or returns something else than a dict of str to str (a value
+    of another type failed each case later as a HARNESS_ERROR that named no hook)."""
+    from conformance.backends.base import WorkerSlot
+
+    directory = "/nonexistent/flexconf-check"
+    calls = (("child_env", lambda: backend.child_env(WorkerSlot(0, max(1, workers)), directory)),
+             ("process_cache_env", lambda: backend.process_cache_env(directory, True)),
+             ("artifact_env", lambda: backend.artifact_env(directory)))
+    for hook, call in calls:
+        try:
+            env = call()
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(f"backend {spec!r}: its {hook}() raised {_first_line(exc)}; "
+                               "fix the plugin") from None
+        if not isinstance(env, dict):
+            raise BackendError(f"backend {spec!r}: its {hook}() returned a "
+                               f"{type(env).__name__}, not a dict of str to str; fix the plugin")
+        bad = next(((k, v) for k, v in env.items()
+                    if not isinstance(k, str) or not isinstance(v, str)), None)
+        if bad is not None:
+            raise BackendError(f"backend {spec!r}: its {hook}() gives {bad[0]!r}: {bad[1]!r} "
+                               f"({type(bad[0]).__name__}: {type(bad[1]).__name__}); environment "
+                               "variables are str to str; fix the plugin")
+
+
 def environment_of(backend: Backend, spec: str | None = None) -> dict:
     """``backend.environment()``, checked: BackendError, one line, where it raises or does not
     return a dict (a plugin's bug, told at the start of a run, not as a traceback at its end).
