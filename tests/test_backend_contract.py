@@ -142,3 +142,19 @@ def test_a_backend_without_its_own_warm_up_warms_up_through_its_prepare(
     calls = log.read_text().split()
     assert calls[0] == (WARM_UP_CASE.id if warmed else case.id)
     assert calls[-1] == case.id and len(calls) == (5 if warmed else 4)  # 1 + 3 timed calls
+
+
+@pytest.mark.parametrize("answer, reason", [
+    (None, None), (False, None), ("", None), ("fwd only", "fwd only"),
+    (True, "unsupported_reason returned bool True; it should return a str that says why"),
+])
+def test_what_unsupported_reason_answers_is_read_as_the_docs_say(answer, reason):
+    """True was recorded as the reason "True"."""
+    from conformance.backends.registry import unsupported_reason_of
+
+    class Answers(CpuEager):
+        def unsupported_reason(self, case):
+            return answer
+
+    case = Case(Variant("causal"), Shape(1, 2, 2, 64, 64, 16))
+    assert unsupported_reason_of(Answers(), case) == (reason, None)

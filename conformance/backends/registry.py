@@ -191,14 +191,24 @@ def environment_of(backend: Backend, spec: str | None = None) -> dict:
 def unsupported_reason_of(backend: Backend, case) -> tuple[str | None, str | None]:
     """``backend.unsupported_reason(case)`` as (reason, None); where it raises, (None, the
     failure): ``setup: its unsupported_reason raised Type: text``, then the traceback's end, a
-    RUNTIME_ERROR of the case (the backend's code failed, not the suite's)."""
+    RUNTIME_ERROR of the case (the backend's code failed, not the suite's). A falsy answer is
+    "supported"; a truthy one that is no str (``True``) is unsupported, and the reason says
+    what the hook should return."""
     import traceback
 
     try:
-        return backend.unsupported_reason(case), None
+        reason = backend.unsupported_reason(case)
     except Exception as exc:  # noqa: BLE001 - a plugin's bug is its case's failure
         detail = "".join(traceback.format_exception(exc)[-12:]).rstrip()
         return None, f"setup: its unsupported_reason raised {_first_line(exc)}\n{detail}"
+    if not reason:
+        return None, None
+    if not isinstance(reason, str):
+        from records.text import one_line
+
+        return (f"unsupported_reason returned {type(reason).__name__} "
+                f"{one_line(repr(reason))[:60]}; it should return a str that says why"), None
+    return reason, None
 
 
 def _first_line(exc: BaseException) -> str:
