@@ -37,7 +37,10 @@ class RunLifecycle:
         _check_writable(report_dir, flag)
         started_at = now_iso()
         self._hold_run_lock(flag, started_at)
-        self.schedule = self._cost_model(report_dir / "results.json")
+        last_run = report_dir / "results.json"
+        if not last_run.exists():  # a run stopped before its first case set it aside there
+            last_run = report_dir / "previous" / "results.json"
+        self.schedule = self._cost_model(last_run)
         if self.options.resume:
             self._manifest = _resumable_run(self.options, self._recorded_options(), self.backend)
             self._started_at = self._manifest.started_at

@@ -78,6 +78,15 @@ def test_under_xdist_the_longest_cases_start_first(tmp_path):
     results = load_results(tmp_path / "report" / "results.json")
     by_start = [r.case_id for r in sorted(results.records, key=lambda r: r.started_at)]
     assert set(by_start[:2]) == {ids[3], ids[2]}, by_start
+    # a run stopped before its first case leaves the last results in previous/: auto uses them
+    report = tmp_path / "report"
+    (report / "results.json").unlink()
+    (report / "previous").mkdir(exist_ok=True)
+    (report / "previous" / "results.json").write_bytes(baseline.read_bytes())
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2", "--profile", "smoke"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (f"schedule: longest first, from {report / 'previous' / 'results.json'} (4 of 4 "
+            "cases measured)") in proc.stdout
     bad = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2",
                           "--schedule-from", str(tmp_path / "missing.json")))
     assert bad.returncode == 4 and "--schedule-from" in bad.stderr and "no such file" in bad.stderr
