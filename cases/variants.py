@@ -86,30 +86,45 @@ class ParamUse:
     """How a variant's builder used the parameters a case gives it (``param_use``)."""
 
     read: tuple[str, ...]  # the keys the builder asked for, in order
-    missing: tuple[str, ...]  # read by the builder, not given: the case cannot be built
-    unread: tuple[str, ...] | None  # given, never read (None: cannot tell)
+    missing: tuple[str, ...]  # the key whose absence failed the build (a KeyError it let out)
+    unread: tuple[str, ...] | None  # given, not read at this shape (None: cannot tell)
 
 
 def param_use(variant: Variant, shape: Shape) -> ParamUse:
     """Which of ``variant``'s parameters its builder reads, found by building its mods for
     ``shape`` on the meta device (no memory; no data) and calling them at one point, with a
-    variant that records each ``param(key)``. A builder that reads ``params`` whole (or the
-    token, or hashes the variant), or that fails on meta tensors for another reason than a
-    missing parameter, is not judged on what it leaves unread."""
+    variant that records each ``param(key)``. A parameter is missing only when the KeyError
+    of its absence is what failed the build (a builder may catch it: an optional parameter).
+    A builder that reads ``params`` whole (or the token, or compares or hashes the variant),
+    or that fails on meta tensors, is not judged on what it leaves unread; a builder may also
+    read a parameter at some shapes only (``unread`` is this shape's)."""
     from cases.pointwise import check_mods
 
     recorder = _ParamRecorder(variant.name, variant.params)
-    built = True
+    failure = None
     try:
         mods = _BUILDERS[variant.name](recorder, shape, torch.device("meta"))
         check_mods(mods.mask_mod, mods.score_mod, variant.name, "meta")
-    except Exception:  # noqa: BLE001 - the case's own builder; it runs for real later
-        built = False
+    except Exception as exc:  # noqa: BLE001 - the case's own builder; it runs for real later
+        failure = exc
     reads = tuple(dict.fromkeys(object.__getattribute__(recorder, "_reads")))
+    absent = object.__getattribute__(recorder, "_absent")  # (the KeyError raised, its key)
+    missing = next((key for e in _causes(failure) for error, key in absent if e is error),
+                   None)
     given = [key for key, _ in variant.params]
-    judged = built and not object.__getattribute__(recorder, "_read_whole")
-    return ParamUse(reads, tuple(k for k in reads if k not in given),
+    judged = failure is None and not object.__getattribute__(recorder, "_read_whole")
+    return ParamUse(reads, (missing,) if missing is not None else (),
                     tuple(k for k in given if k not in reads) if judged else None)
+
+
+def _causes(exc: BaseException | None):
+    """``exc`` and what it wraps: its ``cause`` (cases.pointwise.ModRaised), ``__cause__``
+    and ``__context__``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
 
 
 class _ParamRecorder(Variant):
@@ -119,6 +134,7 @@ class _ParamRecorder(Variant):
     def __init__(self, name, params):
         super().__init__(name, params)
         object.__setattr__(self, "_reads", [])
+        object.__setattr__(self, "_absent", [])
         object.__setattr__(self, "_read_whole", False)
 
     def __getattribute__(self, attribute):
@@ -126,12 +142,24 @@ class _ParamRecorder(Variant):
             object.__setattr__(self, "_read_whole", True)
         return object.__getattribute__(self, attribute)
 
+    def __eq__(self, other):  # compares as the plain variant does (and may read it whole)
+        return self._plain() == other
+
+    def __hash__(self):
+        return hash(self._plain())
+
+    def _plain(self) -> Variant:
+        object.__setattr__(self, "_read_whole", True)
+        return Variant(self.name, object.__getattribute__(self, "params"))
+
     def param(self, key):
         object.__getattribute__(self, "_reads").append(key)
         for k, v in object.__getattribute__(self, "params"):
             if k == key:
                 return v
-        raise KeyError(f"variant {self.name!r} has no parameter {key!r}")
+        error = KeyError(f"variant {self.name!r} has no parameter {key!r}")
+        object.__getattribute__(self, "_absent").append((error, key))
+        raise error
 
 
 def _causal(b, h, q_idx, kv_idx):

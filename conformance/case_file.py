@@ -86,7 +86,9 @@ def _check_fields(spec, where: str) -> None:
 
 def _check_params(case: Case, where: str) -> None:
     """A parameter the variant's builder needs and the spec does not give, or one the spec
-    gives and the builder never reads (a misspelt name would only change the id)."""
+    gives that the builder did not read, spelt like one it did (a misspelt optional
+    parameter only changes the id: the builder takes its default). A parameter read at some
+    shapes only, or extra to a builder that reads none like it, passes."""
     from cases.variants import param_use
 
     use = param_use(case.variant, case.shape)
@@ -96,14 +98,12 @@ def _check_params(case: Case, where: str) -> None:
         raise ValueError(f"{where}: variant {name!r} needs the parameter {use.missing[0]!r}, "
                          f"which 'params' does not give{_given(given, use.missing[0])}; give "
                          f"the parameters it reads: {', '.join(use.read)}")
-    if use.unread:
-        unread = use.unread[0]
-        reads = f"it reads {', '.join(use.read)}" if use.read else "it takes none"
+    for unread in use.unread or ():
         close = _closest(unread, use.read)
-        raise ValueError(f"{where}: variant {name!r} never reads the parameter "
-                         f"{one_line(unread)!r} ({reads}"
-                         f"{f'; did you mean {close!r}?' if close else ''}); drop it or fix its "
-                         "name")
+        if close is not None:
+            raise ValueError(f"{where}: variant {name!r} did not read the parameter "
+                             f"{one_line(unread)!r} (it read {', '.join(use.read)}; did you "
+                             f"mean {close!r}?); fix its name or drop it")
 
 
 def _given(given: list[str], needed: str) -> str:
@@ -128,8 +128,10 @@ def _suggestion(name: str, known: Collection[str]) -> str:
 
 
 def _closest(name: str, known: Collection[str]) -> str | None:
-    close = difflib.get_close_matches(str(name), list(known), n=1)
-    return close[0] if close else None
+    """The name of ``known`` that ``name`` is most likely a misspelling of (case aside)."""
+    lowered = {str(k).lower(): k for k in known}
+    close = difflib.get_close_matches(str(name).lower(), list(lowered), n=1)
+    return lowered[close[0]] if close else None
 
 
 def _json_text(value) -> str:

@@ -195,7 +195,37 @@ def _data_dependent(variant, shape, device):
     return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() < width, None)
 
 
+def _optional_window(variant, shape, device):
+    from cases.variants import Mods
+
+    try:
+        width = variant.param("w")
+    except KeyError:  # an optional parameter: old ids keep their meaning
+        width = 64
+    ends = torch.arange(shape.Skv, device=device)
+    width = int(ends[width].item())  # and no data on the meta device
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
+def _long_sequences_only(variant, shape, device):
+    from cases.variants import Mods
+
+    width = variant.param("w") if shape.Skv > 1024 else shape.Skv
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
+def _compares_the_variant(variant, shape, device):
+    from cases.model import Variant
+    from cases.variants import Mods
+
+    width = 4 if variant == Variant("test_param_use") else variant.param("w")
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
 @pytest.mark.parametrize("build, params, missing, unread", [
+    (_optional_window, (), (), None),  # caught its own KeyError; then failed on meta for data
+    (_long_sequences_only, (("w", 4),), (), ("w",)),  # not read at this shape: passes the file
+    (_compares_the_variant, (), (), None),  # equal to the plain variant, as when built
     (_lazy_window, (("w", 4),), (), ()),
     (_lazy_window, (("w", 4), ("x", 1)), (), ("x",)),
     (_lazy_window, (), ("w",), None),  # the build failed: what else it reads is unknown
@@ -214,6 +244,14 @@ def test_param_use_sees_what_a_builder_reads_when_built_and_when_called(
     monkeypatch.setitem(variants._BUILDERS, "test_param_use", build)
     use = variants.param_use(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
     assert (use.missing, use.unread) == (missing, unread)
+    from conformance.case_file import _check_params
+
+    case = Case(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
+    if missing:
+        with pytest.raises(ValueError, match=f"needs the parameter '{missing[0]}'"):
+            _check_params(case, "case 0")
+    else:
+        _check_params(case, "case 0")  # none of these is refused
     # the same mods, built for real, compute what their parameters say
     if params and missing == ():
         mods = variants.build_mods(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
