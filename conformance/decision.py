@@ -7,9 +7,10 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           (the first call's result, and each later call's that differs from it bit for bit:
           MISMATCH where any fails)
     the reference, the output file or the verdict failed ─▶ HARNESS_ERROR (the suite's fault)
-    the case's mods raise in the reference, or its score mod raises somewhere on the grid
-          (where eager flex_attention applies it: masked points too), and the backend failed
-          with an error ─▶ HARNESS_ERROR (the case's fault: a table indexed out of bounds)
+    the case's mods raise in the reference, and the backend failed with an error; or its
+          score mod raises somewhere on the grid (where eager flex_attention applies it:
+          masked points too), and the backend failed with an error before its first call
+          returned ─▶ HARNESS_ERROR (the case's fault: a table indexed out of bounds)
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cases.model import Case
-from conformance.protocol import Observation, label_of, load_output
+from conformance.protocol import Observation, Phase, label_of, load_output
 from records.labels import Label
 from records.metrics import took_masked_answer
 from records.text import first_line
@@ -43,7 +44,8 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
             return Decision(Label.HARNESS_ERROR, (
                 f"the case's own mods fail in the float64 reference: {reference}; fix the "
                 f"variant, not the backend (the backend: {backend})"))
-        raised = _score_mod_raises(case)
+        # not after the first call succeeded: the backend evaluated the mod without an error
+        raised = _score_mod_raises(case) if Phase(obs.phase) is not Phase.RUN else None
         if raised is not None:
             return Decision(Label.HARNESS_ERROR, (
                 f"the case's own score_mod fails where flex_attention evaluates it: {raised}; "

@@ -276,6 +276,23 @@ def test_a_backend_error_on_a_sound_score_mod_stays_the_backends():
     assert decision.label is Label.COMPILE_ERROR and decision.message == "it failed"
 
 
+@pytest.mark.parametrize("phase, label", [("setup", Label.HARNESS_ERROR),
+                                          ("compile", Label.HARNESS_ERROR),
+                                          ("run", Label.RUNTIME_ERROR)])
+def test_a_score_mod_failing_where_masked_explains_only_errors_before_the_first_call_returned(
+        phase, label):
+    """Once the first call returned, the backend evaluated the mod without an error: a later
+    error is its own (a review: a device fault on call 3 read 'fix the variant')."""
+    from cases.custom import load_case_modules
+    from conformance.decision import decide
+    from conformance.protocol import Observation
+
+    (case,) = [c for c in load_case_modules(["tests.broken_mod_variants"], "smoke")
+               if c.variant.name == "table_short_where_masked"]
+    decision = decide(case, Observation("error", phase, "NRT: device fault"), None)
+    assert decision.label is label, decision.message
+
+
 @pytest.mark.parametrize("outcome, phase, label", [
     ("error", "compile", Label.HARNESS_ERROR),  # the same error met by both: the case's
     ("error", "setup", Label.HARNESS_ERROR),
