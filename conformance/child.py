@@ -219,7 +219,7 @@ def _compile_breakdown(backend, compile_seconds: float) -> dict[str, float] | No
         stages = backend.compile_breakdown()
         if not stages:
             return None
-        breakdown = {str(name): max(0.0, float(seconds)) for name, seconds in stages.items()}
+        breakdown = {str(name): _stage_seconds(seconds) for name, seconds in stages.items()}
     except Exception:  # noqa: BLE001 - a broken counter must not fail a compiled case
         traceback.print_exc()
         return None
@@ -231,6 +231,18 @@ def _compile_breakdown(backend, compile_seconds: float) -> dict[str, float] | No
         return None
     breakdown["other"] = max(0.0, compile_seconds - stages_seconds)
     return breakdown
+
+
+def _stage_seconds(seconds) -> float:
+    """A stage's seconds: a finite number >= 0 (an int or a float, numpy's included; not a
+    bool, not text); ValueError otherwise, and the breakdown is not recorded."""
+    import numbers
+
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
+            or not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"compile_breakdown() gave a stage {seconds!r}, not a number of "
+                         "seconds >= 0: not recorded")
+    return float(seconds)
 
 
 def _refuse_fallbacks(backend, phase: Phase) -> None:

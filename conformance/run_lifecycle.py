@@ -27,6 +27,7 @@ class RunLifecycle:
     _run_lock = None  # the open lock file while this process runs the directory's run
     _fresh_run_pending = False  # a new run (not --resume) whose store is not cleared yet
     _set_aside: list = []  # the earlier run's result files it moved into previous/
+    _expectations_digest: str | None = None  # of --expectations, read at the start
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
@@ -147,11 +148,18 @@ class RunLifecycle:
         options["matrix_path"] = matrix_path(self.config.invocation_params.dir)
         options.update(import_paths(self.options.backend, self.options.cases_modules))
         if self.options.expectations:  # shards name one file by different paths: by content
+            options["expectations_sha256"] = self._expectations_sha256()
+        return options
+
+    def _expectations_sha256(self) -> str:
+        """The --expectations file's digest, read once, at the start (the manifest's options):
+        the content that judged the run, even if the file changes or goes before its end."""
+        if self._expectations_digest is None:
             import hashlib
 
             with open(self.options.expectations, "rb") as file:
-                options["expectations_sha256"] = hashlib.sha256(file.read()).hexdigest()
-        return options
+                self._expectations_digest = hashlib.sha256(file.read()).hexdigest()
+        return self._expectations_digest
 
     def resumed_selection(self) -> set[str] | None:
         """With ``--resume``: the cases the interrupted run selected (None: all, or not known

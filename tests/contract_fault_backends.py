@@ -145,6 +145,11 @@ class TextStages(_Reports):
     stages = {"zapcc": "fast"}
 
 
+class NotANumberStage(_Reports):
+    name = "test-nan-stage"
+    stages = {"zapcc": float("nan")}
+
+
 class StagesPastThePhase(_Reports):
     name = "test-stages-past-the-phase"
     stages = {"zapcc": 100.0}

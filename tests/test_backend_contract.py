@@ -86,7 +86,7 @@ def test_a_differentiable_output_keeps_the_backward_contract():
 
 @pytest.mark.parametrize("backend, cache_hit", [
     ("NumpyCacheHit", True), ("TensorCacheHit", False), ("IntCacheHit", None),
-    ("TextStages", None), ("StagesPastThePhase", None),
+    ("TextStages", None), ("NotANumberStage", None), ("StagesPastThePhase", None),
 ])
 def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path, backend,
                                                                        cache_hit):

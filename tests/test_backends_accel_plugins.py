@@ -169,3 +169,21 @@ def test_a_plugin_named_like_a_built_in_is_said_to_be_unused(tmp_path, monkeypat
         "tests.broken_plugins:RaisesInEnvironment"]
     assert main(["backends"]) == 0
     assert f"note: {shadowed()[0]}" in capsys.readouterr().out.splitlines()
+
+
+def test_the_env_hooks_are_checked_in_a_directory_of_their_own():
+    """They were called with /nonexistent/...: a hook that makes its cache directory failed
+    the run as another user, and as root left that directory behind."""
+    from conformance.backends.cpu import CpuEager
+    from conformance.backends.registry import check_env_hooks
+
+    made = []
+
+    class MakesItsCacheDirectory(CpuEager):
+        def process_cache_env(self, cache_dir, cold):
+            os.makedirs(cache_dir)
+            made.append(cache_dir)
+            return {"ZAP_CACHE": cache_dir}
+
+    check_env_hooks(MakesItsCacheDirectory(), "zap:Backend", 2)
+    assert made and not os.path.exists(made[0])

@@ -270,3 +270,21 @@ def test_a_merge_given_again_with_its_missing_shard_says_to_merge_the_shards(tmp
     assert (f"{partial} is already a merge of shards 1/3, 2/3: merge the shards' own "
             "results.json files, all in one command, and the other is shard 3/3"
             ) in capsys.readouterr().err
+
+
+def test_the_expectations_digest_is_read_once_at_the_start(tmp_path):
+    """It was read again when the run ended: an edited file gave the digest of a content that
+    had not judged the run, and a deleted one lost the run's results.json."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from conformance.run_lifecycle import RunLifecycle
+
+    known = tmp_path / "known.toml"
+    known.write_text("# no known failures\n")
+    lifecycle = RunLifecycle()
+    lifecycle.options = SimpleNamespace(expectations=str(known))
+    digest = lifecycle._expectations_sha256()
+    assert digest == hashlib.sha256(known.read_bytes()).hexdigest()
+    known.unlink()
+    assert lifecycle._expectations_sha256() == digest

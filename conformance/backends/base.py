@@ -170,7 +170,7 @@ class Backend:
         import torch
         from torch.nn.attention.flex_attention import create_block_mask
 
-        if self.unsupported_reason(WARM_UP_CASE) is not None:
+        if self.unsupported_reason(WARM_UP_CASE):  # falsy: supported (backends/registry.py)
             return
         attention = self.prepare(WARM_UP_CASE)
         s, device = WARM_UP_CASE.shape, self.device()

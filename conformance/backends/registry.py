@@ -148,12 +148,20 @@ def check_env_hooks(backend: Backend, spec: str, workers: int) -> None:
     once at the start as a worker's executor will call them: BackendError, one line naming
     the hook, where one raises or returns something else than a dict of str to str (a value
     of another type failed each case later as a HARNESS_ERROR that named no hook)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="flexconf-check-") as directory:  # a hook may make it
+        _check_env_hooks(backend, spec, workers, directory)
+
+
+def _check_env_hooks(backend: Backend, spec: str, workers: int, directory: str) -> None:
     from conformance.backends.base import WorkerSlot
 
-    directory = "/nonexistent/flexconf-check"
-    calls = (("child_env", lambda: backend.child_env(WorkerSlot(0, max(1, workers)), directory)),
-             ("process_cache_env", lambda: backend.process_cache_env(directory, True)),
-             ("artifact_env", lambda: backend.artifact_env(directory)))
+    calls = (("child_env", lambda: backend.child_env(WorkerSlot(0, max(1, workers)),
+                                                     f"{directory}/cache")),
+             ("process_cache_env", lambda: backend.process_cache_env(f"{directory}/process",
+                                                                     True)),
+             ("artifact_env", lambda: backend.artifact_env(f"{directory}/artifacts")))
     for hook, call in calls:
         try:
             env = call()
