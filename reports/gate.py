@@ -32,7 +32,7 @@ from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
-from reports.summary import rerun_command, verdict_line
+from reports.summary import is_fuzzed, rerun_command, verdict_line
 from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
@@ -321,15 +321,22 @@ def _rerun_note(findings: list[Finding], candidate: RunResults) -> list[Note]:
     """The command that reruns the candidate's blocking failures (REGRESSION,
     UNEXPECTED_FAILURE) with the candidate's own options, into a directory of their own: the
     first step of triage (does it reproduce? then `flexconf repro` of the rerun)."""
-    failing = [f.subject for f in ordered(findings)
-               if f.kind in ("REGRESSION", "UNEXPECTED_FAILURE")]
-    if not failing:
-        return []
-    which = (f"the {len(failing)} blocking case{'s' if len(failing) != 1 else ''}"
-             if len(failing) <= RERUN_CASES
-             else f"the first {RERUN_CASES} of the {len(failing)} blocking cases")
-    return [Note("RERUN", f"rerun {which} of the candidate: "
-                 f"{rerun_command(candidate, failing[:RERUN_CASES])}")]
+    blocking = [f.subject for f in ordered(findings)
+                if f.kind in ("REGRESSION", "UNEXPECTED_FAILURE")]
+    failing = [i for i in blocking if not is_fuzzed(i)]  # in no matrix: --case-id cannot
+    fuzzed = [i for i in blocking if is_fuzzed(i)]
+    notes = []
+    if failing:
+        which = (f"the {len(failing)} blocking case{'s' if len(failing) != 1 else ''}"
+                 if len(failing) <= RERUN_CASES
+                 else f"the first {RERUN_CASES} of the {len(failing)} blocking cases")
+        notes.append(Note("RERUN", f"rerun {which} of the candidate: "
+                          f"{rerun_command(candidate, failing[:RERUN_CASES])}"))
+    if fuzzed:
+        notes.append(Note("RERUN", f"{len(fuzzed)} blocking fuzzed case(s) are in no matrix; "
+                          f"reproduce each from the candidate's results, e.g. "
+                          f"{rerun_command(candidate, fuzzed[0])}"))
+    return notes
 
 
 def ordered(findings) -> tuple[Finding, ...]:

@@ -92,9 +92,30 @@ def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:
     """The command that reruns exactly this case, or these cases (``--case-id``, matched
     whole), with every option that selected and judged them, into a report directory of its
     own so it never replaces the run they came from. A ``module:object`` backend is named that
-    way again, with the PYTHONPATH it was imported from."""
-    env, args = rerun_args(results, [case_ids] if isinstance(case_ids, str) else case_ids)
+    way again, with the PYTHONPATH it was imported from. A fuzzed case (``fuzz/`` id) is in no
+    matrix: its command is ``flexconf repro`` of the run's results.json (one id at a time)."""
+    ids = [case_ids] if isinstance(case_ids, str) else list(case_ids)
+    if ids and all(is_fuzzed(i) for i in ids):
+        return repro_command(results, ids[0])
+    env, args = rerun_args(results, ids)
     return shell_command(env, ["pytest", *args])
+
+
+def is_fuzzed(case_id: str) -> bool:
+    from cases.model import FUZZ_PREFIX
+
+    return case_id.startswith(FUZZ_PREFIX)
+
+
+def repro_command(results: RunResults, case_id: str) -> str:
+    """``flexconf repro`` of ``case_id`` from the run's results.json (in its report
+    directory), with the PYTHONPATH its backend and case modules need."""
+    from conformance.run_info import pythonpath_env
+
+    report_dir = str(results.options.get("report_dir") or "reports/latest").rstrip("/")
+    return shell_command(pythonpath_env(results.options),
+                         ["flexconf", "repro", f"{report_dir}/results.json", case_id,
+                          "-o", "repro.py"])
 
 
 def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
@@ -130,7 +151,8 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
 def _run_args(results: RunResults, matrix: str | None = None
               ) -> tuple[dict[str, str], list[str]]:
     """The environment and the arguments after ``pytest`` that select and judge as the run
-    did (backend, profile, matrix, case modules and file, seed, budgets, timed runs, cache).
+    did (backend, profile, matrix, case modules and file, seed, budgets, timed runs, phase,
+    cache).
     The matrix is ``matrix``, else the ``conformance/`` the run named from where it started
     (``options.matrix_path``; files before it: ``conformance/``, from the suite's root)."""
     opts = results.options
@@ -146,6 +168,8 @@ def _run_args(results: RunResults, matrix: str | None = None
     for key in ("seed", "compile_timeout", "run_timeout", "timed_runs"):
         if opts.get(key) is not None:
             args += [f"--{key.replace('_', '-')}", _number(opts[key])]
+    if opts.get("phase") not in (None, "all"):  # a compile-only pass: --resume needs it too
+        args += ["--phase", str(opts["phase"])]
     if opts.get("compile_cache") == "warm":
         args += ["--compile-cache", "warm"]
     if opts.get("expectations"):  # its known failures are xfail again

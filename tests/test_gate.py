@@ -97,6 +97,23 @@ def test_the_blocking_failures_come_with_the_command_that_reruns_them(tmp_path, 
     assert "rerun" not in capsys.readouterr().out
 
 
+def test_a_blocking_fuzzed_case_is_reproduced_not_rerun_by_id(tmp_path, capsys):
+    """--case-id fuzz/... is refused (no matrix has it): one such id among the ids made the
+    whole printed command fail."""
+    fuzzed = "fuzz/" + C
+    old = run([record(A), record(fuzzed)])
+    new = run([record(A, Label.MISMATCH), record(fuzzed, Label.MISMATCH)])
+    new.options["report_dir"] = "reports/candidate"
+    assert gate(tmp_path, old, new) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  note: ")]
+    (rerun,) = [x for x in lines if x.startswith("  note: rerun ")]
+    assert f"--case-id {A} " in rerun and "fuzz/" not in rerun
+    (repro,) = [x for x in lines if "fuzzed" in x]
+    assert repro.endswith("1 blocking fuzzed case(s) are in no matrix; reproduce each from the "
+                          "candidate's results, e.g. flexconf repro "
+                          f"reports/candidate/results.json {fuzzed} -o repro.py")
+
+
 def test_the_rerun_command_names_at_most_20_failing_cases(tmp_path, capsys):
     ids = [case_id(seq=64 * (i + 1)) for i in range(25)]
     old = run([record(i) for i in ids])

@@ -248,6 +248,11 @@ def test_the_resume_command_narrows_as_the_run_did():
     assert resume_command(narrowed, "reports/x").endswith(
         "--run-timeout 120 -k 'causal and b1-' -m 'not slow' --resume reports/x")
     assert resume_command(results, "reports/x").endswith("--run-timeout 120 --resume reports/x")
+    # a compile-only pass is resumed as one (--resume refuses another --phase)
+    compile_only = replace(results, options={**results.options, "phase": "compile",
+                                             "compile_cache": "warm"})
+    assert resume_command(compile_only, "reports/x").endswith(
+        "--run-timeout 120 --phase compile --compile-cache warm --resume reports/x")
 
 
 def test_modules_of_the_interpreters_own_site_packages_get_no_pythonpath(monkeypatch):
