@@ -88,6 +88,7 @@ class ParamUse:
     read: tuple[str, ...]  # the keys the builder asked for, in order
     missing: tuple[str, ...]  # the key whose absence failed the build (a KeyError it let out)
     unread: tuple[str, ...] | None  # given, not read at this shape (None: cannot tell)
+    defaulted: tuple[str, ...] = ()  # asked for, absent, built on without: a default taken
 
 
 def param_use(variant: Variant, shape: Shape) -> ParamUse:
@@ -97,7 +98,8 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
     of its absence is what failed the build (a builder may catch it: an optional parameter).
     A builder that reads ``params`` whole (or the token, or compares or hashes the variant),
     or that fails on meta tensors, is not judged on what it leaves unread; a builder may also
-    read a parameter at some shapes only (``unread`` is this shape's)."""
+    read a parameter at some shapes only (``unread`` is this shape's). ``defaulted``: the
+    keys it asked for, did not get, and built on without (an optional parameter's default)."""
     from cases.pointwise import check_mods
 
     recorder = _ParamRecorder(variant.name, variant.params)
@@ -114,17 +116,20 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
     given = [key for key, _ in variant.params]
     judged = failure is None and not object.__getattribute__(recorder, "_read_whole")
     return ParamUse(reads, (missing,) if missing is not None else (),
-                    tuple(k for k in given if k not in reads) if judged else None)
+                    tuple(k for k in given if k not in reads) if judged else None,
+                    tuple(dict.fromkeys(key for _, key in absent if key != missing)))
 
 
 def _causes(exc: BaseException | None):
-    """``exc`` and what it wraps: its ``cause`` (cases.pointwise.ModRaised), ``__cause__``
-    and ``__context__``."""
+    """``exc`` and what it was raised from: its ``cause`` (cases.pointwise.ModRaised) and
+    ``__cause__``; not ``__context__``: an error raised while handling the KeyError of an
+    optional parameter is not that KeyError's."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
+    while isinstance(exc, BaseException) and id(exc) not in seen:
         seen.add(id(exc))
         yield exc
-        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+        cause = getattr(exc, "cause", None)
+        exc = cause if isinstance(cause, BaseException) else exc.__cause__
 
 
 class _ParamRecorder(Variant):

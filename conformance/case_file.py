@@ -86,9 +86,10 @@ def _check_fields(spec, where: str) -> None:
 
 def _check_params(case: Case, where: str) -> None:
     """A parameter the variant's builder needs and the spec does not give, or one the spec
-    gives that the builder did not read, spelt like one it did (a misspelt optional
-    parameter only changes the id: the builder takes its default). A parameter read at some
-    shapes only, or extra to a builder that reads none like it, passes."""
+    gives that the builder did not read, spelt like an optional one it asked for and built
+    without (a misspelt optional parameter: the builder silently took its default, and the
+    name only changed the id). Other unread parameters pass: a builder may read one at some
+    shapes only."""
     from cases.variants import param_use
 
     use = param_use(case.variant, case.shape)
@@ -99,11 +100,11 @@ def _check_params(case: Case, where: str) -> None:
                          f"which 'params' does not give{_given(given, use.missing[0])}; give "
                          f"the parameters it reads: {', '.join(use.read)}")
     for unread in use.unread or ():
-        close = _closest(unread, use.read)
+        close = _closest(unread, use.defaulted)
         if close is not None:
             raise ValueError(f"{where}: variant {name!r} did not read the parameter "
-                             f"{one_line(unread)!r} (it read {', '.join(use.read)}; did you "
-                             f"mean {close!r}?); fix its name or drop it")
+                             f"{one_line(unread)!r}, and took its default for {close!r} (did "
+                             f"you mean {close!r}?); fix its name or drop it")
 
 
 def _given(given: list[str], needed: str) -> str:

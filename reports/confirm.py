@@ -26,7 +26,7 @@ from records.results import Record, ResultsError, RunResults, load_results
 from records.text import one_line
 from reports.compare import MEASURES
 from reports.gate import Finding, GateDecision, Note, ordered
-from reports.summary import rerun_args, rerun_backend
+from reports.summary import is_fuzzed, rerun_args, rerun_backend
 from reports.timing import Figures, judge
 
 #: the checkout whose ``conformance/`` the reruns run (the gate's own)
@@ -69,10 +69,12 @@ DEFAULT_MAX_CASES = 20
 
 
 def flagged_cases(decision: GateDecision, limit: int | None = None) -> list[str]:
-    """The case ids of the time findings, each once: in the decision's order, or with
-    ``limit``, at most that many, those whose time grew by the largest factor first (ties in
-    the decision's order)."""
-    cases = list(dict.fromkeys(f.subject for f in decision.findings if f.rule is not None))
+    """The case ids of the time findings that a rerun can select, each once: in the
+    decision's order, or with ``limit``, at most that many, those whose time grew by the
+    largest factor first (ties in the decision's order). A fuzzed case is in no matrix
+    (``--case-id`` cannot select it): its findings stay unconfirmed, and block."""
+    cases = list(dict.fromkeys(f.subject for f in decision.findings
+                               if f.rule is not None and not is_fuzzed(f.subject)))
     if limit is None or len(cases) <= limit:
         return cases
     growth = {}
@@ -173,7 +175,8 @@ def confirmation_note(findings: list[Finding], measured: Remeasured,
     """What measuring again found: per status, the findings of the cases measured again; and
     how many flagged cases were left out (--confirm-max-cases)."""
     flagged = {f.subject for f in findings if f.rule is not None}
-    cases, left_out = len(flagged & remeasured), len(flagged - remeasured)
+    fuzzed = len({c for c in flagged - remeasured if is_fuzzed(c)})
+    cases, left_out = len(flagged & remeasured), len(flagged - remeasured) - fuzzed
     counts = {}
     for f in findings:
         if f.confirmation is not None and f.subject in remeasured:
@@ -192,7 +195,10 @@ def confirmation_note(findings: list[Finding], measured: Remeasured,
             + (f"; {failed} reruns gave no results" if failed else "")
             + (f"; {left_out} more flagged case{'s' if left_out != 1 else ''} not measured "
                f"again (--confirm-max-cases: those whose time grew by the largest factor "
-               "were), their findings unconfirmed and blocking" if left_out else ""))
+               "were), their findings unconfirmed and blocking" if left_out else "")
+            + (f"; {fuzzed} flagged fuzzed case{'s' if fuzzed != 1 else ''} not measured "
+               "again (in no matrix: --case-id cannot rerun it), unconfirmed and blocking"
+               if fuzzed else ""))
 
 
 def _confirmed(finding: Finding, measured: Remeasured) -> Finding:

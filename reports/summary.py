@@ -97,7 +97,7 @@ def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:
     ids = [case_ids] if isinstance(case_ids, str) else list(case_ids)
     if ids and all(is_fuzzed(i) for i in ids):
         return repro_command(results, ids[0])
-    env, args = rerun_args(results, ids)
+    env, args = rerun_args(results, [i for i in ids if not is_fuzzed(i)])
     return shell_command(env, ["pytest", *args])
 
 

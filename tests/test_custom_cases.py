@@ -195,6 +195,38 @@ def _data_dependent(variant, shape, device):
     return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() < width, None)
 
 
+def _optional_width(variant, shape, device):
+    from cases.variants import Mods
+
+    try:
+        width = variant.param("width")
+    except KeyError:  # an optional parameter, built without
+        width = 64
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
+def test_a_misspelt_optional_parameter_is_refused_and_a_correct_one_passes(monkeypatch):
+    """A misspelt optional parameter was silently replaced by its default, and only changed
+    the id; an extra parameter unlike any the builder asks for passes (it may be read at
+    other shapes)."""
+    from cases import variants
+    from cases.model import Variant
+    from conformance.case_file import _check_params
+
+    monkeypatch.setitem(variants._BUILDERS, "test_optional", _optional_width)
+    shape = Shape(1, 1, 1, 32, 32, 8)
+    for params in ((("width", 8),), (), (("width", 8), ("stride", 2))):
+        _check_params(Case(Variant("test_optional", params), shape), "case 0")
+    use = variants.param_use(Variant("test_optional", (("widht", 8),)), shape)
+    assert (use.read, use.missing, use.unread, use.defaulted) == (
+        ("width",), (), ("widht",), ("width",))
+    with pytest.raises(ValueError) as caught:
+        _check_params(Case(Variant("test_optional", (("widht", 8),)), shape), "case 0")
+    assert str(caught.value) == ("case 0: variant 'test_optional' did not read the parameter "
+                                 "'widht', and took its default for 'width' (did you mean "
+                                 "'width'?); fix its name or drop it")
+
+
 def _optional_window(variant, shape, device):
     from cases.variants import Mods
 
@@ -222,9 +254,41 @@ def _compares_the_variant(variant, shape, device):
     return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
 
 
+def _paired_windows(variant, shape, device):
+    from cases.variants import Mods
+
+    local = variant.param("w")
+    wide = variant.param("w2") if shape.Skv > 1024 else local  # a second window, long only
+    return Mods(lambda b, h, q_idx, kv_idx: ((q_idx - kv_idx).abs() <= local)
+                | ((q_idx - kv_idx).abs() == wide), None)
+
+
+def _default_from_data(variant, shape, device):
+    from cases.variants import Mods
+
+    try:
+        width = variant.param("w")
+    except KeyError:
+        width = int(torch.tensor([shape.Skv // 2], device=device).item())  # fails on meta here
+    return Mods(lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).abs() <= width, None)
+
+
+class _LibraryError(Exception):
+    def __init__(self):
+        super().__init__("quota")
+        self.cause = "disk quota"  # not an exception
+
+
+def _raises_with_a_text_cause(variant, shape, device):
+    raise _LibraryError()
+
+
 @pytest.mark.parametrize("build, params, missing, unread", [
+    (_paired_windows, (("w", 4), ("w2", 8)), (), ("w2",)),  # read at long shapes: passes
+    (_default_from_data, (), (), None),  # failed while handling the KeyError: not missing
+    (_raises_with_a_text_cause, (("w", 4),), (), None),
     (_optional_window, (), (), None),  # caught its own KeyError; then failed on meta for data
-    (_long_sequences_only, (("w", 4),), (), ("w",)),  # not read at this shape: passes the file
+    (_long_sequences_only, (("w", 4),), (), ("w",)),  # read at long shapes: passes the file
     (_compares_the_variant, (), (), None),  # equal to the plain variant, as when built
     (_lazy_window, (("w", 4),), (), ()),
     (_lazy_window, (("w", 4), ("x", 1)), (), ("x",)),
@@ -253,6 +317,6 @@ def test_param_use_sees_what_a_builder_reads_when_built_and_when_called(
     else:
         _check_params(case, "case 0")  # none of these is refused
     # the same mods, built for real, compute what their parameters say
-    if params and missing == ():
+    if params and missing == () and build is not _raises_with_a_text_cause:
         mods = variants.build_mods(Variant("test_param_use", params), Shape(1, 1, 1, 32, 32, 8))
         assert bool(mods.mask_mod(0, 0, torch.tensor(9), torch.tensor(5))) is True

@@ -355,6 +355,27 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
     assert not [n for n in confirmed_decision.notes if n.kind == "UNCONFIRMED"]
 
 
+def test_a_fuzzed_case_is_not_rerun_by_id_and_its_finding_keeps_blocking(tmp_path):
+    """--case-id fuzz/... is refused by the matrix: one such id failed the whole rerun, and
+    every flagged case of it went unmeasured."""
+    fuzzed = "fuzz/" + B
+    old = run([record(A, compile_seconds=4.0), record(fuzzed, compile_seconds=4.0)])
+    new = run([record(A, compile_seconds=9.0), record(fuzzed, compile_seconds=9.0)])
+    decision = decide(old, new)
+    assert flagged_cases(decision) == [A]
+    sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
+    measured = remeasure(sides, flagged_cases(decision), 1, tmp_path,
+                         rerun=rerun_giving({"baseline": [4.0], "candidate": [4.1]}))
+    confirmed_decision = confirm_decision(decision, measured)
+    status = {f.subject: f.confirmation.status if f.confirmation else "unconfirmed"
+              for f in confirmed_decision.findings}
+    assert status == {A: "dismissed", fuzzed: "unconfirmed"}
+    assert not confirmed_decision.may_ship
+    [note] = [n.text for n in confirmed_decision.notes if n.kind == "CONFIRMATION"]
+    assert note.endswith("; 1 flagged fuzzed case not measured again (in no matrix: --case-id "
+                         "cannot rerun it), unconfirmed and blocking")
+
+
 def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_path, capsys):
     for extra, words in ((("--confirm", "2", "--confirm-max-cases", "0"),
                           "--confirm-max-cases 0 is below 1"),
