@@ -134,8 +134,8 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
 def resume_command(results: RunResults, report_dir, matrix: str | None = None) -> str:
     """The command that finishes the interrupted run ``results`` in ``report_dir`` with the
     run's own options (``--resume``; its shard's ``--shard``, its ``-k`` and ``-m``), from the
-    directory the run
-    started in, or from where ``matrix`` (the ``conformance/`` argument) is right."""
+    directory the run started in, or from where ``matrix`` (the ``conformance/`` argument) is
+    right."""
     from records.selection import selection_of
 
     env, args = _run_args(results, matrix)
