@@ -30,6 +30,10 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     backend = _load_backend(backend_spec)
     workdir = Path(tempfile.mkdtemp(prefix="flexconf-repro-"))
     os.environ.update(backend.child_env(WorkerSlot(0, 1), str(workdir / "compile-cache")))
+    # as the executor starts a child of a cold run: no process-wide cache (neuron's default is
+    # the host's /tmp/neff_cache) may serve the compile, and artefacts stay in the workdir
+    os.environ.update(backend.process_cache_env(str(workdir / "process-cache"), True))
+    os.environ.update(backend.artifact_env(str(workdir / "artifacts")))
     import torch
 
     for name in case_modules:

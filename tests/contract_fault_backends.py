@@ -184,3 +184,23 @@ class PrepareLog(CpuEager):
 class PrepareLogDecliningCausal(PrepareLog):
     name = "test-prepare-log-declining-causal"
     declines = ("causal",)
+
+
+class ShowsItsCacheEnv(CpuEager):
+    """Says, when it prepares a case, the process-wide cache and artefact settings its
+    process was started with (``flexconf repro`` must start cold, as a cold run's child)."""
+
+    name = "test-shows-its-cache-env"
+
+    def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
+        return {"FLEXCONF_TEST_PROCESS_CACHE": "off" if cold else cache_dir}
+
+    def artifact_env(self, directory: str) -> dict[str, str]:
+        return {"FLEXCONF_TEST_ARTIFACTS": directory}
+
+    def prepare(self, case: Case):
+        import os
+
+        print(f"process cache {os.environ.get('FLEXCONF_TEST_PROCESS_CACHE')}; artefacts "
+              f"{os.environ.get('FLEXCONF_TEST_ARTIFACTS')}")
+        return super().prepare(case)

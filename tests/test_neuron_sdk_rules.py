@@ -117,3 +117,31 @@ def test_ops_that_setup_ran_on_the_host_are_not_the_compiled_graphs(monkeypatch)
     assert backend.fallback_ops() == []
     tracked.append("aten::_safe_softmax")  # one of the call's: seen
     assert backend.fallback_ops() == ["aten::_safe_softmax"]
+
+
+def test_cache_hit_counts_the_cases_graph_not_setups_eager_kernels(monkeypatch):
+    """[SRC] setup's eager device ops compile through the same CompilationCache, and its
+    counters are the ones cache_hit reads: counted from begin_case, a setup kernel served
+    from the cache made a cold compile of the case's graph read as a hit. Counted from the
+    end of prepare (after waiting for setup's queued work), only the first call counts."""
+    from types import SimpleNamespace
+
+    from conformance.backends import neuron
+
+    stats = {"cache_hits": 0, "cache_misses": 0}
+    events = []
+    fake = SimpleNamespace(_C=SimpleNamespace(_get_compilation_cache_stats=lambda: dict(stats),
+                                              _clear_compilation_memory_cache=lambda: None),
+                           reset_dynamo_metrics=lambda: None, clear_op_tracking=lambda: None)
+    monkeypatch.setattr(neuron, "_import_torch_neuronx", lambda: fake)
+    backend = Neuron()
+    monkeypatch.setattr(backend, "_compile", lambda: object())
+    backend._sync = lambda: events.append("synchronized")
+    backend.begin_case(None, cold=True)
+    stats["cache_hits"] += 1  # setup: an eager kernel the warm-up compiled, from the cache
+    backend.prepare(Case(variants.causal(), Shape(1, 1, 1, 128, 128, 16)))
+    assert events == ["synchronized"]  # setup's queued work finished inside setup
+    stats["cache_misses"] += 1  # the first call: the case's graph compiled cold
+    assert backend.cache_hit() is False
+    stats["cache_hits"] += 1
+    assert backend.cache_hit() is True

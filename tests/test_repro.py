@@ -114,6 +114,21 @@ def test_script_makes_as_many_timed_calls_as_the_run(tmp_path):
     assert last_line(proc) == "label: MISMATCH"
 
 
+def test_script_starts_with_no_process_wide_cache_as_a_cold_run_does(tmp_path):
+    """The script applied only child_env: on neuron its compile used, and filled, the host's
+    /tmp/neff_cache, and a second run of it was a cache hit called cold."""
+    spec = "tests.contract_fault_backends:ShowsItsCacheEnv"
+    case = Case(Variant("causal"), TINY)
+    results = write_run(tmp_path / "results.json", [Record(case.id, Label.PASS, case.to_json())],
+                        "test-shows-its-cache-env", spec)
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(results), case.id, "-o", str(script)]) == 0
+    proc = run_script(script, tmp_path, str(REPO))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("process cache "))
+    assert line.startswith("process cache off; artefacts /") and "flexconf-repro-" in line
+
+
 def test_script_embeds_the_case_module_of_a_custom_variant(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     from cases.custom import import_case_modules

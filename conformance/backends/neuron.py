@@ -166,7 +166,7 @@ class Neuron(Backend):
         _call_if_present(torch_neuronx, "reset_dynamo_metrics")
         if cold:  # the in-memory NEFF cache outlives dynamo.reset(); a cold case may not use it
             _call_if_present(getattr(torch_neuronx, "_C", None), "_clear_compilation_memory_cache")
-        self._stats_before = _cache_stats(torch_neuronx)
+        self._stats_before = None  # counted from the end of setup (prepare)
 
     def prepare(self, case: Case) -> AttentionFn:
         compiled = self._compile()
@@ -179,6 +179,13 @@ class Neuron(Backend):
         # mask are made eagerly on the device before this. The check after the first call is
         # about the compiled graph and the calls, so the tracking starts here, at setup's end.
         _call_if_present(_import_torch_neuronx(), "clear_op_tracking")
+        # [SRC] setup's eager device ops (the inputs, mods and block mask) compile their own
+        # kernels through the same CompilationCache (OperationExecutionEngine ->
+        # GetOrCompileNeff), asynchronously: wait for them, so that their compiles stay in
+        # setup's time, then count the cache from here, so that cache_hit is the case's own
+        # graph's (a setup kernel served from the cache made a cold compile read as a hit).
+        self._sync()
+        self._stats_before = _cache_stats(_import_torch_neuronx())
 
         def neuron(q, k, v, score_mod, block_mask):
             compat.validate_device(q, k, v)  # upstream's exact error, before any compile
