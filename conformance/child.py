@@ -42,7 +42,9 @@ Emit = Callable[[Event], None]
 def classify_exception(exc: BaseException, backend=None) -> Outcome:
     """The kind of a failure: oom, unsupported (upstream's own sentence, matched whole:
     conformance.compat.UNSUPPORTED_SENTENCES), exec-timeout (the device runtime's own
-    execution timeout, as ``backend`` recognises it) or error."""
+    execution timeout, as ``backend`` recognises it), exec-error (the device runtime failed
+    running compiled code: a RUNTIME_ERROR even when the first call's asynchronous execution
+    surfaces it in the compile phase) or error."""
     from conformance.compat import unsupported_sentence
 
     from records.errors import is_out_of_memory
@@ -51,14 +53,16 @@ def classify_exception(exc: BaseException, backend=None) -> Outcome:
         return Outcome.OOM
     if unsupported_sentence(exc):
         return Outcome.UNSUPPORTED
-    if backend is not None and _recognised_timeout(backend, exc):
+    if backend is not None and _recognised(backend.is_execution_timeout, exc):
         return Outcome.EXEC_TIMEOUT
+    if backend is not None and _recognised(backend.is_execution_error, exc):
+        return Outcome.EXEC_ERROR
     return Outcome.ERROR
 
 
-def _recognised_timeout(backend, exc: BaseException) -> bool:
+def _recognised(recogniser, exc: BaseException) -> bool:
     try:
-        return bool(backend.is_execution_timeout(exc))
+        return bool(recogniser(exc))
     except Exception:  # noqa: BLE001 - a broken recogniser leaves the error an error
         return False
 

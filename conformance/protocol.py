@@ -45,6 +45,7 @@ class Outcome(str, Enum):
     ERROR = "error"  # an exception in a phase
     TIMEOUT = "timeout"  # the watchdog's budget for a phase ran out
     EXEC_TIMEOUT = "exec-timeout"  # the device runtime's own execution timeout
+    EXEC_ERROR = "exec-error"  # the device runtime failed running compiled code (first call too)
     CRASH = "crash"  # the child died
     OOM = "oom"
     UNSUPPORTED = "unsupported"  # upstream's or the backend's own statement
@@ -52,7 +53,8 @@ class Outcome(str, Enum):
 
 
 #: The outcomes that decide a label whatever the phase.
-_FIXED_LABELS = {Outcome.EXEC_TIMEOUT: Label.RUN_TIMEOUT, Outcome.CRASH: Label.CRASH,
+_FIXED_LABELS = {Outcome.EXEC_TIMEOUT: Label.RUN_TIMEOUT, Outcome.EXEC_ERROR: Label.RUNTIME_ERROR,
+                 Outcome.CRASH: Label.CRASH,
                  Outcome.OOM: Label.OUT_OF_MEMORY, Outcome.UNSUPPORTED: Label.UNSUPPORTED,
                  Outcome.HARNESS: Label.HARNESS_ERROR}
 
@@ -143,7 +145,7 @@ class DoneEvent:
 @dataclass(frozen=True)
 class ErrorEvent:
     phase: Phase
-    outcome: Outcome  # ERROR, OOM, UNSUPPORTED, HARNESS or EXEC_TIMEOUT
+    outcome: Outcome  # ERROR, OOM, UNSUPPORTED, HARNESS, EXEC_TIMEOUT or EXEC_ERROR
     message: str  # "Type: first line" (or upstream's unsupported sentence, word for word)
     detail: str = ""  # the traceback's end
     timings: Timings = field(default_factory=Timings)  # of the phases that finished

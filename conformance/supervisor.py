@@ -182,7 +182,8 @@ class ChildSupervisor:
                     # a compile error keeps the seconds the compiler ran before it failed
                     measured["compile_seconds"] = time.monotonic() - phase_start
                 if isinstance(event, ErrorEvent) and (
-                        event.outcome in (Outcome.OOM, Outcome.EXEC_TIMEOUT) or (
+                        event.outcome in (Outcome.OOM, Outcome.EXEC_TIMEOUT, Outcome.EXEC_ERROR)
+                        or (
                             event.outcome is Outcome.ERROR
                             and event.phase in (Phase.COMPILE, Phase.RUN))):
                     # the allocator or the device may be left broken (a CUDA fault is sticky):

@@ -80,6 +80,31 @@ def test_runtime_timeouts_are_recognised_in_the_runtimes_words():
             "Operation timed out", other)))
 
 
+def test_an_execution_error_of_the_first_call_is_a_runtime_error():
+    """[SRC] ErrorHandler.cpp: running a NEFF fails with "NRT Execution error occurred"; the
+    first call's execution is asynchronous and surfaces at synchronize, in the compile phase,
+    where any error was a COMPILE_ERROR. The timeout keeps its RUN_TIMEOUT, the OOM its
+    OUT_OF_MEMORY, and a compiler's failure its COMPILE_ERROR."""
+    from conformance.child import classify_exception
+    from conformance.protocol import Observation, Outcome, Phase, label_of
+    from records.labels import Label
+
+    backend = Neuron()
+    error = ('NRT Execution error occurred on Neuron for operation=aten::bmm\nerror message="NRT '
+             'EXECUTION FAILED: {}"')
+    cases = [(error.format("Execution completed with errors"), Label.RUNTIME_ERROR),
+             (error.format("Async execution error: seq_id=3, Operation timed out"),
+              Label.RUN_TIMEOUT),
+             (error.format("Failed to allocate host memory"), Label.OUT_OF_MEMORY),
+             ("Command failed (neuronx-cc compilation): exit status 70", Label.COMPILE_ERROR)]
+    for text, label in cases:
+        outcome = classify_exception(RuntimeError(text), backend)
+        assert label_of(Observation(outcome, Phase.COMPILE, text)) is label, text
+    wrapped = RuntimeError("backend='neuron' raised:")
+    wrapped.__cause__ = RuntimeError(cases[0][0])
+    assert classify_exception(wrapped, backend) is Outcome.EXEC_ERROR
+
+
 def test_the_runtimes_out_of_memory_is_out_of_memory():
     """[SRC] NeuronCachingAllocator.cpp adds "(OOM)" when the device has no memory left
     (NRT_RESOURCE), and ErrorHandler.cpp words NRT_FAIL_HOST_MEM_ALLOC; neither says "out of

@@ -213,3 +213,9 @@ class Backend:
         """Whether ``exc`` is the device runtime's own execution timeout (then RUN_TIMEOUT,
         not RUNTIME_ERROR)."""
         return False
+
+    def is_execution_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the device runtime failing to run compiled code: RUNTIME_ERROR
+        even in the first call (whose execution, where asynchronous, surfaces inside the
+        compile phase), not COMPILE_ERROR."""
+        return False

@@ -231,12 +231,10 @@ class Neuron(Backend):
         return list(ops()) if ops is not None else []
 
     def is_execution_timeout(self, exc: BaseException) -> bool:
-        current: BaseException | None = exc
-        while current is not None:
-            if sdk.EXEC_TIMEOUT_RE.search(str(current)):
-                return True
-            current = current.__cause__
-        return False
+        return _says(sdk.EXEC_TIMEOUT_RE, exc)
+
+    def is_execution_error(self, exc: BaseException) -> bool:
+        return _says(sdk.EXEC_ERROR_RE, exc)
 
     def _compile(self):
         """flex_attention compiled by the neuron backend, with every fallback ruled out."""
@@ -251,6 +249,16 @@ class Neuron(Backend):
         torch._dynamo.config.suppress_errors = False
         return torch.compile(flex_attention, backend="neuron", fullgraph=True, dynamic=False,
                              options={"fallback_execution": False})
+
+
+def _says(pattern, exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, matches ``pattern``."""
+    current: BaseException | None = exc
+    while current is not None:
+        if pattern.search(str(current)):
+            return True
+        current = current.__cause__
+    return False
 
 
 def _import_torch_neuronx():

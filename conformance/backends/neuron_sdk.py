@@ -52,6 +52,11 @@ RECORDED_ENV = {
 #: operation=...", error message "NRT EXECUTION FAILED: Async execution error: seq_id=N,
 #: Operation timed out"). Only a real Trainium run confirms 2.33's exact text.
 EXEC_TIMEOUT_RE = re.compile(r"\bOperation timed out\b|\bNRT_TIMEOUT\b")
+#: [SRC] ErrorHandler.cpp words every error of running a NEFF "NRT Execution error occurred on
+#: Neuron for operation=..."; a compile's failure reads otherwise ("Command failed (neuronx-cc
+#: compilation)", "Neuron backend NEFF execution setup failed"). Execution is asynchronous, so
+#: the first call's surfaces at synchronize, inside the compile phase. 2.33's text: hardware.
+EXEC_ERROR_RE = re.compile(r"\bNRT Execution error occurred\b")
 
 # -- the package -----------------------------------------------------------------------------
 #: [RN] torch-neuronx 2.X.Y pairs with torch 2.X; 2.33 ships 2.13.3.0 and 2.14.3.0.
