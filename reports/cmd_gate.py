@@ -239,12 +239,13 @@ def _confirm(args, decision, baseline, candidate):
     """The decision with its time findings measured again as ``--confirm`` plans it
     (reports/confirm_plan.py), or, when they are not, a note saying why they block as they
     are. Nothing is probed or measured when there is no time finding."""
-    from reports.confirm import DEFAULT_MAX_CASES, confirm_decision, flagged_cases, remeasure
+    from reports.confirm import (DEFAULT_MAX_CASES, confirm_decision, flagged_cases,
+                                 only_fuzzed_flagged, remeasure)
     from reports.confirm_plan import plan_confirmation, unconfirmed_note
 
     cases = flagged_cases(decision, args.confirm_max_cases or DEFAULT_MAX_CASES)
     if not cases:
-        return decision
+        return only_fuzzed_flagged(decision)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

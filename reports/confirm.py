@@ -86,6 +86,20 @@ def flagged_cases(decision: GateDecision, limit: int | None = None) -> list[str]
     return sorted(cases, key=lambda cid: -growth[cid])[:limit]
 
 
+def only_fuzzed_flagged(decision: GateDecision) -> GateDecision:
+    """The decision when every flagged case is fuzzed (none can be measured again): its
+    UNCONFIRMED note says why, not that --confirm would measure them."""
+    fuzzed = {f.subject for f in decision.findings if f.rule is not None and is_fuzzed(f.subject)}
+    if not fuzzed:
+        return decision
+    notes = [n for n in decision.notes if n.kind != "UNCONFIRMED"]
+    notes.append(Note("UNCONFIRMED", (
+        f"time findings are unconfirmed: the {len(fuzzed)} flagged case"
+        f"{'s are' if len(fuzzed) != 1 else ' is'} fuzzed, in no matrix, so --confirm cannot "
+        "measure them again (--case-id cannot select them); they block as measured once")))
+    return replace(decision, notes=tuple(notes))
+
+
 def remeasure(sides: list[Side], case_ids: list[str], repeats: int, workdir: Path,
               rerun: Rerun | None = None,
               progress: Callable[[str], None] = lambda line: None) -> Remeasured:

@@ -376,6 +376,17 @@ def test_a_fuzzed_case_is_not_rerun_by_id_and_its_finding_keeps_blocking(tmp_pat
                          "cannot rerun it), unconfirmed and blocking")
 
 
+def test_when_every_flagged_case_is_fuzzed_the_note_says_none_can_be_measured(tmp_path, capsys):
+    fuzzed = "fuzz/" + B
+    old = run([record(fuzzed, compile_seconds=4.0)])
+    new = run([record(fuzzed, compile_seconds=9.0)])
+    assert gate(tmp_path, old, new, confirm="3") == 1  # nothing to rerun: nothing probed
+    out = capsys.readouterr().out
+    assert ("note: time findings are unconfirmed: the 1 flagged case is fuzzed, in no matrix, "
+            "so --confirm cannot measure them again") in out
+    assert "--confirm N measures" not in out
+
+
 def test_confirm_max_cases_below_one_or_without_confirm_is_a_one_line_error(tmp_path, capsys):
     for extra, words in ((("--confirm", "2", "--confirm-max-cases", "0"),
                           "--confirm-max-cases 0 is below 1"),
