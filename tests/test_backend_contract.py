@@ -102,8 +102,8 @@ def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path,
     assert record.label is Label.PASS, record.message
     assert record.cache_hit is cache_hit
     assert record.compile_breakdown is None
-    write_results(RunResults({"backend": backend}, {"backend": backend, "profile": "smoke", "seed": 0},
-                             (record,), "0.1.0"),
+    options = {"backend": backend, "profile": "smoke", "seed": 0}
+    write_results(RunResults({"backend": backend}, options, (record,), "0.1.0"),
                   tmp_path / "results.json")
     assert load_results(tmp_path / "results.json").records[0].cache_hit is cache_hit
 
