@@ -29,8 +29,7 @@ def run(args) -> int:
     from conformance.executor import Executor, Settings
     from conformance.options import check_reference_cache, option_value
     from conformance.reference_cache import ReferenceCache
-    from conformance.run_info import (case_file_command, import_paths, pythonpath_env,
-                                      shell_command)
+    from conformance.run_info import case_file_command, import_paths, repro_command
     from conformance.runner import run_environment
     from conformance.shrink import case_from_argument, shrink, write_outcome
 
@@ -70,8 +69,7 @@ def run(args) -> int:
     # a module:object backend and the case modules are loaded again by both commands: from
     # where shrink found them
     print(f"rerun     {rerun}")
-    print("repro     " + shell_command(pythonpath_env(options), [
-        "flexconf", "repro", str(paths["results"]), smallest.case_id, "-o", "repro.py"]))
+    print(f"repro     {repro_command(options, paths['results'], smallest.case_id)}")
     return 0
 
 

@@ -69,6 +69,13 @@ def case_file_command(case_file: str | Path, backend: str, seed: int,
     return shell_command(env, words)
 
 
+def repro_command(options: dict[str, Any], results: str | Path, case_id: str) -> str:
+    """``flexconf repro`` of ``case_id`` of the run whose results file is ``results``, with
+    the PYTHONPATH its backend and case modules need (``options``: the run's)."""
+    return shell_command(pythonpath_env(options),
+                         ["flexconf", "repro", str(results), case_id, "-o", "repro.py"])
+
+
 def matrix_path(cwd: str | Path | None = None) -> str:
     """The suite's ``conformance/`` directory as a pytest argument from ``cwd`` (default: the
     current directory): ``conformance/`` from the checkout's root, relative below it, absolute

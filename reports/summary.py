@@ -110,12 +110,10 @@ def is_fuzzed(case_id: str) -> bool:
 def repro_command(results: RunResults, case_id: str) -> str:
     """``flexconf repro`` of ``case_id`` from the run's results.json (in its report
     directory), with the PYTHONPATH its backend and case modules need."""
-    from conformance.run_info import pythonpath_env
+    from conformance import run_info
 
     report_dir = str(results.options.get("report_dir") or "reports/latest").rstrip("/")
-    return shell_command(pythonpath_env(results.options),
-                         ["flexconf", "repro", f"{report_dir}/results.json", case_id,
-                          "-o", "repro.py"])
+    return run_info.repro_command(results.options, f"{report_dir}/results.json", case_id)
 
 
 def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
