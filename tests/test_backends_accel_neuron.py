@@ -62,7 +62,8 @@ def _stock_sentence(device_type: str) -> str:
 _STANDIN_ENV = ("STANDIN_NEURON_FAIL_COMPILE", "STANDIN_NEURON_FALLBACK_OPS",
                 "STANDIN_NEURON_EXEC_TIMEOUT_AT", "STANDIN_NEURON_NO_SYNC",
                 "STANDIN_NEURON_REJECT_DEVICE", "STANDIN_NEURON_COMPILE_SECONDS",
-                sdk.CORES_PER_WORKER_ENV, sdk.DEVICE_CHECK_ENV, sdk.VISIBLE_CORES_ENV,
+                "STANDIN_NEURON_CORES", sdk.METRICS_ENV, sdk.CORES_PER_WORKER_ENV,
+                sdk.DEVICE_CHECK_ENV, sdk.VISIBLE_CORES_ENV,
                 *sdk.RECORDED_ENV)
 
 
@@ -184,6 +185,10 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
     assert env["cache_hit_source"].startswith("torch_neuronx._C._get_compilation_cache_stats")
     assert env["compile_breakdown_source"] == "torch_neuronx.get_dynamo_metrics()"
     assert env["fallback_ops_check"] == "torch_neuronx.get_fallback_ops()"
+    assert env["cold_memory_cache"].startswith("cleared before each cold case")
+    assert env["neuron_device_count"] == "4 (torch_neuronx.device_count(), logical NeuronCores)"
+    assert env[sdk.VISIBLE_CORES_ENV].startswith("not set in the suite's environment; each "
+                                                 "worker's child is pinned to its own 1 core(s)")
     # stock torch rejects 'neuron': the default is to lift that one check, and to say so
     assert env["device_check"].startswith(f"device check bypassed for neuron (torch "
                                           f"{torch.__version__}: flex_attention rejects it: "
@@ -201,23 +206,54 @@ def test_environment_tolerates_absent_tools(no_standin, monkeypatch, tmp_path):
     assert env["neuron_runtime"].startswith("unknown (aws-neuronx-runtime-lib not found")
     assert env["neuron_driver"].startswith("unknown (")
     assert env["cache_hit_source"].startswith("none: ")
+    assert env["neuron_device_count"] == "unknown (torch_neuronx has no device_count)"
 
 
 # -- cores ------------------------------------------------------------------------------------------
-@NEEDS_NATIVE_RELEASE
-def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
-               NEURON_RT_VISIBLE_CORES="0-3")
+def _two_workers_refused(tmp_path, cores_per_worker: int, **env_vars: str) -> str:
+    """Start ``pytest -n 2`` on the stand-in with ``env_vars``; it must stop with exit 4
+    before any case ran. Returns its stderr."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_") and k != "NEURON_RT_VISIBLE_CORES"}
+    env.update(PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]), **env_vars)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider", "-n", "2",
-         "--backend", ON_CPU, "--neuron-cores-per-worker", "4", "--profile", "smoke",
-         "--report-dir", str(tmp_path / "report")],
+         "--backend", ON_CPU, "--neuron-cores-per-worker", str(cores_per_worker),
+         "--profile", "smoke", "--report-dir", str(tmp_path / "report")],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert ("ERROR: worker 1 of 2 needs NeuronCores 4..7 of NEURON_RT_VISIBLE_CORES='0-3', "
-            "which has 4; use fewer workers") in proc.stderr
     assert not (tmp_path / "report" / "results.json").exists()  # nothing ran
+    return proc.stderr
+
+
+@NEEDS_NATIVE_RELEASE
+def test_a_core_slice_that_does_not_fit_is_a_usage_error(tmp_path):
+    stderr = _two_workers_refused(tmp_path, 4, NEURON_RT_VISIBLE_CORES="0-3")
+    assert ("ERROR: worker 1 of 2 needs NeuronCores 4..7 of NEURON_RT_VISIBLE_CORES='0-3', "
+            "which has 4; use fewer workers") in stderr
+
+
+@NEEDS_NATIVE_RELEASE
+def test_more_workers_than_the_cores_torch_neuronx_sees_is_a_usage_error(tmp_path):
+    stderr = _two_workers_refused(tmp_path, 2, STANDIN_NEURON_CORES="3")
+    assert ("ERROR: 2 worker(s) of 2 NeuronCore(s) each need 4, and "
+            "torch_neuronx.device_count() sees 3 here") in stderr
+
+
+@NEEDS_NATIVE_RELEASE
+def test_a_host_whose_sdk_sees_no_neuroncore_has_no_neuron_backend(standin, monkeypatch):
+    """[SRC] torch.neuron.is_available() is device_count() > 0; [SDK] the native backend needs
+    a Trn2/Trn3 instance: the SDK installed on another host must not win --backend auto."""
+    monkeypatch.setenv("STANDIN_NEURON_CORES", "0")
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "backends"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR),
+                                                                          str(REPO)])))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("neuron ")]
+    assert line.split()[1] == "unavailable"
+    assert "torch_neuronx sees no NeuronCore here (torch_neuronx.device_count() is 0)" in line
+    assert "--backend auto picks: cpu-inductor" in proc.stdout
 
 
 # -- the device check ----------------------------------------------------------------------------
@@ -289,14 +325,46 @@ def _fill_host_cache(cases, tmp_path) -> None:
         "    compat.attention(torch.compile(flex_attention, backend='neuron', fullgraph=True, dynamic=False, options={'fallback_execution': False}), x.q, x.k, x.v, mods.score_mod, mask)\n"
         "    torch.neuron.synchronize()\n"
         "print(json.dumps(torch_neuronx._C._get_compilation_cache_stats()))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
+               TORCH_NEURONX_METRICS_ENABLED="1")  # counted only when asked for [SRC]
     for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_DISABLE_CACHE"):
         env.pop(name, None)
     proc = subprocess.run([sys.executable, "-c", script, json.dumps([c.to_json() for c in cases])],
                           cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.splitlines()[-1])["persistent_misses"] == len(cases)
-    assert len(list((tmp_path / "host" / "neff_cache").iterdir())) == len(cases)
+    assert len(_neffs(tmp_path / "host" / "neff_cache")) == len(cases)
+
+
+def _neffs(cache_dir: Path) -> list[Path]:
+    """The NEFFs of a persistent cache, at <dir>/ab/cd/<key>.neff [SRC GetShardedPath]."""
+    return [p for p in cache_dir.glob("*/*/*.neff")
+            if p.parent.name == p.name[2:4] and p.parent.parent.name == p.name[:2]]
+
+
+def test_the_cache_counters_count_only_once_metrics_are_enabled(standin, tmp_path):
+    """[SRC] the counters are TORCH_NEURONX_COUNTERs, off by default: a backend that did not
+    enable them would read every case's cache as unknown, never as cold."""
+    script = (
+        "import json, torch, torch_neuronx\n"
+        "f = lambda x: x.sin() + 1\n"
+        "for turn in range(2):\n"
+        "    torch._dynamo.reset(); torch_neuronx._C._clear_compilation_memory_cache()\n"
+        "    torch.compile(f, backend='neuron', options={'fallback_execution': False})("
+        "torch.ones(4))\n"
+        "    torch.neuron.synchronize()\n"
+        "    print(json.dumps(torch_neuronx._C._get_compilation_cache_stats()))\n"
+        "    torch_neuronx._C._neuron_set_metrics_enabled(True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
+               TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff"))
+    env.pop("TORCH_NEURONX_METRICS_ENABLED", None)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    off, on = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    assert off["cache_hits"] == off["cache_misses"] == 0  # compiled, and nothing counted
+    assert (on["persistent_hits"], on["in_memory_misses"]) == (1, 1)  # served by the first
+    assert len(_neffs(tmp_path / "neff")) == 1
 
 
 @pytest.mark.slow
@@ -321,7 +389,7 @@ def test_cold_never_hits_a_cache_and_warm_uses_its_own(standin, tmp_path, monkey
     assert [r.cache_hit for r in first_warm] == [False, False]  # the host cache is not ours
     assert [r.cache_hit for r in second_warm] == [True, True]  # ours serves the next run
     assert all(r.compile_breakdown["neuronx-cc"] == 0 for r in second_warm)
-    assert len(list((tmp_path / "warm" / "neff").iterdir())) == 3  # warm-up and two cases
+    assert len(_neffs(tmp_path / "warm" / "neff")) == 3  # warm-up and two cases
 
 
 def test_the_compile_phase_waits_for_the_async_compile_and_is_split_by_stage(standin, tmp_path,

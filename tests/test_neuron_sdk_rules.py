@@ -32,6 +32,30 @@ def test_only_a_real_matching_release_is_available(probe, torch_version, expecte
 
 def test_matching_release_is_available():
     assert sdk.unavailable_reason(sdk.PackageProbe(True, version="2.13.3.0"), "2.13.0+cpu") is None
+    assert sdk.unavailable_reason(sdk.PackageProbe(True, version="2.13.3.0", device_count=4),
+                                  "2.13.0+cpu") is None
+
+
+def test_a_release_without_neuroncores_is_unavailable(monkeypatch):
+    monkeypatch.setenv(sdk.VISIBLE_CORES_ENV, "8-15")
+    none = sdk.PackageProbe(True, version="2.13.3.0", device_count=0)
+    assert sdk.unavailable_reason(none, "2.13.0").startswith(
+        "torch_neuronx sees no NeuronCore here with NEURON_RT_VISIBLE_CORES='8-15' "
+        "(torch_neuronx.device_count() is 0)")
+    broken = sdk.PackageProbe(True, version="2.13.3.0",
+                              device_count_error="RuntimeError: nrt_init failed\nmore")
+    assert sdk.unavailable_reason(broken, "2.13.0").startswith(
+        "torch_neuronx.device_count() failed with NEURON_RT_VISIBLE_CORES='8-15' "
+        "(RuntimeError: nrt_init failed), so torch.neuron.is_available() is False")
+
+
+def test_worker_slices_must_fit_the_cores_the_sdk_sees():
+    sdk.check_core_budget(4, 2, 8, None)  # 8 of 8
+    sdk.check_core_budget(4, 2, None, None)  # unknown: not checked
+    sdk.check_core_budget(4, 2, 4, "0-7")  # the caller's own range is checked by its slices
+    with pytest.raises(ValueError, match=r"^3 worker\(s\) of 2 NeuronCore\(s\) each need 6, "
+                                         r"and torch_neuronx.device_count\(\) sees 4 here"):
+        sdk.check_core_budget(3, 2, 4, " ")
 
 
 # -- cores and the child's environment ---------------------------------------------------------
@@ -55,7 +79,8 @@ def test_child_env_forces_the_guards_and_keeps_settings_read_once_per_process(mo
     monkeypatch.delenv(sdk.VISIBLE_CORES_ENV, raising=False)
     backend = Neuron(cores_per_worker=4)
     assert backend.child_env(WorkerSlot(1, 2), None) == {
-        sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1", sdk.VISIBLE_CORES_ENV: "4-7"}
+        sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1", sdk.METRICS_ENV: "1",
+        sdk.VISIBLE_CORES_ENV: "4-7"}
     cold = backend.process_cache_env(str(tmp_path), cold=True)
     assert cold["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == cold["TORCH_NEURONX_DISABLE_NEFF_CACHE"] == "1"
     assert cold[sdk.NEFF_CACHE_DIR_ENV] == str(tmp_path / "neff")  # never /tmp/neff_cache

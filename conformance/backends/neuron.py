@@ -79,6 +79,8 @@ class Neuron(Backend):
         allowed = os.environ.get(sdk.VISIBLE_CORES_ENV)
         for index in range(count):
             sdk.cores_for_worker(index, count, self.cores_per_worker, allowed)
+        sdk.check_core_budget(count, self.cores_per_worker,
+                              sdk.probe_package(self.device_type).device_count, allowed)
 
     def environment(self) -> dict[str, Any]:
         import torch
@@ -92,6 +94,7 @@ class Neuron(Backend):
         _, check = device_check.decision(self.device_type, self.device_check_mode, seen,
                                          torch.__version__)
         logical = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+        visible = os.environ.get(sdk.VISIBLE_CORES_ENV)
         env.update({
             "device": self.device_type, "device_name": sdk.instance_type(),
             "compiler": "neuronx-cc (torch-neuronx native backend)",
@@ -102,12 +105,22 @@ class Neuron(Backend):
             "neuron_ls": sdk.tool_output(["neuron-ls"], lines=6),
             "device_check": check,
             "neuron_cores_per_worker": self.cores_per_worker,
+            "neuron_device_count": (
+                f"{found.device_count} (torch_neuronx.device_count(), logical NeuronCores)"
+                if found.device_count is not None else
+                f"unknown ({found.device_count_error or 'torch_neuronx has no device_count'})"),
             "neuron_core_indices": ("logical NeuronCores (NEURON_LOGICAL_NC_CONFIG="
                                     f"{logical or 'default: 2 on Trn2'})"),
             "fallback_execution": f"disabled ({sdk.FALLBACK_ENV}=1, fallback_execution=False)",
-            "cache_hit_source": ("torch_neuronx._C._get_compilation_cache_stats (a private API)"
+            "cache_hit_source": ("torch_neuronx._C._get_compilation_cache_stats (a private API; "
+                                 f"counting with {sdk.METRICS_ENV}=1)"
                                  if apis.get("cache_stats") else
                                  "none: the cache statistics API is absent, cache_hit is unknown"),
+            "cold_memory_cache": (
+                "cleared before each cold case (torch_neuronx._C._clear_compilation_memory_cache)"
+                if apis.get("clear_memory_cache") else
+                "not cleared: _clear_compilation_memory_cache is absent, so a graph compiled "
+                "earlier in the same child could serve a cold case from memory"),
             "compile_breakdown_source": ("torch_neuronx.get_dynamo_metrics()"
                                          if apis.get("get_dynamo_metrics") else
                                          "none: get_dynamo_metrics is absent"),
@@ -116,10 +129,14 @@ class Neuron(Backend):
                                    "none: get_fallback_ops is absent, fallbacks cannot be seen"),
         })
         env.update({name: os.environ.get(name) or unset for name, unset in sdk.RECORDED_ENV.items()})
+        env[sdk.VISIBLE_CORES_ENV] = (
+            f"{visible or 'not set'} in the suite's environment; each worker's child is pinned "
+            f"to its own {self.cores_per_worker} core(s) of "
+            f"{'that range' if visible else 'the cores from 0 up'}, in worker order")
         return env
 
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
-        return {sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1",
+        return {sdk.FALLBACK_ENV: "1", sdk.AUTOCOPY_ENV: "1", sdk.METRICS_ENV: "1",
                 sdk.VISIBLE_CORES_ENV: sdk.cores_for_worker(
                     slot.index, slot.count, self.cores_per_worker,
                     os.environ.get(sdk.VISIBLE_CORES_ENV))}
@@ -139,8 +156,8 @@ class Neuron(Backend):
         torch_neuronx = _import_torch_neuronx()
         device_check.apply(self.device_type, self.device_check_mode)
         set_metrics = getattr(getattr(torch_neuronx, "_C", None), "_neuron_set_metrics_enabled", None)
-        if set_metrics is not None:  # the cache statistics count only while metrics are on
-            set_metrics(True)
+        if set_metrics is not None:  # [SRC] the cache counters count only while metrics are on
+            set_metrics(True)  # (as child_env's METRICS_ENV does; either is enough)
         return self.device_type
 
     def warm_up(self) -> None:

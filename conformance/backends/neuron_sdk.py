@@ -35,6 +35,10 @@ NEFF_CACHE_DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCAL_CACHE_DIR_ENV = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 NEFF_DISABLE_CACHE_ENVS = ("TORCH_NEURONX_NEFF_DISABLE_CACHE", "TORCH_NEURONX_DISABLE_NEFF_CACHE")
 HOST_NEFF_CACHE_DIR = "/tmp/neff_cache"
+#: [SRC NeuronMetrics.h, NeuronMetrics.cpp] the compilation-cache counters (and every other
+#: TORCH_NEURONX_COUNTER) count only while metrics are enabled: off by default, on with this
+#: variable ("1", read once per process) or _C._neuron_set_metrics_enabled(True).
+METRICS_ENV = "TORCH_NEURONX_METRICS_ENABLED"
 #: [SDK] one index or an inclusive range ("1-3"); takes precedence over NEURON_RT_NUM_CORES.
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 CORES_PER_WORKER_ENV = "FLEXCONF_NEURON_CORES_PER_WORKER"
@@ -45,7 +49,6 @@ RECORDED_ENV = {
     "NEURON_COMPILER_OPT_LEVEL": "not set (-O2 for torch.compile)",  # [SRC]
     "NEURON_LOGICAL_NC_CONFIG": "not set (Trn2 default: LNC=2, two physical cores per logical)",  # [SDK]
     "NEURON_RT_EXEC_TIMEOUT": "not set (runtime default 30 s)",  # [SDK] configuration guide
-    VISIBLE_CORES_ENV: "not set (all cores of the host)",
 }
 #: [NRT] status NRT_TIMEOUT = 5; [SRC] ErrorHandler::ClassifyNrtError words it "Operation timed
 #: out" in the execution error it raises ("NRT Execution error occurred on Neuron for
@@ -85,8 +88,18 @@ try:
         "get_dynamo_metrics": hasattr(torch_neuronx, "get_dynamo_metrics"),
         "get_fallback_ops": hasattr(torch_neuronx, "get_fallback_ops"),
         "cache_stats": hasattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_stats"),
+        "clear_memory_cache": hasattr(getattr(torch_neuronx, "_C", None),
+                                      "_clear_compilation_memory_cache"),
         "torch.neuron.synchronize": hasattr(getattr(torch, "neuron", None), "synchronize"),
     }
+    # [SRC] torch_neuronx.device_count(): "the number of Neuron devices (Virtual Neuron Cores)
+    # available"; torch.neuron.is_available() is device_count() > 0, False when it raises
+    count = getattr(torch_neuronx, "device_count", None)
+    if callable(count):
+        try:
+            out["device_count"] = int(count())
+        except Exception as exc:
+            out["device_count_error"] = (type(exc).__name__ + ": " + str(exc)).strip()
     from conformance.backends.device_check import probe  # after torch_neuronx: it may patch
     found = probe(sys.argv[1])
     out["device_check"] = [found.verdict, found.message]
@@ -106,6 +119,10 @@ class PackageProbe:
     python: str = ""
     error: str = ""  # why the import (or the probe) failed
     apis: dict = field(default_factory=dict)
+    #: torch_neuronx.device_count(): the logical NeuronCores this process sees; None when the
+    #: package has no such function
+    device_count: int | None = None
+    device_count_error: str = ""  # why device_count() raised
     #: what flex_attention's device check says of the device, with torch_neuronx imported:
     #: (verdict, message) as conformance.backends.device_check.Probe
     device_check: tuple[str, str] | None = None
@@ -137,6 +154,8 @@ def _probe(path: tuple[str, ...], device_type: str) -> PackageProbe:
             return PackageProbe(found=True, version=data.get("version", ""),
                                 torch=data.get("torch", ""), python=data.get("python", ""),
                                 error=data.get("error", ""), apis=data.get("apis", {}),
+                                device_count=data.get("device_count"),
+                                device_count_error=data.get("device_count_error", ""),
                                 device_check=tuple(check) if check else None)
     tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
     return PackageProbe(found=True, error=f"the import probe died: {tail}")
@@ -170,6 +189,23 @@ def unavailable_reason(found: PackageProbe, torch_version: str) -> str | None:
         return (f"torch-neuronx {found.version} does not match torch {torch_version} "
                 f"(torch-neuronx {release.group(1)}.{release.group(2)} needs torch "
                 f"{release.group(1)}.{release.group(2)}); install {hint}")
+    return no_cores_reason(found)
+
+
+def no_cores_reason(found: PackageProbe) -> str | None:
+    """Why torch_neuronx, installed and importable, has no NeuronCore to run on; None when it
+    sees one, or cannot say. [SDK pytorch-native-overview.rst]: compiling needs a Trn2/Trn3
+    instance; [REF]: backend 'neuron' is "auto-selected when running on a Neuron device"."""
+    visible = os.environ.get(VISIBLE_CORES_ENV)
+    scope = f" with {VISIBLE_CORES_ENV}={visible!r}" if visible else ""
+    if found.device_count_error:
+        return (f"torch_neuronx.device_count() failed{scope} "
+                f"({found.device_count_error.splitlines()[0]}), so torch.neuron.is_available() "
+                "is False; check the Neuron driver and runtime with neuron-ls")
+    if found.device_count == 0:
+        return (f"torch_neuronx sees no NeuronCore here{scope} (torch_neuronx.device_count() is "
+                "0); the native backend compiles and runs on a Trn2 or Trn3 instance, with the "
+                "Neuron driver loaded (neuron-ls lists its devices)")
     return None
 
 
@@ -206,6 +242,20 @@ def cores_for_worker(index: int, count: int, per_worker: int, allowed: str | Non
             f"{VISIBLE_CORES_ENV}={allowed!r}, which has {len(pool)}; use fewer workers (-n) "
             f"or fewer cores per worker (--neuron-cores-per-worker)")
     return format_cores(cores)
+
+
+def check_core_budget(count: int, per_worker: int, visible: int | None,
+                      allowed: str | None) -> None:
+    """Without a NEURON_RT_VISIBLE_CORES of the caller's, worker slices are taken from core 0
+    up: ``count`` workers of ``per_worker`` cores must fit the ``visible`` logical cores that
+    torch_neuronx.device_count() reports [SRC] (unknown: not checked)."""
+    if (allowed and allowed.strip()) or visible is None or count * per_worker <= visible:
+        return
+    raise ValueError(
+        f"{count} worker(s) of {per_worker} NeuronCore(s) each need {count * per_worker}, and "
+        f"torch_neuronx.device_count() sees {visible} here (logical cores, "
+        "NEURON_LOGICAL_NC_CONFIG); use fewer workers (-n) or fewer cores per worker "
+        "(--neuron-cores-per-worker)")
 
 
 # -- tools on the host -------------------------------------------------------------------------

@@ -11,23 +11,35 @@ each behaviour names its source (keys as in conformance/backends/neuron_sdk.py):
 - settings are read once per process, at the first compile: the debug directory (lru_cache
   in config.py) and the NEFF cache directories and switch (the C++ CompilationCache
   singleton) [SRC]; later changes to ``os.environ`` are not seen;
-- artefacts go to ``$TORCH_NEURONX_DEBUG_DIR`` (default ``/tmp/neuron_backend_<random>``) in
+- artefacts go to ``$TORCH_NEURONX_DEBUG_DIR`` (default ``/tmp/neuron_backend`` [ENV]; the
+  pre-2.33 [SRC] made ``/tmp/neuron_backend_<random>``, the documented default wins) in
   the published layout ``fx_graphs/``, ``stablehlo/``, ``raw/``, ``neff/`` (``proc_0/...``),
   and the directory is deleted after every compile unless
   ``TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1`` [ENV; SRC managed_artifacts_directory];
 - NEFFs are cached in memory and in ``$TORCH_NEURONX_NEFF_CACHE_DIR``, whose default is the
-  host-wide ``/tmp/neff_cache``, so a later run is served from it [SRC];
+  host-wide ``/tmp/neff_cache``, so a later run is served from it, each NEFF at
+  ``<dir>/<key[:2]>/<key[2:4]>/<key>.neff`` [SRC PersistentCacheBackend::GetShardedPath];
   ``TORCH_NEURONX_NEFF_DISABLE_CACHE=1`` turns the persistent cache off [SRC code spelling].
   Tests move the host-wide default with ``STANDIN_NEURON_HOST_TMP`` (a stand-in-only knob, so
   they never write to the real /tmp/neff_cache);
 - ``_C._get_compilation_cache_stats()`` counts in-memory and persistent hits and misses
-  [SRC NeuronBindings.cpp], ``_C._clear_compilation_memory_cache()`` empties the in-memory one;
+  [SRC NeuronBindings.cpp], but only while metrics are enabled: off by default, on with
+  ``TORCH_NEURONX_METRICS_ENABLED=1`` or ``_C._neuron_set_metrics_enabled(True)``
+  [SRC NeuronMetrics.h TORCH_NEURONX_COUNTER, NeuronMetrics.cpp]; the cache is counted from
+  ``_C._get_compilation_cache_entries()`` too (``neff_size_bytes``);
+  ``_C._clear_compilation_memory_cache()`` empties the in-memory one and zeroes its two
+  counters [SRC CompilationCache::ClearInMemoryCache];
+- ``device_count()``: the logical NeuronCores the process sees [SRC torch_neuronx/__init__.py];
+  ``$STANDIN_NEURON_CORES`` (default 4, as the stand-in ``neuron-ls``: one Trainium2 chip at
+  the default LNC=2 [SDK logical-neuroncore-config]);
 - compilation is asynchronous: the first call queues neuronx-cc on a worker thread and returns;
   only ``synchronize`` waits for it [SRC _C.compile_graph on the CompilationWorker].
   ``STANDIN_NEURON_COMPILE_SECONDS`` is how long that stand-in neuronx-cc takes (from the
   process's ``STANDIN_NEURON_SLOW_FROM``-th real compile on, default the first);
 - ``get_dynamo_metrics()`` lists per-graph fx-pass, lowering and neuronx-cc microseconds and
-  synchronizes first; ``reset_dynamo_metrics()`` [SRC metrics.py];
+  synchronizes first; ``reset_dynamo_metrics()`` [SRC metrics.py]. The fx passes and the
+  lowering are timed inside AOTAutograd's forward compiler, as [SRC backend.py] times them, so
+  Dynamo's and AOTAutograd's own time is in no stage;
 - ``get_fallback_ops()`` / ``clear_op_tracking()`` [SRC __init__.py]; the ops named in
   ``STANDIN_NEURON_FALLBACK_OPS`` are reported as fallen back each time a graph runs;
 - a compile failure (``STANDIN_NEURON_FAIL_COMPILE=1``) raises when fallback execution is
@@ -48,7 +60,6 @@ import hashlib
 import json
 import os
 import queue
-import tempfile
 import threading
 import time
 import types
@@ -59,7 +70,8 @@ from pathlib import Path
 
 import torch
 from torch._dynamo import register_backend
-from torch._dynamo.backends.registry import lookup_backend
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 
 #: [SRC] hard-codes this; the release is the wheel's metadata (here
 #: tests/standin_neuron/torch_neuronx-2.13.3.0+standin.dist-info: torch-neuronx 2.13.3.0 of
@@ -86,8 +98,7 @@ def _host_tmp() -> str:
 @lru_cache(maxsize=1)
 def artifacts_directory() -> Path:
     configured = os.environ.get("TORCH_NEURONX_DEBUG_DIR")
-    return Path(configured) if configured else Path(tempfile.mkdtemp(prefix="neuron_backend_",
-                                                                     dir=_host_tmp()))
+    return Path(configured) if configured else Path(_host_tmp()) / "neuron_backend"
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,14 @@ _memory_cache: dict[str, bytes] = {}
 _counters = {"in_memory_hits": 0, "in_memory_misses": 0, "persistent_hits": 0,
              "persistent_misses": 0, "total_compilations": 0}
 _lock = threading.Lock()
+_metrics_enabled = os.environ.get("TORCH_NEURONX_METRICS_ENABLED", "") in (
+    "1", "true", "TRUE", "yes", "YES")  # [SRC NeuronMetrics.cpp InitMetricsEnabledFromEnv]
+
+
+def _count(name: str) -> None:
+    """TORCH_NEURONX_COUNTER: counts only while metrics are enabled [SRC NeuronMetrics.h]."""
+    if _metrics_enabled:
+        _counters[name] += 1
 
 
 def _get_compilation_cache_stats() -> dict:
@@ -124,10 +143,22 @@ def _get_compilation_cache_stats() -> dict:
 def _clear_compilation_memory_cache() -> None:
     with _lock:
         _memory_cache.clear()
+        _counters["in_memory_hits"] = _counters["in_memory_misses"] = 0
+
+
+def _get_compilation_cache_entries() -> list[dict]:
+    with _lock:
+        return [{"cache_key": key, "neff_size_bytes": len(blob)}
+                for key, blob in _memory_cache.items()]
 
 
 def _neuron_set_metrics_enabled(enabled: bool) -> None:
-    """Counted always here; present because the real API needs it on."""
+    global _metrics_enabled
+    _metrics_enabled = bool(enabled)
+
+
+def device_count() -> int:
+    return int(os.environ.get("STANDIN_NEURON_CORES", "4"))
 
 
 _fallback_ops: list[str] = []
@@ -148,6 +179,7 @@ def clear_op_tracking() -> None:
 _C = types.SimpleNamespace(
     _get_compilation_cache_stats=_get_compilation_cache_stats,
     _clear_compilation_memory_cache=_clear_compilation_memory_cache,
+    _get_compilation_cache_entries=_get_compilation_cache_entries,
     _neuron_set_metrics_enabled=_neuron_set_metrics_enabled,
     _get_fallback_ops=_get_fallback_ops,
 )
@@ -215,9 +247,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
     failing = os.environ.get("STANDIN_NEURON_FAIL_COMPILE") == "1"
     fallback_disabled = (not options["fallback_execution"]) if "fallback_execution" in options \
         else _flag(FALLBACK_ENV)
-    start = time.perf_counter()
-    graph_text = gm.print_readable(print_output=False)  # the stand-in's "FX passes"
-    fx_us = int((time.perf_counter() - start) * 1e6)
+    graph_text = gm.print_readable(print_output=False)
     key = hashlib.sha256((gm.code + repr([(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", "")))
                                           for x in example_inputs])).encode()).hexdigest()[:20]
     artefacts = _write_artefacts(key, graph_text)
@@ -232,10 +262,22 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
             raise error
         warnings.warn(f"{error}; falling back to eager execution")
         return gm.forward  # the graph runs eagerly, as if nothing had failed
-    start = time.perf_counter()
-    runnable = lookup_backend("aot_eager")(gm, example_inputs)  # the stand-in's "lowering"
-    metrics = NeuronCompilationMetrics(key, f"flex_{len(_metrics)}", fx_us,
-                                       int((time.perf_counter() - start) * 1e6))
+    metrics = NeuronCompilationMetrics(key, f"flex_{len(_metrics)}")
+
+    def forward_compiler(graph: torch.fx.GraphModule, inputs):
+        # [SRC backend.py] the fx passes and the lowering run inside AOTAutograd's forward
+        # compiler; here, the graph's text stands for both
+        start = time.perf_counter()
+        graph.print_readable(print_output=False)
+        metrics.torch_neuronx_fx_passes_us = int((time.perf_counter() - start) * 1e6)
+        start = time.perf_counter()
+        graph.recompile()
+        metrics.torch_neuronx_lower_us = int((time.perf_counter() - start) * 1e6)
+        return make_boxed_func(graph.forward)
+
+    runnable = aot_autograd(fw_compiler=forward_compiler,
+                            bw_compiler=lambda graph, _: make_boxed_func(graph.forward))(
+        gm, example_inputs)
     _metrics.append(metrics)
     state = {"compiled": False}
 
@@ -263,17 +305,17 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
     """The queued compile: served by the in-memory cache, then the persistent one, else it
     'compiles' (sleeps) and fills both."""
     config = _cache_config()
-    neff = config.directory / f"{key}.neff"
+    neff = config.directory / key[:2] / key[2:4] / f"{key}.neff"
     with _lock:
         if key in _memory_cache:
-            _counters["in_memory_hits"] += 1
+            _count("in_memory_hits")
             return
-        _counters["in_memory_misses"] += 1
+        _count("in_memory_misses")
         if not config.disabled and neff.exists():
-            _counters["persistent_hits"] += 1
+            _count("persistent_hits")
             _memory_cache[key] = neff.read_bytes()
             return
-        _counters["persistent_misses"] += 1
+        _count("persistent_misses")
     start = time.perf_counter()
     global _compilations
     _compilations += 1
@@ -282,10 +324,10 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
     blob = f"NEFF stand-in {key}".encode()
     metrics.torch_neuronx_compile_us = int((time.perf_counter() - start) * 1e6)
     with _lock:
-        _counters["total_compilations"] += 1
+        _count("total_compilations")
         _memory_cache[key] = blob
     if not config.disabled:
-        config.directory.mkdir(parents=True, exist_ok=True)
+        neff.parent.mkdir(parents=True, exist_ok=True)
         config.local_directory.mkdir(parents=True, exist_ok=True)
         neff.write_bytes(blob)
 
