@@ -198,10 +198,15 @@ class RunLifecycle:
 
     def _whole_run_ids(self, run_ids: list[str] | None) -> list[str] | None:
         """The ids the whole run selected before sharding (the selection block's case_ids):
-        this command's selection; a resumed run keeps its own cases (``run_ids``, this
-        shard's) and takes other shards' from this command's selection."""
+        this command's selection; a resumed run keeps the ones its manifest recorded, whatever
+        -k or -m resumes it (a merge compares them with the other shards'); a manifest without
+        them (an older suite's): its own cases (``run_ids``, this shard's) and other shards'
+        from this command's selection."""
         if not self._resumes_known_cases():
             return self.selected
+        recorded = (self._manifest.selection or {}).get("case_ids")
+        if recorded is not None:
+            return list(recorded)
         shard = self.shard_ids()
         chosen = set(run_ids or ()) | {cid for cid in self.selected or ()
                                        if shard is not None and cid not in shard}
