@@ -25,7 +25,9 @@ def main(kind: str, report_dir: str) -> int:
                  if r.label is not wanted]
     problems += [f"{r.case_id}: no compile_breakdown" for r in records if not r.compile_breakdown]
     if kind == "cold":
-        problems += [f"{r.case_id}: a cold compile hit a cache" for r in records if r.cache_hit]
+        problems += [f"{r.case_id}: a cold compile " + ("hit a cache" if r.cache_hit else
+                                                         "was not counted (cache_hit unknown)")
+                     for r in records if r.cache_hit is not False]
     if kind == "warm":
         problems += [f"{r.case_id}: a warm compile after the compile pass missed the cache"
                      for r in records if r.cache_hit is not True]

@@ -206,7 +206,8 @@ def test_environment_tolerates_absent_tools(no_standin, monkeypatch, tmp_path):
     assert env["neuron_runtime"].startswith("unknown (aws-neuronx-runtime-lib not found")
     assert env["neuron_driver"].startswith("unknown (")
     assert env["cache_hit_source"].startswith("none: ")
-    assert env["neuron_device_count"] == "unknown (torch_neuronx has no device_count)"
+    assert env["neuron_device_count"] == env["cold_memory_cache"] == \
+        "unknown (torch_neuronx is not installed)"
 
 
 # -- cores ------------------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def _two_workers_refused(tmp_path, cores_per_worker: int, **env_vars: str) -> st
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider", "-n", "2",
          "--backend", ON_CPU, "--neuron-cores-per-worker", str(cores_per_worker),
-         "--profile", "smoke", "--report-dir", str(tmp_path / "report")],
+         "--profile", "smoke", "-k", "causal/b1-", "--report-dir", str(tmp_path / "report")],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not (tmp_path / "report" / "results.json").exists()  # nothing ran

@@ -88,6 +88,9 @@ class Neuron(Backend):
         env = super().environment()
         found = sdk.probe_package(self.device_type)
         apis = found.apis
+        usable = found.found and not found.error
+        absent = "torch_neuronx is not installed" if not found.found else \
+            "torch_neuronx cannot be imported"
         # what the child will meet: the check as it stands once torch_neuronx is imported
         seen = (device_check.Probe(*found.device_check) if found.device_check
                 else device_check.probe(self.device_type))
@@ -108,7 +111,8 @@ class Neuron(Backend):
             "neuron_device_count": (
                 f"{found.device_count} (torch_neuronx.device_count(), logical NeuronCores)"
                 if found.device_count is not None else
-                f"unknown ({found.device_count_error or 'torch_neuronx has no device_count'})"),
+                f"unknown ({found.device_count_error or 'torch_neuronx has no device_count'})"
+                if usable else f"unknown ({absent})"),
             "neuron_core_indices": ("logical NeuronCores (NEURON_LOGICAL_NC_CONFIG="
                                     f"{logical or 'default: 2 on Trn2'})"),
             "fallback_execution": f"disabled ({sdk.FALLBACK_ENV}=1, fallback_execution=False)",
@@ -120,7 +124,8 @@ class Neuron(Backend):
                 "cleared before each cold case (torch_neuronx._C._clear_compilation_memory_cache)"
                 if apis.get("clear_memory_cache") else
                 "not cleared: _clear_compilation_memory_cache is absent, so a graph compiled "
-                "earlier in the same child could serve a cold case from memory"),
+                "earlier in the same child could serve a cold case from memory"
+                if usable else f"unknown ({absent})"),
             "compile_breakdown_source": ("torch_neuronx.get_dynamo_metrics()"
                                          if apis.get("get_dynamo_metrics") else
                                          "none: get_dynamo_metrics is absent"),

@@ -93,7 +93,9 @@ try:
         "torch.neuron.synchronize": hasattr(getattr(torch, "neuron", None), "synchronize"),
     }
     # [SRC] torch_neuronx.device_count(): "the number of Neuron devices (Virtual Neuron Cores)
-    # available"; torch.neuron.is_available() is device_count() > 0, False when it raises
+    # available"; torch.neuron.is_available() is device_count() > 0, False when it raises. It
+    # asks nrt_get_visible_vnc_count without starting the runtime, and gives 0 when the runtime
+    # cannot be asked (NeuronDevice.cpp)
     count = getattr(torch_neuronx, "device_count", None)
     if callable(count):
         try:
@@ -202,7 +204,7 @@ def no_cores_reason(found: PackageProbe) -> str | None:
         return (f"torch_neuronx.device_count() failed{scope} "
                 f"({found.device_count_error.splitlines()[0]}), so torch.neuron.is_available() "
                 "is False; check the Neuron driver and runtime with neuron-ls")
-    if found.device_count == 0:
+    if found.device_count == 0:  # [SRC] also what a runtime that cannot be asked gives
         return (f"torch_neuronx sees no NeuronCore here{scope} (torch_neuronx.device_count() is "
                 "0); the native backend compiles and runs on a Trn2 or Trn3 instance, with the "
                 "Neuron driver loaded (neuron-ls lists its devices)")

@@ -121,8 +121,10 @@ _memory_cache: dict[str, bytes] = {}
 _counters = {"in_memory_hits": 0, "in_memory_misses": 0, "persistent_hits": 0,
              "persistent_misses": 0, "total_compilations": 0}
 _lock = threading.Lock()
+#: [SRC NeuronMetrics.cpp InitMetricsEnabledFromEnv] reads it once, at the first count; here at
+#: import, which is the same for a process that sets it before it starts
 _metrics_enabled = os.environ.get("TORCH_NEURONX_METRICS_ENABLED", "") in (
-    "1", "true", "TRUE", "yes", "YES")  # [SRC NeuronMetrics.cpp InitMetricsEnabledFromEnv]
+    "1", "true", "TRUE", "yes", "YES")
 
 
 def _count(name: str) -> None:
@@ -315,7 +317,8 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
             _count("persistent_hits")
             _memory_cache[key] = neff.read_bytes()
             return
-        _count("persistent_misses")
+        if not config.disabled:  # [SRC CheckCacheAndCoordinateWork]: only a cache it has
+            _count("persistent_misses")
     start = time.perf_counter()
     global _compilations
     _compilations += 1
