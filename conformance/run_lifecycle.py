@@ -49,6 +49,7 @@ class RunLifecycle:
             return
         self._started_at = started_at
         _refuse_to_clear_an_unreported_run(report_dir)
+        _refuse_to_clear_foreign_folders(report_dir)
         # no earlier run's results may look like this one's, even if it is killed at once;
         # the store is cleared in begin_fresh_run, undone in restore_unselected_run
         self._set_aside = set_aside_results(report_dir)
@@ -385,6 +386,28 @@ def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
         f"{len(finished_ids(report_dir))} case(s) finished); keep them as an incomplete report "
         f"with flexconf recover {where}, finish that run with --resume {where} and its "
         "options, or give this run another --report-dir")
+
+
+def _refuse_to_clear_foreign_folders(report_dir: Path) -> None:
+    """UsageError, one line, before anything is moved, when ``report_dir`` holds a records/,
+    outputs/ or artifacts/ with something in it and no run's manifest (records/run.json): a
+    new run replaces those folders whole, and these are not a run's (a --report-dir of a
+    source tree, or of a folder of the user's own)."""
+    from conformance.artifacts import ARTIFACTS_DIRNAME
+    from conformance.kept_outputs import OUTPUTS_DIR
+    from records.store import MANIFEST_NAME, RECORDS_DIR
+    from records.text import one_line
+
+    if (report_dir / RECORDS_DIR / MANIFEST_NAME).is_file():
+        return
+    for name in (RECORDS_DIR, OUTPUTS_DIR, ARTIFACTS_DIRNAME):
+        folder = report_dir / name
+        if folder.is_symlink() or folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
+            raise pytest.UsageError(
+                f"--report-dir {one_line(str(report_dir))}: it holds a {name}/ that no run of "
+                f"this suite wrote (there is no {RECORDS_DIR}/{MANIFEST_NAME}), and a run "
+                f"replaces its {name}/ whole; give this run another --report-dir (e.g. "
+                f"reports/latest), or move {name}/ away")
 
 
 def _check_writable(report_dir: Path, flag: str) -> None:

@@ -443,3 +443,25 @@ def test_a_backend_given_as_a_file_or_as_no_backend_is_told_what_to_give(spec, l
     with pytest.raises(BackendError) as caught:
         load_backend(spec)
     assert str(caught.value).startswith(line)
+
+
+def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path):
+    """A run replaces records/, outputs/ and artifacts/ whole: --report-dir . in a checkout of
+    the suite deleted its records/ package, and a user's own records/ folder went too."""
+    report = tmp_path / "report"
+    (report / "records").mkdir(parents=True)
+    (report / "records" / "mydata.csv").write_text("important\n")
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+        f"ERROR: --report-dir {report}: it holds a records/ that no run of this suite wrote "
+        "(there is no records/run.json), and a run replaces its records/ whole; give this run "
+        "another --report-dir (e.g. reports/latest), or move records/ away"]
+    assert (report / "records" / "mydata.csv").read_text() == "important\n"
+    assert sorted(p.name for p in report.iterdir()) == [".run.lock", "records"]  # none moved
+    (report / "records" / "mydata.csv").unlink()  # an empty one is nobody's: it is taken
+    (report / "outputs").mkdir()
+    done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
