@@ -1,7 +1,8 @@
 """`flexconf merge A.json B.json ... -o results.json`: join the shards of one run.
 
 Exit status: 0 merged, every case of the recorded selection exactly once; 1 merged and
-written, but cases are duplicated or missing (listed); 2 refused (mixed versions, profiles,
+written, but cases are duplicated or missing, or a file is of a run that did not finish
+(listed); 2 refused (mixed versions, profiles,
 backends, matrices, -k/-m selections, shard counts, ...) or unreadable input.
 """
 from __future__ import annotations
@@ -27,12 +28,13 @@ def run(args: argparse.Namespace) -> int:
     from records.store import refuse_if_run_going_on
     from records.text import one_line
 
-    problem = output_file_problem(Path(args.output))
+    problem = output_file_problem(args.output)
     if problem:
         raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
                          "write, e.g. -o results.json")
     refuse_if_run_going_on(Path(args.output).parent, "the merged results.json")
     _refuse_repeated_paths(args.inputs, args.output)
+    _refuse_a_runs_own_results(args.output)
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)
     write_results(merged.results, args.output)
@@ -57,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
     if merged.missing_shards:
         print(f"missing: shard {', '.join(merged.missing_shards)} is in no file given",
               file=sys.stderr)
+    for source in merged.incomplete:
+        where = one_line(str(Path(source).parent))
+        print(f"incomplete: {one_line(source)} holds the results of a run that did not finish "
+              f"(complete: false); finish it with --resume {where} and its options, then merge "
+              "again", file=sys.stderr)
     if merged.missing:
         print(f"missing: {len(merged.missing)} cases of {merged.expected_from} are in no file:",
               file=sys.stderr)
@@ -81,6 +88,32 @@ def _refuse_repeated_paths(inputs: list[str], output: str) -> None:
     if Path(output).resolve() in seen:
         raise ValueError(f"-o {one_line(output)}: it is one of the files to merge, which the "
                          "merge would overwrite; give another path, e.g. -o merged/results.json")
+
+
+def _refuse_a_runs_own_results(output: str) -> None:
+    """An -o that is a run's own results.json (not an earlier merge's), or lies in a run's
+    report directory: overwritten, that run's results would be gone and its index.html and
+    summary.md would contradict the merge beside them. One line, before anything is read."""
+    from records.files import UserFileError
+    from records.results import load_results
+    from records.store import MANIFEST_NAME, records_dir
+    from records.text import one_line
+
+    path = Path(output)
+    if not path.exists():
+        return
+    if (records_dir(path.parent) / MANIFEST_NAME).is_file():
+        whose = f"it lies in the report directory of a run ({one_line(str(path.parent))})"
+    else:
+        try:
+            merged_before = bool(load_results(path).options.get("merged_shards"))
+        except UserFileError:
+            return  # not results at all, or torn: nothing of a run's to lose
+        if merged_before:
+            return  # an earlier merge's: merging again replaces it
+        whose = "it is the results.json of a run, not of a merge"
+    raise ValueError(f"-o {one_line(output)}: {whose}, which the merge would overwrite; "
+                     "give the merge a path of its own, e.g. -o merged/results.json")
 
 
 def _more(total: int) -> None:

@@ -14,15 +14,19 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from conformance.repro import write_repro
-
     from pathlib import Path
 
-    from conformance.kept_outputs import outputs_path
-
     from conformance.backends.registry import import_root
+    from conformance.kept_outputs import outputs_path
+    from conformance.repro import write_repro
     from conformance.run_info import shell_command
+    from records.files import output_file_problem
+    from records.text import one_line
 
+    problem = output_file_problem(args.output)
+    if problem:
+        raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
+                         "write, e.g. -o repro.py")
     path, backend = write_repro(args.results, args.case_id, args.output, args.backend,
                                 args.cases_module)
     # a module:object backend is not embedded: the script imports it from where it was found

@@ -40,10 +40,11 @@ class Merged:
     missing_shards: list[str] = field(default_factory=list)  # e.g. ["2/3"]
     expected_from: str = ""  # where the expected case list came from ("" when unknown)
     notes: list[str] = field(default_factory=list)  # how completeness was judged, when guessed
+    incomplete: list[str] = field(default_factory=list)  # files of runs that did not finish
 
     @property
     def clean(self) -> bool:
-        return not (self.duplicates or self.missing or self.missing_shards)
+        return not (self.duplicates or self.missing or self.missing_shards or self.incomplete)
 
 
 def merge_runs(runs: Sequence[tuple[str, RunResults]],
@@ -108,8 +109,10 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
         finished_at=max((r.finished_at for _, r in runs if r.finished_at), default=""),
         complete=all(r.complete for _, r in runs) and not missing and not missing_shards,
         selection=selection,
+        selected_count=len(expected_ids) if expected_ids else None,
     )
-    return Merged(merged, duplicates, missing, missing_shards, expected_from, notes)
+    incomplete = [source for source, run in runs if not run.complete]
+    return Merged(merged, duplicates, missing, missing_shards, expected_from, notes, incomplete)
 
 
 def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:

@@ -311,11 +311,16 @@ def _resumable_run(options: opts.RunOptions, recorded: dict, backend):
         before, now = manifest.options.get(key), recorded.get(key)
         if before != now:
             raise pytest.UsageError(
-                f"--resume {options.report_dir}: the run had {key} {before!r}, this one "
-                f"{now!r}; resume with the run's own options")
+                f"--resume {options.report_dir}: the run had {key} {_given(before)}, this one "
+                f"{_given(now)}; resume with the run's own options")
     _refuse_another_oracle(options.report_dir)
     _refuse_another_release(options.report_dir, backend, options.backend)
     return manifest
+
+
+def _given(value) -> str:
+    """An option's value as a resume refusal shows it: None is an option not given."""
+    return "none (not given)" if value is None else repr(value)
 
 
 def _recorded_environments(report_dir: Path) -> list[dict]:

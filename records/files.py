@@ -75,9 +75,13 @@ def directory_problem(directory: Path, make: bool = True) -> str | None:
     return None
 
 
-def output_file_problem(path: Path) -> str | None:
-    """Why a command cannot write the file ``path`` (its directory made when missing), as the
-    words after its name in a one-line error; None when it can."""
+def output_file_problem(given: str | Path) -> str | None:
+    """Why a command cannot write the file ``given`` (its directory made when missing), as the
+    words after its name in a one-line error; None when it can. Give the path as typed: one
+    that ends in a slash names a directory (Path drops the slash)."""
+    if isinstance(given, str) and given.endswith(("/", os.sep)):
+        return "it ends in a slash, so it names a directory, not a file"
+    path = Path(given)
     if path.is_dir():
         return "it is a directory, not a file"
     problem = directory_problem(path.parent)

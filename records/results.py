@@ -219,9 +219,22 @@ def load_results(path: str | Path) -> RunResults:
     try:
         data = read_json(path, RESULTS_FILE_FIX)
     except UserFileError as exc:
-        raise ResultsError(exc.problem, exc.fix) from None
+        raise ResultsError(exc.problem, _unwritten_run_fix(Path(path)) or exc.fix) from None
     validate_results_json(data, str(path))
     return RunResults.from_json(data)
+
+
+def _unwritten_run_fix(path: Path) -> str | None:
+    """The fix for a missing results.json whose directory holds a run's records (a run killed
+    before it wrote its results, or one still going on); None otherwise."""
+    from records.store import MANIFEST_NAME, records_dir  # store builds on this module
+
+    if path.exists() or not (records_dir(path.parent) / MANIFEST_NAME).is_file():
+        return None
+    where = one_line(str(path.parent))
+    return (f"{where} holds the records of a run that wrote no results.json (killed, or still "
+            f"going on): keep what finished with flexconf recover {where}, or finish it with "
+            f"--resume {where} and its options")
 
 
 def write_results(results: RunResults, path: str | Path) -> None:

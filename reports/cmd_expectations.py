@@ -23,7 +23,13 @@ def run(args: argparse.Namespace) -> int:
     from records.files import read_text
     from records.results import load_results
 
+    from records.text import one_line
+    from reports.gate import not_a_whole_finished_run
+
     results = load_results(args.results)
+    problem = not_a_whole_finished_run(results, "update from")
+    if problem:  # a part's failures and passes are not the run's: an entry would be wrong
+        raise ValueError(f"{one_line(args.results)}: {problem}")
     path = Path(args.expectations)
     text = read_text(path, "pass a TOML expectations file (docs/gate.md), or a new path to "
                            "create one") if path.exists() else ""

@@ -127,7 +127,7 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         path = getattr(args, attribute)
         if not path:
             continue
-        problem = output_file_problem(Path(path))
+        problem = output_file_problem(path)
         if problem:
             raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
                              f"write, e.g. {flag} {example}")

@@ -45,8 +45,10 @@ def _recover(report_dir: Path) -> int:
 
     manifest = read_manifest(report_dir)
     if manifest is None:
+        hint = (f"; pass its directory: flexconf recover {report_dir.parent}"
+                if report_dir.is_file() else "; pass the --report-dir of the run")
         raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"
-                         "run.json is missing); pass the --report-dir of the run")
+                         f"run.json is missing){hint}")
     _refuse_a_reported_run(report_dir, manifest)
     merged = merge_records(report_dir, manifest.case_order)
     if merged.environment is None and not merged.records:

@@ -118,7 +118,7 @@ class GateDecision:
         return [f for f in self.findings if f.blocking]
 
 
-def _why_incomplete(run: RunResults) -> str:
+def _why_incomplete(run: RunResults, use: str) -> str:
     """Why a run says complete=false, and the fix: a merge that lacks a shard, or holds an
     interrupted one, or a run that was interrupted."""
     selected = run.selected_count or len(selection_of(run).case_ids or ())
@@ -132,19 +132,36 @@ def _why_incomplete(run: RunResults) -> str:
         if lacking:
             return (f"a merge of shard(s) {', '.join(map(str, merged))} without shard(s) "
                     f"{', '.join(lacking)} ({held}complete=false); merge the missing shard(s) "
-                    "in (flexconf merge) and gate the merged file")
+                    f"in (flexconf merge) and {use} the merged file")
         return (f"a merge one of whose shards was interrupted or lacks cases ({held}"
-                "complete=false); finish that shard with --resume, merge again and gate that")
+                f"complete=false); finish that shard with --resume, merge again and {use} that")
     report_dir = run.options.get("report_dir")
     if not report_dir:
         return (f"the run was interrupted ({held}complete=false); finish it with --resume "
-                "REPORT_DIR, or gate a finished run")
+                f"REPORT_DIR, or {use} a finished run")
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
 
     return (f"the run was interrupted ({held}complete=false); finish it ("
-            f"{resume_command(run, report_dir, matrix_path())}) and gate that, or gate a "
+            f"{resume_command(run, report_dir, matrix_path())}) and {use} that, or {use} a "
             "finished run")
+
+
+def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
+    """Why ``run`` cannot stand for the run it is part of (a compile-only pass, an interrupted
+    run, one shard), and the fix, with ``use`` ("gate", "update from") as what to do with
+    the right file; None when it can. The gate and ``expectations update`` both judge a run
+    by its whole, finished results."""
+    if run.options.get("phase") == "compile":
+        return (f"a compile-only pass (--phase compile) judged no numbers; {use} the run that "
+                "followed it")
+    if not run.complete:
+        return _why_incomplete(run, use)
+    shard = selection_of(run).shard
+    if shard:
+        return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
+                f"merge) and {use} the merged file")
+    return None
 
 
 def check_comparable(baseline: RunResults, candidate: RunResults,
@@ -153,15 +170,9 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
     one case set definition (reports/selection.py: matrix, profile, case modules, case file,
     -k, -m)."""
     for name, run in ((baseline_name, baseline), (candidate_name, candidate)):
-        if run.options.get("phase") == "compile":
-            raise GateInputError(f"{name}: a compile-only pass (--phase compile) judged no "
-                                 "numbers; gate on the run that followed it")
-        if not run.complete:
-            raise GateInputError(f"{name}: {_why_incomplete(run)}")
-        shard = selection_of(run).shard
-        if shard:
-            raise GateInputError(f"{name}: shard {shard} of a run, not the whole run; merge the "
-                                 "shards first (flexconf merge) and gate the merged file")
+        problem = not_a_whole_finished_run(run, "gate")
+        if problem:
+            raise GateInputError(f"{name}: {problem}")
     if baseline.started_at and (baseline.started_at, baseline.environment.get("host")) == \
             (candidate.started_at, candidate.environment.get("host")):
         raise GateInputError(f"{baseline_name} and {candidate_name} are the same run (started "

@@ -164,3 +164,35 @@ def test_ids_with_an_input_scale_part_are_case_ids():
                                'label = "MISMATCH"\nreason = "bf16 overflow at 4x inputs"\n')
     assert expected_label(known, "neuron", scaled)[0] is Label.MISMATCH
     assert expected_label(known, "neuron", case_id()) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"complete": False}, "the run was interrupted (complete=false); finish it with --resume "
+                          "REPORT_DIR, or update from a finished run"),
+    ({"options": {"shard": "2/3"}}, "shard 2/3 of a run, not the whole run; merge the shards "
+                                    "first (flexconf merge) and update from the merged file"),
+    ({"options": {"phase": "compile"}}, "a compile-only pass (--phase compile) judged no "
+                                        "numbers; update from the run that followed it"),
+])
+def test_update_refuses_a_part_of_a_run_as_the_gate_does(tmp_path, capsys, change, says):
+    """A shard dropped a glob entry another shard still fails ("passes now"), and an
+    interrupted run added its cut-off case as an expected CRASH."""
+    from dataclasses import replace
+
+    whole = run([record(A, Label.MISMATCH), record(B)])
+    if "options" in change:
+        change = {"options": {**whole.options, **change["options"]}}
+    part = replace(whole, **change)
+    if part.options.get("shard"):
+        from records.selection import Selection
+
+        part = replace(part, selection=Selection("core", "smoke", (), None, None, "", "", "2/3",
+                                                 (A, B)).to_json())
+    write_results(part, tmp_path / "r.json")
+    path = tmp_path / "known.toml"
+    path.write_text("version = 1\n")
+    assert main(["expectations", "update", str(tmp_path / "r.json"),
+                 "--expectations", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf expectations: error: {tmp_path / 'r.json'}: {says}"]
+    assert path.read_text() == "version = 1\n"

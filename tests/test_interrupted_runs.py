@@ -216,8 +216,8 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     without = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or causal",
                               "--expectations", str(known), "--resume", str(tmp_path / "report")))
     assert without.returncode == 4
-    assert (f"the run had expectations None, this one '{known}'; resume with the run's own "
-            "options") in without.stderr
+    assert (f"the run had expectations none (not given), this one '{known}'; resume with the "
+            "run's own options") in without.stderr
 
     # Its cases judged by another version of the oracle: one results file would hold two.
     from reference.golden import REFERENCE_VERSION

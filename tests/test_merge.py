@@ -288,3 +288,74 @@ def test_the_expectations_digest_is_read_once_at_the_start(tmp_path):
     assert digest == hashlib.sha256(known.read_bytes()).hexdigest()
     known.unlink()
     assert lifecycle._expectations_sha256() == digest
+
+
+def test_a_part_of_a_run_that_did_not_finish_makes_the_merge_exit_1_naming_it(tmp_path, capsys):
+    """Merged with every case present, an interrupted part (complete: false) exited 0 with no
+    word, and the gate then refused the merge without naming the part."""
+    parts = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2)]
+    cut = tmp_path / "part3" / "results.json"
+    write_results(replace(shard_run(3), complete=False), cut)
+    out = tmp_path / "merged" / "results.json"
+    assert main(["merge", *parts, str(cut), "-o", str(out)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"incomplete: {cut} holds the results of a run that did not finish (complete: false); "
+        f"finish it with --resume {cut.parent} and its options, then merge again"]
+    merged = load_results(out)
+    assert not merged.complete and len(merged.records) == merged.selected_count == len(CASES)
+
+
+def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_path, capsys):
+    """-o DIR/results.json of another run's report directory overwrote its results, leaving
+    its index.html beside the merge; -o DIR/ wrote a file named DIR."""
+    parts = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2, 3)]
+    other = tmp_path / "other"
+    (other / "records").mkdir(parents=True)
+    (other / "records" / "run.json").write_text("{}")
+    write_results(replace(shard_run(1), options={**shard_run(1).options, "shard": None}),
+                  other / "results.json")
+    before = (other / "results.json").read_bytes()
+    assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf merge: error: -o {other / 'results.json'}: it lies in the report directory "
+        f"of a run ({other}), which the merge would overwrite; give the merge a path of its "
+        "own, e.g. -o merged/results.json"]
+    (other / "records" / "run.json").unlink()  # a run's results.json, wherever it lies
+    assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
+    assert "it is the results.json of a run, not of a merge" in capsys.readouterr().err
+    assert (other / "results.json").read_bytes() == before
+    again = tmp_path / "m" / "results.json"
+    assert main(["merge", *parts, "-o", str(again)]) == 0
+    assert main(["merge", *parts, "-o", str(again)]) == 0  # an earlier merge's: replaced
+    capsys.readouterr()
+    assert main(["merge", *parts, "-o", str(tmp_path / "mdir") + "/"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf merge: error: -o {tmp_path / 'mdir'}/: it ends in a slash, so it names a "
+        "directory, not a file; give a path this user can write, e.g. -o results.json"]
+    assert not (tmp_path / "mdir").exists()
+    whole = write(tmp_path, "whole.json", replace(shard_run(1), options={
+        **shard_run(1).options, "shard": None}, selection=None))
+    assert main(["gate", "--baseline", whole, "--candidate", whole, "--json",
+                 str(tmp_path / "gdir") + "/"]) == 2
+    assert "--json " + str(tmp_path / "gdir") + "/: it ends in a slash" in capsys.readouterr().err
+    case = shard_run(1).records[0].case_id
+    assert main(["repro", parts[0], case, "-o", str(tmp_path / "rdir") + "/"]) == 2
+    assert "-o " + str(tmp_path / "rdir") + "/: it ends in a slash" in capsys.readouterr().err
+    assert not (tmp_path / "gdir").exists() and not (tmp_path / "rdir").exists()
+
+
+def test_a_missing_part_whose_directory_holds_a_killed_run_says_recover_or_resume(tmp_path,
+                                                                                  capsys):
+    killed = tmp_path / "k2"
+    (killed / "records").mkdir(parents=True)
+    (killed / "records" / "run.json").write_text("{}")
+    part = write(tmp_path, "s1.json", shard_run(1))
+    assert main(["merge", part, str(killed / "results.json"), "-o", str(tmp_path / "m.json")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf merge: error: {killed / 'results.json'}: no such file; {killed} holds the "
+        "records of a run that wrote no results.json (killed, or still going on): keep what "
+        f"finished with flexconf recover {killed}, or finish it with --resume {killed} and its "
+        "options"]
+    assert main(["recover", str(tmp_path / "s1.json")]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"run.json is missing); pass its directory: flexconf recover {tmp_path}")
