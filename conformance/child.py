@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import math
+import operator
 import os
 import signal
 import statistics
@@ -157,6 +158,7 @@ def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str
     timings["compile_seconds"] = time.perf_counter() - start
     timings["cache_hit"] = _cache_hit(backend)
     timings["compile_breakdown"] = _compile_breakdown(backend, timings["compile_seconds"])
+    timings["compiled_bytes"] = _compiled_bytes(backend)
     if request.compile_only:
         _refuse_fallbacks(backend, Phase.COMPILE)
         return None
@@ -207,6 +209,28 @@ def _cache_hit(backend) -> bool | None:
     print(f"cache_hit() returned {type(hit).__name__} {str(hit)[:80]!r}, not a bool or None: "
           "recorded as unknown", file=sys.stderr)
     return None
+
+
+def _compiled_bytes(backend) -> int | None:
+    """The size of what the compiler made, when the backend says; a non-negative whole number
+    (a numpy or torch integer counts as its value), else unknown: a broken hook must not turn
+    a compiled case into a crash."""
+    try:
+        size = backend.compiled_bytes()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        return None
+    if size is None:
+        return None
+    try:
+        whole = operator.index(size)  # int, numpy and torch integers; not bool, float or text
+    except TypeError:
+        whole = None
+    if isinstance(size, bool) or whole is None or whole < 0:
+        print(f"compiled_bytes() returned {type(size).__name__} {str(size)[:80]!r}, not a "
+              "whole number of bytes: recorded as unknown", file=sys.stderr)
+        return None
+    return int(whole)
 
 
 #: How far the stages a backend reports may sum past the compile phase (clock granularity;

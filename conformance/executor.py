@@ -178,6 +178,7 @@ class Executor:
             run_seconds=_seconds(obs and obs.timings.run_seconds),
             cache_hit=obs.timings.cache_hit if obs else None, metrics=metrics,
             compile_breakdown=_breakdown(obs.timings.compile_breakdown) if obs else None,
+            compiled_bytes=obs.timings.compiled_bytes if obs else None,
             worker=self.worker, started_at=started_at, finished_at=now_iso())
 
 

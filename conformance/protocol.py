@@ -68,6 +68,7 @@ class Timings:
     run_seconds: float | None = None
     cache_hit: bool | None = None
     compile_breakdown: dict[str, float] | None = None
+    compiled_bytes: int | None = None
 
 
 @dataclass(frozen=True)

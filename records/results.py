@@ -31,7 +31,8 @@ class Record:
     ``run_seconds`` the median of the timed calls after it. ``cache_hit`` is None when the
     backend cannot tell. ``metrics`` are the verdict's numbers (reference/verdict.py).
     ``compile_breakdown`` splits the compile phase by stage (stage name to seconds, the
-    remainder as ``other``) when the backend's compiler reports its stages. ``artifacts`` is
+    remainder as ``other``) when the backend's compiler reports its stages; ``compiled_bytes``
+    the size of what it made (the NEFF on Neuron), when it says. ``artifacts`` is
     the directory, relative to the report directory, holding the case's compile artefacts
     (kept for failed cases, or for all with ``--keep-artifacts``). ``performance``: the mask's
     density and block density, the visible pairs, the flops of one call on them and the
@@ -50,6 +51,7 @@ class Record:
     cache_hit: bool | None = None
     metrics: dict[str, Any] | None = None
     compile_breakdown: dict[str, float] | None = None
+    compiled_bytes: int | None = None
     artifacts: str | None = None
     #: the case's work and speed (PERFORMANCE_KEYS), for cases that ran their timed calls
     performance: dict[str, float] | None = None

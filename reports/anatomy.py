@@ -72,5 +72,6 @@ def build_anatomy(records: tuple[Record, ...] | list[Record]) -> Anatomy:
         segments = [Segment(css[name], round(100.0 * stages[name] / scale, 2), name, stages[name])
                     for name in names if stages.get(name)]
         anatomy.rows.append(AnatomyRow(record.case_id, sum(stages.values()), segments,
-                                       breakdown_text(stages), record.cache_hit is True))
+                                       breakdown_text(stages, record.compiled_bytes),
+                                       record.cache_hit is True))
     return anatomy

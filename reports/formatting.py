@@ -37,14 +37,28 @@ ENVIRONMENT_ORDER = (
 )
 
 
-def breakdown_text(stages: dict[str, float] | None) -> str:
+def breakdown_text(stages: dict[str, float] | None, compiled_bytes: int | None = None) -> str:
     """``neuronx-cc 41.2 · stablehlo_lowering 3.10 · other 0.52`` (seconds, largest stage
-    first, the remainder last); empty when the compiler reported no stages."""
-    if not stages:
-        return ""
-    named = sorted((k for k in stages if k != "other"), key=lambda k: -stages[k])
-    order = named + (["other"] if "other" in stages else [])
-    return " · ".join(f"{name} {fmt_seconds(stages[name])}" for name in order)
+    first, the remainder last), then ``· made 1.4 MiB`` when the backend said how large its
+    compiled code is; empty when the compiler reported neither."""
+    parts = []
+    if stages:
+        named = sorted((k for k in stages if k != "other"), key=lambda k: -stages[k])
+        order = named + (["other"] if "other" in stages else [])
+        parts = [f"{name} {fmt_seconds(stages[name])}" for name in order]
+    if compiled_bytes is not None:
+        parts.append(f"made {fmt_bytes(compiled_bytes)}")
+    return " · ".join(parts)
+
+
+def fmt_bytes(size: int) -> str:
+    """``812 B``, ``3.4 KiB``, ``1.4 MiB``, ``2.1 GiB``."""
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def fmt_seconds(seconds: float | None) -> str:

@@ -107,12 +107,16 @@ class _Reports(CpuEager):
     compiled = True
     hit = None
     stages = None
+    size = None
 
     def cache_hit(self):
         return self.hit
 
     def compile_breakdown(self):
         return self.stages
+
+    def compiled_bytes(self):
+        return self.size
 
 
 class NumpyCacheHit(_Reports):  # what a comparison of numpy counters gives
@@ -153,6 +157,31 @@ class NotANumberStage(_Reports):
 class StagesPastThePhase(_Reports):
     name = "test-stages-past-the-phase"
     stages = {"zapcc": 100.0}
+
+
+class NumpySize(_Reports):
+    name = "test-numpy-size"
+
+    @property
+    def size(self):
+        import numpy as np
+
+        return np.int64(4096)
+
+
+class TextSize(_Reports):
+    name = "test-text-size"
+    size = "4 KiB"
+
+
+class NegativeSize(_Reports):
+    name = "test-negative-size"
+    size = -1
+
+
+class BoolSize(_Reports):
+    name = "test-bool-size"
+    size = True
 
 
 class PrepareLog(CpuEager):

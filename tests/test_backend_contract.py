@@ -84,12 +84,14 @@ def test_a_differentiable_output_keeps_the_backward_contract():
                      torch.float32, "cpu")
 
 
-@pytest.mark.parametrize("backend, cache_hit", [
-    ("NumpyCacheHit", True), ("TensorCacheHit", False), ("IntCacheHit", None),
-    ("TextStages", None), ("NotANumberStage", None), ("StagesPastThePhase", None),
+@pytest.mark.parametrize("backend, cache_hit, size", [
+    ("NumpyCacheHit", True, None), ("TensorCacheHit", False, None), ("IntCacheHit", None, None),
+    ("TextStages", None, None), ("NotANumberStage", None, None),
+    ("StagesPastThePhase", None, None), ("NumpySize", None, 4096), ("TextSize", None, None),
+    ("NegativeSize", None, None), ("BoolSize", None, None),
 ])
 def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path, backend,
-                                                                       cache_hit):
+                                                                       cache_hit, size):
     """A numpy bool from cache_hit() was a CRASH (the child could not write it), an int was
     written into a results.json that the suite's own reader then refused, and stages given
     as text were a CRASH; stages summing past the compile phase were kept, with other = 0."""
@@ -102,10 +104,12 @@ def test_what_a_backend_reports_about_its_compile_never_costs_the_case(tmp_path,
     assert record.label is Label.PASS, record.message
     assert record.cache_hit is cache_hit
     assert record.compile_breakdown is None
+    assert record.compiled_bytes == size and type(record.compiled_bytes) is type(size)
     options = {"backend": backend, "profile": "smoke", "seed": 0}
     write_results(RunResults({"backend": backend}, options, (record,), "0.1.0"),
                   tmp_path / "results.json")
-    assert load_results(tmp_path / "results.json").records[0].cache_hit is cache_hit
+    loaded = load_results(tmp_path / "results.json").records[0]
+    assert loaded.cache_hit is cache_hit and loaded.compiled_bytes == size
 
 
 def test_torchs_out_of_memory_error_is_out_of_memory_whatever_its_text():

@@ -401,6 +401,8 @@ def test_the_compile_phase_waits_for_the_async_compile_and_is_split_by_stage(sta
     assert record.label is Label.PASS, record.message
     stages = record.compile_breakdown
     assert set(stages) == {"fx_passes", "stablehlo_lowering", "neuronx-cc", "other"}
+    # the stand-in's NEFF is "NEFF stand-in <20-digit key>": its size, from the cache entry
+    assert record.compiled_bytes == len("NEFF stand-in ") + 20
     assert stages["neuronx-cc"] >= 0.4
     assert record.compile_seconds >= stages["neuronx-cc"]  # synchronize ran inside the phase
     assert sum(stages.values()) == pytest.approx(record.compile_seconds, abs=1e-5)

@@ -195,3 +195,26 @@ def test_cache_hit_counts_the_cases_graph_not_setups_eager_kernels(monkeypatch):
     assert backend.cache_hit() is False
     stats["cache_hits"] += 1
     assert backend.cache_hit() is True
+
+
+def test_compiled_bytes_sums_the_cases_neffs_and_is_unknown_when_one_is_not_found(monkeypatch):
+    """[SRC] each graph's metrics carry its cache key (graph_id), and the cache entries each
+    key's neff_size_bytes: the case's size is the sum over its graphs, never a guess."""
+    from types import SimpleNamespace
+
+    from conformance.backends import neuron
+
+    graphs = [SimpleNamespace(graph_id="aa11"), SimpleNamespace(graph_id="bb22")]
+    entries = [{"cache_key": "aa11", "neff_size_bytes": 1000},
+               {"cache_key": "bb22", "neff_size_bytes": 24},
+               {"cache_key": "cc33", "neff_size_bytes": 7}]  # another case's, still cached
+    fake = SimpleNamespace(get_dynamo_metrics=lambda: list(graphs),
+                           _C=SimpleNamespace(_get_compilation_cache_entries=lambda: entries))
+    monkeypatch.setattr(neuron, "_import_torch_neuronx", lambda: fake)
+    assert Neuron().compiled_bytes() == 1024
+    graphs.append(SimpleNamespace(graph_id="dd44"))  # evicted, or never cached
+    assert Neuron().compiled_bytes() is None
+    graphs.clear()  # nothing compiled in this case
+    assert Neuron().compiled_bytes() is None
+    fake._C = SimpleNamespace()  # a release without the private API
+    assert Neuron().compiled_bytes() is None

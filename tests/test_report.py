@@ -292,7 +292,8 @@ def test_reports_never_import_torch():
 def test_failure_rows_link_artifacts_and_show_compile_stages(tmp_path):
     stages = {"neuronx-cc": 41.25, "stablehlo_lowering": 3.1, "fx_passes": 0.2, "other": 0.5}
     failed = replace(record(case_id("alibi"), Label.COMPILE_ERROR, message="neuronx-cc failed"),
-                     compile_breakdown=stages, artifacts="artifacts/alibi__b1-9f00ba4")
+                     compile_breakdown=stages, artifacts="artifacts/alibi__b1-9f00ba4",
+                     compiled_bytes=3 * 1024 * 1024 // 2)
     doctored = replace(record(case_id("causal"), Label.COMPILE_TIMEOUT),
                        artifacts="javascript:alert(1)")  # from a doctored results file
     passed = replace(record(case_id("full")), compile_breakdown={"neuronx-cc": 2.0, "other": 0.1})
@@ -300,7 +301,8 @@ def test_failure_rows_link_artifacts_and_show_compile_stages(tmp_path):
     page = Page((tmp_path / "index.html").read_text())
     assert page.find("a", class_="artifacts") == [{"class": "artifacts",
                                                    "href": "artifacts/alibi__b1-9f00ba4/"}]
-    assert "neuronx-cc 41.2 · stablehlo_lowering 3.10 · fx_passes 0.20 · other 0.50" in page.texts
+    assert ("neuronx-cc 41.2 · stablehlo_lowering 3.10 · fx_passes 0.20 · other 0.50 · made "
+            "1.5 MiB") in page.texts
     assert "neuronx-cc 2.00 · other 0.10" in "".join(page.texts)  # every case, in the table
 
 

@@ -203,6 +203,12 @@ class Backend:
         remainder of the compile phase as ``other``."""
         return None
 
+    def compiled_bytes(self) -> int | None:
+        """In the child, after the first call: the size in bytes of what the compiler made for
+        the case (the NEFF on Neuron), as the backend's own compiler reports it; None when it
+        does not say."""
+        return None
+
     def fallback_ops(self) -> list[str]:
         """In the child, after the timed runs: operations of the case that ran on the host
         instead of the device. Any makes the case COMPILE_ERROR: a computation that fell

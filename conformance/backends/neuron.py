@@ -129,6 +129,10 @@ class Neuron(Backend):
             "compile_breakdown_source": ("torch_neuronx.get_dynamo_metrics()"
                                          if apis.get("get_dynamo_metrics") else
                                          "none: get_dynamo_metrics is absent"),
+            "compiled_bytes_source": (
+                "torch_neuronx._C._get_compilation_cache_entries (neff_size_bytes; a private "
+                "API)" if apis.get("cache_entries") else
+                "none: the cache entries API is absent, NEFF sizes are unknown"),
             "fallback_ops_check": ("torch_neuronx.get_fallback_ops()"
                                    if apis.get("get_fallback_ops") else
                                    "none: get_fallback_ops is absent, fallbacks cannot be seen"),
@@ -247,6 +251,23 @@ class Neuron(Backend):
             return None
         return {stage: sum(float(getattr(g, field, 0) or 0) for g in graphs) / 1e6
                 for stage, field in STAGES.items()}
+
+    def compiled_bytes(self) -> int | None:
+        """The NEFFs of the case's graphs: [SRC] a graph's metrics carry its cache key
+        (``graph_id``, metrics.py) and ``_C._get_compilation_cache_entries()`` each cached
+        graph's ``neff_size_bytes`` (NeuronBindings.cpp, a private API); None unless every
+        graph of the case is found."""
+        torch_neuronx = _import_torch_neuronx()
+        metrics = getattr(torch_neuronx, "get_dynamo_metrics", None)
+        entries = getattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_entries",
+                          None)
+        if metrics is None or entries is None:
+            return None
+        keys = {getattr(graph, "graph_id", None) for graph in metrics()}  # reset per case
+        sizes = {entry.get("cache_key"): entry.get("neff_size_bytes") for entry in entries()}
+        if not keys or not keys <= sizes.keys():
+            return None
+        return sum(int(sizes[key]) for key in keys)
 
     def fallback_ops(self) -> list[str]:
         ops = getattr(_import_torch_neuronx(), "get_fallback_ops", None)

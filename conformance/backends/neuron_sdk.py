@@ -90,6 +90,8 @@ try:
         "cache_stats": hasattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_stats"),
         "clear_memory_cache": hasattr(getattr(torch_neuronx, "_C", None),
                                       "_clear_compilation_memory_cache"),
+        "cache_entries": hasattr(getattr(torch_neuronx, "_C", None),
+                                 "_get_compilation_cache_entries"),
         "torch.neuron.synchronize": hasattr(getattr(torch, "neuron", None), "synchronize"),
     }
     # [SRC] torch_neuronx.device_count(): "the number of Neuron devices (Virtual Neuron Cores)
