@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_a_runs_own_results(args.output)
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)
+    unfinished = {source: run for source, run in runs if source in merged.incomplete}
     write_results(merged.results, args.output)
     results = merged.results
     counts: dict[str, int] = {}
@@ -59,11 +60,10 @@ def run(args: argparse.Namespace) -> int:
     if merged.missing_shards:
         print(f"missing: shard {', '.join(merged.missing_shards)} is in no file given",
               file=sys.stderr)
-    for source in merged.incomplete:
-        where = one_line(str(Path(source).parent))
+    for source, part in unfinished.items():
         print(f"incomplete: {one_line(source)} holds the results of a run that did not finish "
-              f"(complete: false); finish it with --resume {where} and its options, then merge "
-              "again", file=sys.stderr)
+              f"(complete: false); finish it ({_resume_hint(part)}), then merge again",
+              file=sys.stderr)
     if merged.missing:
         print(f"missing: {len(merged.missing)} cases of {merged.expected_from} are in no file:",
               file=sys.stderr)
@@ -90,6 +90,18 @@ def _refuse_repeated_paths(inputs: list[str], output: str) -> None:
                          "merge would overwrite; give another path, e.g. -o merged/results.json")
 
 
+def _resume_hint(part) -> str:
+    """The command that finishes the part where it ran (its recorded report directory), or
+    the flag to use when the file does not say where that was."""
+    from conformance.run_info import matrix_path
+    from reports.summary import resume_command
+
+    report_dir = part.options.get("report_dir")
+    if not report_dir:
+        return "--resume with its report directory and its options"
+    return resume_command(part, report_dir, matrix_path())
+
+
 def _refuse_a_runs_own_results(output: str) -> None:
     """An -o that is a run's own results.json (not an earlier merge's), or lies in a run's
     report directory: overwritten, that run's results would be gone and its index.html and
@@ -100,13 +112,13 @@ def _refuse_a_runs_own_results(output: str) -> None:
     from records.text import one_line
 
     path = Path(output)
-    if not path.exists():
-        return
-    if (records_dir(path.parent) / MANIFEST_NAME).is_file():
+    if (records_dir(path.parent) / MANIFEST_NAME).is_file():  # even a killed run's, without one
         whose = f"it lies in the report directory of a run ({one_line(str(path.parent))})"
+    elif not path.exists():
+        return
     else:
         try:
-            merged_before = bool(load_results(path).options.get("merged_shards"))
+            merged_before = "merged_shards" in load_results(path).options
         except UserFileError:
             return  # not results at all, or torn: nothing of a run's to lose
         if merged_before:

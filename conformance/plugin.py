@@ -362,7 +362,8 @@ class ConformanceSession(RunLifecycle):
     # -- worker ---------------------------------------------------------------------------
     def runner(self):
         if self._runner is None:
-            self._runner = _build_runner(self.options, getattr(self.config, "workerinput", None))
+            self._runner = _build_runner(self.options, getattr(self.config, "workerinput", None),
+                                         self.selected)
         return self._runner
 
     def close_runner(self) -> None:
@@ -371,10 +372,11 @@ class ConformanceSession(RunLifecycle):
             self._runner = None
 
 
-def _build_runner(options: opts.RunOptions, workerinput: dict | None):
+def _build_runner(options: opts.RunOptions, workerinput: dict | None,
+                  selection: list[str] | None = None):
     from conformance.runner import Runner
 
-    return Runner(options, workerinput)
+    return Runner(options, workerinput, selection)
 
 
 def _select_cases(options: opts.RunOptions) -> list:

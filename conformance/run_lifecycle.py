@@ -37,6 +37,8 @@ class RunLifecycle:
         flag = "--resume" if self.options.resume else "--report-dir"
         _check_writable(report_dir, flag)
         started_at = now_iso()
+        if not self.options.resume:  # before the lock: nothing may be left in a folder refused
+            _refuse_to_clear_foreign_files(report_dir)
         self._hold_run_lock(flag, started_at)
         last_run = report_dir / "results.json"
         if not last_run.exists():  # a run stopped before its first case set it aside there
@@ -49,7 +51,6 @@ class RunLifecycle:
             return
         self._started_at = started_at
         _refuse_to_clear_an_unreported_run(report_dir)
-        _refuse_to_clear_foreign_folders(report_dir)
         # no earlier run's results may look like this one's, even if it is killed at once;
         # the store is cleared in begin_fresh_run, undone in restore_unselected_run
         self._set_aside = set_aside_results(report_dir)
@@ -68,9 +69,11 @@ class RunLifecycle:
         self._fresh_run_pending = False
         report_dir = self.options.report_dir
         forget_superseded(report_dir)
-        clear_records(report_dir)
         clear_outputs(report_dir)
         clear_artifacts(report_dir)  # no link may lead to an earlier run's files
+        # the store last and the manifest at once: stopped anywhere in between, the folders
+        # left are a run's (its manifest), or empty, never a run's files without their manifest
+        clear_records(report_dir)
         self._write_manifest()
 
     def keep_empty_run_results(self) -> None:
@@ -189,13 +192,27 @@ class RunLifecycle:
         chosen = self._expected | self._previously_selected()
         order = [c.id for c in self.cases()]
         selected = [cid for cid in order if cid in chosen] or None
+        if self._resumes_known_cases():  # as the run was started: a resume never rewrites it
+            selection = self._manifest.selection
+        else:  # under xdist its case_ids are known only at the end (finish_run writes them)
+            selection = self._whole_run_selection(self.selected)
         write_manifest(self.options.report_dir, RunManifest(
             self._started_at, suite_version(), self._recorded_options(), order, selected,
-            self._whole_run_selection(self._whole_run_ids(selected))))
+            selection))
 
     def _resumes_known_cases(self) -> bool:
         """Whether this command resumes a run that knew its cases (then it runs only those)."""
         return self.resumed_selection() is not None
+
+    def recorded_whole_run_ids(self) -> list[str] | None:
+        """The resumed run's case ids before sharding, as it recorded them: in its manifest,
+        or (a run under xdist killed before its end) in its workers' store files."""
+        from records.store import recorded_selection
+
+        recorded = (self._manifest.selection or {}).get("case_ids")
+        if recorded is not None:
+            return list(recorded)
+        return recorded_selection(self.options.report_dir)
 
     def _whole_run_ids(self, run_ids: list[str] | None) -> list[str] | None:
         """The ids the whole run selected before sharding (the selection block's case_ids):
@@ -205,9 +222,11 @@ class RunLifecycle:
         from this command's selection."""
         if not self._resumes_known_cases():
             return self.selected
-        recorded = (self._manifest.selection or {}).get("case_ids")
+        recorded = self.recorded_whole_run_ids()
         if recorded is not None:
-            return list(recorded)
+            return recorded
+        if self.selected is None:  # under xdist, before the workers said: unknown, not guessed
+            return None
         shard = self.shard_ids()
         chosen = set(run_ids or ()) | {cid for cid in self.selected or ()
                                        if shard is not None and cid not in shard}
@@ -251,6 +270,8 @@ class RunLifecycle:
             self.summary_lines.extend(
                 _outside_resumed_run(self.selected, self.shard_ids(), expected))
         selection = self._whole_run_selection(self._whole_run_ids(in_order))
+        if not self._resumes_known_cases() and self.selected is not None:
+            self._write_manifest()  # its case ids, known now under xdist: a resume keeps them
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
                             selected_count=len(expected) or None, selection=selection)
@@ -393,26 +414,34 @@ def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
         "options, or give this run another --report-dir")
 
 
-def _refuse_to_clear_foreign_folders(report_dir: Path) -> None:
-    """UsageError, one line, before anything is moved, when ``report_dir`` holds a records/,
-    outputs/ or artifacts/ with something in it and no run's manifest (records/run.json): a
-    new run replaces those folders whole, and these are not a run's (a --report-dir of a
-    source tree, or of a folder of the user's own)."""
+def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
+    """UsageError, one line, before anything is moved or locked, when ``report_dir`` holds
+    what a run would replace or move away and no run wrote: a records/, outputs/ or
+    artifacts/ with something in it and no run's manifest (records/run.json; a source tree,
+    a folder of the user's own, or an older suite's run), or a results.json, index.html or
+    summary.md beside no results file of this suite (moved into previous/, it is dropped by
+    the run after)."""
     from conformance.artifacts import ARTIFACTS_DIRNAME
     from conformance.kept_outputs import OUTPUTS_DIR
-    from records.store import MANIFEST_NAME, RECORDS_DIR
+    from records.store import MANIFEST_NAME, RECORDS_DIR, foreign_result_file
     from records.text import one_line
 
     if (report_dir / RECORDS_DIR / MANIFEST_NAME).is_file():
-        return
+        return  # a run's directory: what is in it is a run's
+    where = f"--report-dir {one_line(str(report_dir))}"
+    fix = "give this run another --report-dir (e.g. reports/latest), or move it away"
     for name in (RECORDS_DIR, OUTPUTS_DIR, ARTIFACTS_DIRNAME):
         folder = report_dir / name
         if folder.is_symlink() or folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
             raise pytest.UsageError(
-                f"--report-dir {one_line(str(report_dir))}: it holds a {name}/ that no run of "
-                f"this suite wrote (there is no {RECORDS_DIR}/{MANIFEST_NAME}), and a run "
-                f"replaces its {name}/ whole; give this run another --report-dir (e.g. "
-                f"reports/latest), or move {name}/ away")
+                f"{where}: it holds {name}/ with no {RECORDS_DIR}/{MANIFEST_NAME} (not a run's, "
+                f"or an older suite's), and a run replaces {name}/ whole; {fix}")
+    stray = foreign_result_file(report_dir)
+    if stray is not None:
+        raise pytest.UsageError(
+            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))}, which is not a "
+            f"run's (no results file of this suite beside it), and a run moves it into "
+            f"previous/ and the run after drops it; {fix}")
 
 
 def _check_writable(report_dir: Path, flag: str) -> None:

@@ -70,7 +70,8 @@ def claim_slot(directory: Path, preferred: WorkerSlot) -> tuple[WorkerSlot, obje
 
 
 class Runner:
-    def __init__(self, options: RunOptions, workerinput: dict | None = None):
+    def __init__(self, options: RunOptions, workerinput: dict | None = None,
+                 selection: list[str] | None = None):
         import torch
 
         from conformance.backends.registry import resolve_backend
@@ -103,6 +104,8 @@ class Runner:
         self.expectations = load_expectations(options.expectations)
         self.writer = RecordWriter(options.report_dir, self.worker)
         self.writer.environment(run_environment(backend, self.slot.count))
+        if workerinput and selection is not None and options.resume is None:
+            self.writer.selection(selection)  # the controller learns it only at the end
         self.executor = Executor(
             backend, spec, self.slot, settings,
             ReferenceCache(options.reference_cache, options.reference_cache_size),

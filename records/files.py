@@ -75,16 +75,31 @@ def directory_problem(directory: Path, make: bool = True) -> str | None:
     return None
 
 
+def _makeable_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot be written into, or made by this user, without making it."""
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if existing == directory:
+        return directory_problem(directory, make=False)
+    if not existing.is_dir():
+        return f"{one_line(str(existing))} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"it cannot be made ({one_line(str(existing))} is not writable)"
+    return None
+
+
 def output_file_problem(given: str | Path) -> str | None:
-    """Why a command cannot write the file ``given`` (its directory made when missing), as the
-    words after its name in a one-line error; None when it can. Give the path as typed: one
-    that ends in a slash names a directory (Path drops the slash)."""
+    """Why a command cannot write the file ``given`` (its missing directories made when it
+    writes), as the words after its name in a one-line error; None when it can. Nothing is
+    made here: a command refused later leaves no trace. Give the path as typed: one that ends
+    in a slash names a directory (Path drops the slash)."""
     if isinstance(given, str) and given.endswith(("/", os.sep)):
         return "it ends in a slash, so it names a directory, not a file"
     path = Path(given)
     if path.is_dir():
         return "it is a directory, not a file"
-    problem = directory_problem(path.parent)
+    problem = _makeable_problem(path.parent)
     if problem:
         return f"its directory {one_line(str(path.parent))}: {problem}"
     if path.exists() and not os.access(path, os.W_OK):

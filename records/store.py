@@ -9,6 +9,8 @@ Each pytest worker appends JSON lines to ``<report-dir>/records/<worker>.jsonl``
 fsynced one by one (dEQP's rule: a crash never loses earlier results):
 
     {"event": "environment", "environment": {...}}         once per worker
+    {"event": "selection", "case_ids": [...]}              once per worker of a new run: the
+                                                           whole run's, before sharding
     {"event": "started", "case_id": ..., "case": {...}, "worker": ..., "started_at": ...}
     {"event": "finished", "record": {...Record.to_json()...}}
 
@@ -188,7 +190,7 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     restore_held_empty_run(report_dir)
     superseded = report_dir / SUPERSEDED_DIR
     if resuming is not None and resuming.started_at and \
-            _results_head(report_dir / PREVIOUS_DIR).get("started_at") == resuming.started_at:
+            results_head(report_dir / PREVIOUS_DIR).get("started_at") == resuming.started_at:
         for name in RESULT_FILES:
             (report_dir / PREVIOUS_DIR / name).unlink(missing_ok=True)
             if (superseded / name).exists():
@@ -196,7 +198,7 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     shutil.rmtree(superseded, ignore_errors=True)
     if resuming is not None:  # its results go, and it will record more: none of it is reported
         (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
-    earlier = _results_head(report_dir)
+    earlier = results_head(report_dir)
     if resuming is not None and (earlier.get("records") == 0 or (
             resuming.started_at and earlier.get("started_at") == resuming.started_at)):
         for name in RESULT_FILES:
@@ -261,7 +263,24 @@ def restore_set_aside(report_dir: str | Path, moved: list[Path]) -> None:
         pass
 
 
-def _results_head(report_dir: Path) -> dict[str, Any]:
+def foreign_result_file(report_dir: str | Path) -> Path | None:
+    """The first of ``report_dir``'s results.json, index.html and summary.md when none of them
+    is a results file of this suite (files of the user's own): a run would move them into
+    ``previous/``, and the run after it would drop them. None when there is none."""
+    from records.results import SCHEMA_NAME
+
+    report_dir = Path(report_dir)
+    present = [report_dir / name for name in RESULT_FILES if (report_dir / name).exists()]
+    if not present:
+        return None
+    try:
+        data = json.loads((report_dir / RESULT_FILES[0]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    return None if isinstance(data, dict) and data.get("schema") == SCHEMA_NAME else present[0]
+
+
+def results_head(report_dir: Path) -> dict[str, Any]:
     """``started_at`` and the number of ``records`` of ``report_dir``'s results.json, each
     where it can be read (a partial or corrupt file gives what it can, maybe nothing)."""
     try:
@@ -279,11 +298,11 @@ def _results_head(report_dir: Path) -> dict[str, Any]:
 
 
 def reported_run(report_dir: str | Path, manifest: RunManifest) -> dict[str, Any] | None:
-    """The head of ``report_dir``'s results.json (``_results_head``) when it reports the run of
+    """The head of ``report_dir``'s results.json (``results_head``) when it reports the run of
     ``manifest`` (the same start), else None. The run writes it when it ends, also when a
     signal stops it (``complete: false``, a ``finished_at``); ``flexconf recover`` writes it
     with no ``finished_at``."""
-    head = _results_head(Path(report_dir))
+    head = results_head(Path(report_dir))
     if manifest.started_at and head.get("started_at") == manifest.started_at:
         return head
     return None
@@ -294,7 +313,7 @@ def set_aside_report(report_dir: str | Path, manifest: RunManifest) -> bool:
     stopped before its first case, set that report aside into ``previous/``: nothing to recover
     or resume, its report is ``previous/``'s. (An incomplete one may still be resumed.)"""
     report_dir = Path(report_dir)
-    head = _results_head(report_dir / PREVIOUS_DIR)
+    head = results_head(report_dir / PREVIOUS_DIR)
     return bool(manifest.started_at and head.get("started_at") == manifest.started_at
                 and head.get("complete") is True
                 and (records_dir(report_dir) / REPORTED_NAME).exists())
@@ -336,6 +355,12 @@ class RecordWriter:
     def environment(self, environment: dict[str, Any]) -> None:
         self._write({"event": "environment", "environment": environment})
 
+    def selection(self, case_ids: list[str]) -> None:
+        """The case ids the whole run selected before sharding, as this worker collected
+        them: what a controller under xdist learns only at the end, kept for a resume of a
+        run killed before it."""
+        self._write({"event": "selection", "case_ids": list(case_ids)})
+
     def started(self, case_id: str, case: dict[str, Any], worker: str, started_at: str) -> None:
         """``case_id``: the id the record will have (a fuzzed example's ``fuzz/...``);
         ``case``: the case's JSON spec."""
@@ -371,6 +396,15 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
                     yield json.loads(line)
                 except json.JSONDecodeError:
                     continue
+
+
+def recorded_selection(report_dir: str | Path) -> list[str] | None:
+    """The whole run's case ids as its first worker recorded them (a ``selection`` event);
+    None when no worker did (a run without xdist records them in its manifest)."""
+    for event in read_events(report_dir):
+        if event.get("event") == "selection" and isinstance(event.get("case_ids"), list):
+            return [str(cid) for cid in event["case_ids"]]
+    return None
 
 
 def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:

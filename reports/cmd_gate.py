@@ -136,6 +136,8 @@ def prepare_outputs(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
                              f"would overwrite; give another path, e.g. {flag} {example}")
         written[Path(path).resolve()] = flag
+    for path in written:
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def prepare_confirm_dir(args: argparse.Namespace) -> None:

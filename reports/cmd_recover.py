@@ -38,17 +38,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _recover(report_dir: Path) -> int:
     from records.results import load_results
-    from records.store import merge_records, read_manifest, records_dir, write_run
+    from records.store import merge_records, read_manifest, recorded_selection, write_run
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
 
     manifest = read_manifest(report_dir)
     if manifest is None:
-        hint = (f"; pass its directory: flexconf recover {report_dir.parent}"
-                if report_dir.is_file() else "; pass the --report-dir of the run")
-        raise ValueError(f"{report_dir}: no run's records here ({records_dir(report_dir)}/"
-                         f"run.json is missing){hint}")
+        raise ValueError(_no_records_here(report_dir))
     _refuse_a_reported_run(report_dir, manifest)
     merged = merge_records(report_dir, manifest.case_order)
     if merged.environment is None and not merged.records:
@@ -56,6 +53,8 @@ def _recover(report_dir: Path) -> int:
                          "again (nothing to recover)")
     selected = manifest.selected or manifest.case_order
     selection = manifest.selection  # as started: its case_ids are the run's before sharding
+    if selection is not None and selection.get("case_ids") is None:  # xdist: the workers'
+        selection = {**selection, "case_ids": recorded_selection(report_dir)}
     results = write_run(report_dir, merged, merged.environment or {}, manifest.options,
                         manifest.suite_version, manifest.started_at, "", complete=False,
                         selected_count=len(selected), selection=selection)
@@ -68,18 +67,38 @@ def _recover(report_dir: Path) -> int:
     return 0
 
 
+def _no_records_here(report_dir: Path) -> str:
+    """The one line for a path that holds no run's records: the directory to pass instead
+    when the path is a file of a run's report directory (its results.json, say)."""
+    from records.store import MANIFEST_NAME, records_dir
+
+    if (records_dir(report_dir.parent) / MANIFEST_NAME).is_file() and not report_dir.is_dir():
+        return (f"{report_dir}: not a report directory; its directory holds a run's records: "
+                f"flexconf recover {report_dir.parent}")
+    what = "a file, not a report directory" if report_dir.is_file() else (
+        f"no run's records here ({records_dir(report_dir)}/{MANIFEST_NAME} is missing)")
+    return f"{report_dir}: {what}; pass the --report-dir of the run"
+
+
 def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     """ValueError, one line, when the run wrote its own results (it finished, or a signal
     stopped it): recovering would replace them with an INCOMPLETE rendering of its records.
     What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
     worker recorded after the controller was killed."""
-    from records.store import reported_run, set_aside_report
+    from records.store import results_head, reported_run, set_aside_report
+    from records.text import one_line
 
     if set_aside_report(report_dir, manifest):
         raise ValueError(f"{report_dir}: its records are those of the run reported in "
                          f"{report_dir / 'previous'}/ (a later run stopped before its first "
                          "case and set it aside); nothing to recover: start a new run")
     head = reported_run(report_dir, manifest)
+    other = results_head(report_dir) if head is None else {}
+    if other.get("started_at"):  # another run's results (a merge written there, say)
+        raise ValueError(f"{report_dir}: its results.json reports another run (started "
+                         f"{one_line(other['started_at'])}; the records are of the run started "
+                         f"{one_line(manifest.started_at)}), which recover would overwrite; "
+                         "move that results.json away, then recover")
     if head is None or not head.get("finished_at"):
         return
     if head.get("complete"):

@@ -454,14 +454,22 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert [line for line in refused.stderr.splitlines() if line.strip()] == [
-        f"ERROR: --report-dir {report}: it holds a records/ that no run of this suite wrote "
-        "(there is no records/run.json), and a run replaces its records/ whole; give this run "
-        "another --report-dir (e.g. reports/latest), or move records/ away"]
+        f"ERROR: --report-dir {report}: it holds records/ with no records/run.json (not a "
+        "run's, or an older suite's), and a run replaces records/ whole; give this run another "
+        "--report-dir (e.g. reports/latest), or move it away"]
     assert (report / "records" / "mydata.csv").read_text() == "important\n"
-    assert sorted(p.name for p in report.iterdir()) == [".run.lock", "records"]  # none moved
+    assert sorted(p.name for p in report.iterdir()) == ["records"]  # nothing moved or made
     (report / "records" / "mydata.csv").unlink()  # an empty one is nobody's: it is taken
     (report / "outputs").mkdir()
+    (report / "index.html").write_text("<h1>my team's page</h1>")  # beside no results file
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert (f"ERROR: --report-dir {report}: it holds index.html, which is not a run's (no "
+            "results file of this suite beside it), and a run moves it into previous/ and the "
+            "run after drops it; give this run another --report-dir") in refused.stderr
+    (report / "index.html").unlink()
     done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert (report / "previous" / "index.html").exists()

@@ -178,7 +178,7 @@ def test_an_output_the_gate_cannot_write_is_bad_input_before_judging(tmp_path, c
     for unwritable, problem in ((afile / "g.json",
                                  f"its directory {afile}: it is a file, not a directory"),
                                 (afile / "dir" / "g.json", f"its directory {afile / 'dir'}: "
-                                                           "it cannot be made (Not a directory)")):
+                                                           f"{afile} is a file, not a directory")):
         assert gate(tmp_path, run([record(A)]), run([record(A, Label.MISMATCH)]),
                     "--json", str(unwritable)) == 2
         out, err = capsys.readouterr()

@@ -148,26 +148,32 @@ def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_a
 
 
 @pytest.mark.slow
-def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys):
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys, workers):
     """The resumed shard records the whole run's selection (every shard's cases), as an
     uninterrupted shard does, so flexconf merge takes it; and it names no case as outside.
-    Resumed with a -k of its own shard's cases only, it still records the whole run's."""
+    Resumed with a -k of its own shard's cases only, it still records the whole run's: from
+    the manifest, or under xdist (whose controller learns the selection only at the end) from
+    the workers' store files. A resume never rewrites the manifest's selection."""
     from conformance.cli import main
     from conformance.sharding import assign_shards
 
     part = assign_shards(CASES[:3], 2)
     hung = f"{part[CASES[1].id] + 1}/2"  # the shard of the case that hangs (causal)
     other = f"{2 - part[CASES[1].id]}/2"
-    proc, grandchild = _start_and_wait_for_the_hang(tmp_path, "--shard", hung)
+    proc, grandchild = _start_and_wait_for_the_hang(tmp_path, "--shard", hung, *workers)
     proc.kill()
     proc.communicate(timeout=60)
     if not _wait_gone(grandchild, 0):
         os.kill(grandchild, signal.SIGKILL)
     own = " or ".join(c.id for c in CASES[:3] if part[c.id] == part[CASES[1].id])
+    manifest = (tmp_path / "report" / "records" / "run.json").read_text()
     resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--shard", hung, "-k", own,
-                              "--resume", str(tmp_path / "report")))
+                              *workers, "--resume", str(tmp_path / "report")))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "not part of the interrupted run" not in resumed.stdout
+    after = (tmp_path / "report" / "records" / "run.json").read_text()
+    assert json.loads(after)["selection"] == json.loads(manifest)["selection"]
     (tmp_path / "other").mkdir()
     second = run(pytest_args(tmp_path / "other", BACKEND, CASES[:3], "--shard", other))
     assert second.returncode == 0, second.stdout[-3000:]

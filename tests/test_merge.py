@@ -294,13 +294,16 @@ def test_a_part_of_a_run_that_did_not_finish_makes_the_merge_exit_1_naming_it(tm
     """Merged with every case present, an interrupted part (complete: false) exited 0 with no
     word, and the gate then refused the merge without naming the part."""
     parts = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2)]
-    cut = tmp_path / "part3" / "results.json"
-    write_results(replace(shard_run(3), complete=False), cut)
+    cut = tmp_path / "copied" / "shard-3.json"  # a copy, away from where the part ran
+    third = shard_run(3)
+    write_results(replace(third, complete=False, options={
+        **third.options, "report_dir": "/runs/part3", "matrix_path": "conformance/"}), cut)
     out = tmp_path / "merged" / "results.json"
     assert main(["merge", *parts, str(cut), "-o", str(out)]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        f"incomplete: {cut} holds the results of a run that did not finish (complete: false); "
-        f"finish it with --resume {cut.parent} and its options, then merge again"]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"incomplete: {cut} holds the results of a run that did not finish "
+                           "(complete: false); finish it (pytest conformance/ --backend ")
+    assert line.endswith(" --shard 3/3 --resume /runs/part3), then merge again")
     merged = load_results(out)
     assert not merged.complete and len(merged.records) == merged.selected_count == len(CASES)
 
@@ -327,6 +330,18 @@ def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_
     again = tmp_path / "m" / "results.json"
     assert main(["merge", *parts, "-o", str(again)]) == 0
     assert main(["merge", *parts, "-o", str(again)]) == 0  # an earlier merge's: replaced
+    whole = write(tmp_path, "w.json", replace(shard_run(1), options={**shard_run(1).options,
+                                                                    "shard": None}))
+    assert main(["merge", whole, "-o", str(tmp_path / "mw.json")]) in (0, 1)
+    assert main(["merge", whole, "-o", str(tmp_path / "mw.json")]) in (0, 1)  # unsharded too
+    killed = tmp_path / "killed"  # a killed run's directory: no results.json yet
+    (killed / "records").mkdir(parents=True)
+    (killed / "records" / "run.json").write_text("{}")
+    assert main(["merge", *parts, "-o", str(killed / "results.json")]) == 2
+    assert not (killed / "results.json").exists()
+    assert main(["merge", *parts, str(tmp_path / "missing.json"),
+                 "-o", str(tmp_path / "new" / "deep" / "results.json")]) == 2  # nothing made
+    assert not (tmp_path / "new").exists()
     capsys.readouterr()
     assert main(["merge", *parts, "-o", str(tmp_path / "mdir") + "/"]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -358,4 +373,31 @@ def test_a_missing_part_whose_directory_holds_a_killed_run_says_recover_or_resum
         "options"]
     assert main(["recover", str(tmp_path / "s1.json")]) == 2
     assert capsys.readouterr().err.rstrip().endswith(
-        f"run.json is missing); pass its directory: flexconf recover {tmp_path}")
+        f"{tmp_path / 's1.json'}: a file, not a report directory; pass the --report-dir of the "
+        "run")
+    assert main(["recover", str(killed / "results.json")]) == 2  # missing, in a run's directory
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"{killed / 'results.json'}: not a report directory; its directory holds a run's "
+        f"records: flexconf recover {killed}")
+
+
+def test_recover_refuses_to_overwrite_another_runs_results_in_the_directory(tmp_path, capsys):
+    """A merge written into a killed run's directory was overwritten by flexconf recover
+    without a word."""
+    from records.store import RecordWriter, RunManifest, write_manifest
+
+    killed = tmp_path / "k2"
+    write_manifest(killed, RunManifest("2026-01-01T09:00:00+00:00", "0.1.0",
+                                       dict(shard_run(2).options), [c.id for c in CASES]))
+    writer = RecordWriter(killed, "gw0")
+    writer.environment(dict(ENV))
+    writer.close()
+    merge = shard_run(1)  # another run's results, there
+    write_results(merge, killed / "results.json")
+    before = (killed / "results.json").read_bytes()
+    assert main(["recover", str(killed)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf recover: error: {killed}: its results.json reports another run (started "
+        f"{merge.started_at}; the records are of the run started 2026-01-01T09:00:00+00:00), "
+        "which recover would overwrite; move that results.json away, then recover"]
+    assert (killed / "results.json").read_bytes() == before
