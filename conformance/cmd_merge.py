@@ -61,9 +61,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"missing: shard {', '.join(merged.missing_shards)} is in no file given",
               file=sys.stderr)
     for source, part in unfinished.items():
-        print(f"incomplete: {one_line(source)} holds the results of a run that did not finish "
-              f"(complete: false); finish it ({_resume_hint(part)}), then merge again",
-              file=sys.stderr)
+        if "merged_shards" in part.options:  # a merge: its parts are what can be finished
+            print(f"incomplete: {one_line(source)} is a merge of parts not all finished "
+                  "(complete: false); finish those with --resume and merge the parts again",
+                  file=sys.stderr)
+        else:
+            print(f"incomplete: {one_line(source)} holds the results of a run that did not "
+                  f"finish (complete: false); finish it ({_resume_hint(part)}), then merge "
+                  "again", file=sys.stderr)
     if merged.missing:
         print(f"missing: {len(merged.missing)} cases of {merged.expected_from} are in no file:",
               file=sys.stderr)
@@ -113,7 +118,8 @@ def _refuse_a_runs_own_results(output: str) -> None:
 
     path = Path(output)
     if (records_dir(path.parent) / MANIFEST_NAME).is_file():  # even a killed run's, without one
-        whose = f"it lies in the report directory of a run ({one_line(str(path.parent))})"
+        whose = (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
+                 "whose results.json it would be")
     elif not path.exists():
         return
     else:
@@ -123,9 +129,9 @@ def _refuse_a_runs_own_results(output: str) -> None:
             return  # not results at all, or torn: nothing of a run's to lose
         if merged_before:
             return  # an earlier merge's: merging again replaces it
-        whose = "it is the results.json of a run, not of a merge"
-    raise ValueError(f"-o {one_line(output)}: {whose}, which the merge would overwrite; "
-                     "give the merge a path of its own, e.g. -o merged/results.json")
+        whose = "it is the results.json of a run, not of a merge, which the merge would overwrite"
+    raise ValueError(f"-o {one_line(output)}: {whose}; give the merge a path of its own, e.g. "
+                     "-o merged/results.json")
 
 
 def _more(total: int) -> None:

@@ -191,14 +191,25 @@ class RunLifecycle:
 
         chosen = self._expected | self._previously_selected()
         order = [c.id for c in self.cases()]
-        selected = [cid for cid in order if cid in chosen] or None
+        # known once collected: none of the matrix (a fuzz-only run) is [], not unknown
+        selected = [cid for cid in order if cid in chosen] if chosen or self._fuzzing else None
         if self._resumes_known_cases():  # as the run was started: a resume never rewrites it
             selection = self._manifest.selection
         else:  # under xdist its case_ids are known only at the end (finish_run writes them)
-            selection = self._whole_run_selection(self.selected)
+            selection = self._whole_run_selection(self._fresh_whole_run_ids())
         write_manifest(self.options.report_dir, RunManifest(
             self._started_at, suite_version(), self._recorded_options(), order, selected,
             selection))
+
+    def _fresh_whole_run_ids(self) -> list[str] | None:
+        """A new run's case ids before sharding: this command's selection; under xdist, whose
+        controller learns it only from workers that end, what its workers recorded in the
+        store (a run stopped by a signal), else unknown."""
+        from records.store import recorded_selection
+
+        if self.selected is not None:
+            return self.selected
+        return recorded_selection(self.options.report_dir)
 
     def _resumes_known_cases(self) -> bool:
         """Whether this command resumes a run that knew its cases (then it runs only those)."""
@@ -221,12 +232,15 @@ class RunLifecycle:
         them (an older suite's): its own cases (``run_ids``, this shard's) and other shards'
         from this command's selection."""
         if not self._resumes_known_cases():
-            return self.selected
+            return self._fresh_whole_run_ids()
         recorded = self.recorded_whole_run_ids()
         if recorded is not None:
             return recorded
-        if self.selected is None:  # under xdist, before the workers said: unknown, not guessed
-            return None
+        started = self._manifest.selection or {}
+        if self.selected is None or (started and (
+                started.get("keyword", ""), started.get("markexpr", "")) != (
+                self.config.option.keyword or "", self.config.option.markexpr or "")):
+            return None  # not known here, and this command's -k / -m would be a guess
         shard = self.shard_ids()
         chosen = set(run_ids or ()) | {cid for cid in self.selected or ()
                                        if shard is not None and cid not in shard}
@@ -270,7 +284,7 @@ class RunLifecycle:
             self.summary_lines.extend(
                 _outside_resumed_run(self.selected, self.shard_ids(), expected))
         selection = self._whole_run_selection(self._whole_run_ids(in_order))
-        if not self._resumes_known_cases() and self.selected is not None:
+        if not self._resumes_known_cases():
             self._write_manifest()  # its case ids, known now under xdist: a resume keeps them
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
@@ -439,9 +453,10 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
     stray = foreign_result_file(report_dir)
     if stray is not None:
         raise pytest.UsageError(
-            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))}, which is not a "
-            f"run's (no results file of this suite beside it), and a run moves it into "
-            f"previous/ and the run after drops it; {fix}")
+            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))} with no results "
+            "file of this suite beside it (a file of your own, or a report flexconf report "
+            "rendered there), and a run moves it into previous/ and the run after drops it; "
+            f"{fix}")
 
 
 def _check_writable(report_dir: Path, flag: str) -> None:

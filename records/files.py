@@ -78,8 +78,10 @@ def directory_problem(directory: Path, make: bool = True) -> str | None:
 def _makeable_problem(directory: Path) -> str | None:
     """Why ``directory`` cannot be written into, or made by this user, without making it."""
     existing = directory
-    while not existing.exists() and existing.parent != existing:
+    while not existing.exists() and not existing.is_symlink() and existing.parent != existing:
         existing = existing.parent
+    if existing.is_symlink() and not existing.exists():
+        return f"{one_line(str(existing))} is a broken symbolic link"
     if existing == directory:
         return directory_problem(directory, make=False)
     if not existing.is_dir():

@@ -51,16 +51,19 @@ def _recover(report_dir: Path) -> int:
     if merged.environment is None and not merged.records:
         raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
                          "again (nothing to recover)")
-    selected = manifest.selected or manifest.case_order
+    # [] is a run that selected none of the matrix (it fuzzed): a count of none, as a run
+    # that ends writes it; None is a run stopped before it knew: the matrix
+    selected = manifest.case_order if manifest.selected is None else manifest.selected
     selection = manifest.selection  # as started: its case_ids are the run's before sharding
     if selection is not None and selection.get("case_ids") is None:  # xdist: the workers'
         selection = {**selection, "case_ids": recorded_selection(report_dir)}
     results = write_run(report_dir, merged, merged.environment or {}, manifest.options,
                         manifest.suite_version, manifest.started_at, "", complete=False,
-                        selected_count=len(selected), selection=selection)
+                        selected_count=len(selected) or None, selection=selection)
     write_report(load_results(report_dir / "results.json"), report_dir)
     finished = sum(1 for r in results.records if r.case_id not in merged.unfinished)
-    print(f"recovered {finished} finished of {len(selected)} selected cases"
+    print(f"recovered {finished} finished"
+          + (f" of {len(selected)} selected cases" if selected else "")
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
           + f": {report_dir / 'index.html'}")
     print(f"finish it: {resume_command(results, report_dir, matrix_path())}")

@@ -464,9 +464,10 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     (report / "index.html").write_text("<h1>my team's page</h1>")  # beside no results file
     refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert (f"ERROR: --report-dir {report}: it holds index.html, which is not a run's (no "
-            "results file of this suite beside it), and a run moves it into previous/ and the "
-            "run after drops it; give this run another --report-dir") in refused.stderr
+    assert (f"ERROR: --report-dir {report}: it holds index.html with no results file of this "
+            "suite beside it (a file of your own, or a report flexconf report rendered there), "
+            "and a run moves it into previous/ and the run after drops it; give this run "
+            "another --report-dir") in refused.stderr
     (report / "index.html").unlink()
     done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -148,6 +148,33 @@ def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_a
 
 
 @pytest.mark.slow
+def test_a_run_stopped_by_sigterm_under_xdist_records_its_cases(tmp_path):
+    """Its controller learns the selection only from workers that end, and workers stopped in
+    a case never say: the run recorded no case ids (a merge of such a part judged it against
+    the whole matrix). Its workers' store files hold them."""
+    from dataclasses import replace as with_shape
+
+    hang, pid_file = tmp_path / "hang", tmp_path / "grandchild.pid"
+    hang.touch()  # both workers hang in a causal case: neither can say what it selected
+    cases = [CASES[1], Case(CASES[1].variant, with_shape(CASES[1].shape, Sq=32, Skv=32))]
+    env = clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file),
+                       fault_backends.HANG_FILE: str(hang)})
+    proc = subprocess.Popen(pytest_args(tmp_path, BACKEND, cases, "-n", "2"), cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=_stop_signals_delivered)
+    deadline = time.monotonic() + 240
+    while len(_started_cases(tmp_path / "report")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the event: both causal cases have started (and hang)
+    assert len(_started_cases(tmp_path / "report")) == 2, "the hanging cases never started"
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2, output[-3000:]
+    results = load_results(tmp_path / "report" / "results.json")
+    assert not results.complete
+    assert results.selection["case_ids"] == [c.id for c in cases]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
 def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys, workers):
     """The resumed shard records the whole run's selection (every shard's cases), as an

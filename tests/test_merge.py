@@ -321,7 +321,7 @@ def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_
     assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf merge: error: -o {other / 'results.json'}: it lies in the report directory "
-        f"of a run ({other}), which the merge would overwrite; give the merge a path of its "
+        f"of a run ({other}), whose results.json it would be; give the merge a path of its "
         "own, e.g. -o merged/results.json"]
     (other / "records" / "run.json").unlink()  # a run's results.json, wherever it lies
     assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
@@ -401,3 +401,15 @@ def test_recover_refuses_to_overwrite_another_runs_results_in_the_directory(tmp_
         f"{merge.started_at}; the records are of the run started 2026-01-01T09:00:00+00:00), "
         "which recover would overwrite; move that results.json away, then recover"]
     assert (killed / "results.json").read_bytes() == before
+
+
+def test_an_unfinished_merge_given_again_says_to_finish_and_merge_its_parts(tmp_path, capsys):
+    """Its finish command was a --resume of the first part's directory without its --shard,
+    which the suite then refused."""
+    parts = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2)]
+    first = tmp_path / "m" / "results.json"
+    assert main(["merge", *parts, "-o", str(first)]) == 1
+    capsys.readouterr()
+    assert main(["merge", str(first), "-o", str(tmp_path / "again.json")]) == 1
+    assert (f"incomplete: {first} is a merge of parts not all finished (complete: false); "
+            "finish those with --resume and merge the parts again") in capsys.readouterr().err
