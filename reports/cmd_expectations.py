@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         tmp.replace(path)
     log = sys.stderr if args.dry_run else sys.stdout  # keep a dry run's stdout a valid file
     for entry in update.dropped:
-        print(f"dropped  {path}:{entry.line}  {entry.case} ({entry.label.value}): passes now",
+        now = "passes now" if entry.line in update.passing else "fails otherwise now"
+        print(f"dropped  {path}:{entry.line}  {entry.case} ({entry.label.value}): {now}",
               file=log)
     for rec in update.added:
         print(f"added    {rec.case_id} ({rec.label.value}): to triage", file=log)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cases.model import Shape
-from records.results import Label
+from records.results import Label, Record, RunResults
 
 ENTRY_TABLE = "failure"
 _HEADER_RE = re.compile(r"^\s*\[\[\s*" + ENTRY_TABLE + r"\s*\]\]\s*(#.*)?$")
@@ -180,6 +180,29 @@ def _entry(item: object, where: str, line: int) -> Expectation:
         _check_case_id(case, where)
     return Expectation(item["backend"].strip(), case, label, item["reason"].strip(),
                        item.get("link", "").strip(), line)
+
+
+def decided_cases(expectations: Expectations, entry: Expectation,
+                  results: RunResults) -> list[Record]:
+    """The run's cases that ``entry`` decides (the one ``lookup`` gives for them)."""
+    backend = results.options.get("backend", "")
+    return [r for r in results.records if entry.matches(backend, r.case_id)
+            and expectations.lookup(backend, r.case_id) is entry]
+
+
+def stale_expectations(expectations: Expectations, results: RunResults) -> list[Expectation]:
+    """Entries for the run's backend that decide cases of the run, none of which shows the
+    expected label (the failure was fixed, or the case now fails differently). The one rule
+    the gate flags (STALE) and ``flexconf expectations update`` drops by."""
+    backend = results.options.get("backend", "")
+    stale = []
+    for entry in expectations.entries:
+        if not entry.applies_to(backend):
+            continue
+        decided = decided_cases(expectations, entry, results)
+        if decided and not any(r.label is entry.label for r in decided):
+            stale.append(entry)
+    return stale
 
 
 def _check_case_id(case: str, where: str) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reports.expectations import (ENTRY_TABLE, TRIAGE_REASON, Expectation, Expectations,
-                                  header_lines, parse_expectations)
+                                  decided_cases, header_lines, parse_expectations,
+                                  stale_expectations)
 from records.text import first_line
 from records.results import Label, Record, RunResults
 
@@ -31,6 +32,7 @@ class Update:
     text: str
     added: tuple[Record, ...]
     dropped: tuple[Expectation, ...]
+    passing: frozenset[int] = frozenset()  # lines of dropped entries whose cases all pass
 
 
 def toml_string(value: str) -> str:
@@ -58,15 +60,6 @@ def entry_text(backend: str, case: str, label: Label, reason: str, link: str = "
             f"link = {toml_string(link)}\n")
 
 
-def passing_now(entry: Expectation, results: RunResults) -> bool:
-    """True when the entry's cases occur in the run and every one of them passes."""
-    backend = results.options.get("backend", "")
-    if not entry.applies_to(backend):
-        return False
-    covered = [r for r in results.records if entry.matches(backend, r.case_id)]
-    return bool(covered) and all(r.label is Label.PASS for r in covered)
-
-
 def uncovered_failures(expectations: Expectations, results: RunResults) -> list[Record]:
     """Failures of the run that no entry expects with exactly their label."""
     backend = results.options.get("backend", "")
@@ -84,9 +77,10 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     """The new text of an expectations file after ``results`` (``text`` may be empty)."""
     expectations = parse_expectations(text, source)
     backend = results.options.get("backend", "")
-    # an entry for several backends (a glob) cannot be judged from one backend's run
-    dropped = [e for e in expectations.entries
-               if e.backend == backend and passing_now(e, results)]
+    # the gate's STALE entries of this backend: their cases pass, or fail otherwise (those
+    # are added below as new failures, in place of the entry); an entry for several
+    # backends (a glob) cannot be judged from one backend's run
+    dropped = [e for e in stale_expectations(expectations, results) if e.backend == backend]
     added = uncovered_failures(expectations, results)
     lines = (text if text.strip() else FILE_HEADER).splitlines(keepends=True)
     if dropped:
@@ -104,7 +98,9 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
             reason = f"{TRIAGE_REASON} " + (first_line(rec.message, 200) or rec.label.value)
             new_text += "\n" + entry_text(backend, rec.case_id, rec.label, reason)
     parse_expectations(new_text, source)  # never write a file the suite cannot read back
-    return Update(new_text, tuple(added), tuple(dropped))
+    passing = frozenset(e.line for e in dropped if all(
+        r.label is Label.PASS for r in decided_cases(expectations, e, results)))
+    return Update(new_text, tuple(added), tuple(dropped), passing)
 
 
 def _remove_entries(lines: list[str], drop_lines: set[int]) -> list[str]:

@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
-from reports.expectations import TRIAGE_REASON, Expectation, Expectations
+from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, decided_cases,
+                                  stale_expectations)
 from records.text import first_line
 from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
@@ -299,10 +300,13 @@ def decide(baseline: RunResults, candidate: RunResults,
                                 False, None, rec))
     if expectations is not None:
         for entry in stale_expectations(expectations, candidate):
+            decided = decided_cases(expectations, entry, candidate)
+            passing = sum(r.label is Label.PASS for r in decided)
             findings.append(Finding(
                 "STALE", f"{expectations.source}:{entry.line}" if entry.line else entry.case,
-                f"{entry.case} expects {entry.label.value}, which no case shows now",
-                strict_expectations))
+                f"{entry.case} expects {entry.label.value}, which none of the {len(decided)} "
+                f"case(s) it decides shows now ({passing} pass, {len(decided) - passing} fail "
+                "otherwise); flexconf expectations update drops it", strict_expectations))
         if expected_count:
             notes.append(Note("KNOWN_FAILURES", f"{expected_count} known failures listed in "
                               f"{expectations.source}"))
@@ -368,21 +372,6 @@ def time_finding(rule: TimeRule, old: Record, new: Record, before: float,
               + (f"; {stage.text}" if stage else ""))
     return Finding(rule.kind, new.case_id, detail, True, old, new, rule, stage,
                    Confirmation("unconfirmed", rule))
-
-
-def stale_expectations(expectations: Expectations, results: RunResults) -> list[Expectation]:
-    """Entries for the run's backend that cover cases of the run, none with the expected
-    label (the failure was fixed, or it now fails differently)."""
-    backend = results.options.get("backend", "")
-    stale = []
-    for entry in expectations.entries:
-        if not entry.applies_to(backend):
-            continue
-        covered = [r for r in results.records if entry.matches(backend, r.case_id)
-                   and expectations.lookup(backend, r.case_id) is entry]
-        if covered and not any(r.label is entry.label for r in covered):
-            stale.append(entry)
-    return stale
 
 
 def unmatched_expectations(expectations: Expectations,

@@ -196,3 +196,27 @@ def test_update_refuses_a_part_of_a_run_as_the_gate_does(tmp_path, capsys, chang
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf expectations: error: {tmp_path / 'r.json'}: {says}"]
     assert path.read_text() == "version = 1\n"
+
+
+def test_update_replaces_an_entry_whose_case_now_fails_otherwise_and_agrees_with_the_gate(
+        tmp_path, capsys):
+    """An exact entry whose case now failed with another label made the update write a second
+    entry for the case, which its own check then refused ('listed twice'); and an entry the
+    gate called STALE (its own cases fixed, another entry deciding the one still failing) was
+    kept by the update, so --strict-expectations blocked with no fix."""
+    from reports.expectations import stale_expectations
+
+    text = ("version = 1\n\n"
+            f'[[failure]]\nbackend = "neuron"\ncase = "{A}"\nlabel = "MISMATCH"\nreason = "x"\n\n'
+            '[[failure]]\nbackend = "neuron"\ncase = "full/*"\nlabel = "MISMATCH"\nreason = "y"\n'
+            '\n[[failure]]\nbackend = "neuron"\ncase = "*/b1-*"\nlabel = "MISMATCH"\n'
+            'reason = "z"\n')
+    results = run([record(A, Label.COMPILE_ERROR, message="lowering failed"), record(B),
+                   record("full/b1-h8x8-s128x128-d128/bf16/fwd", Label.MISMATCH)])
+    update = update_expectations(text, results, "known.toml")
+    assert [e.case for e in update.dropped] == [A, "*/b1-*"]
+    assert [(r.case_id, r.label) for r in update.added] == [(A, Label.COMPILE_ERROR)]
+    after = parse_expectations(update.text, "known.toml")
+    assert expected_label(after, "neuron", A)[0] is Label.COMPILE_ERROR
+    assert stale_expectations(after, results) == []  # nothing left for the gate to flag
+    assert update.passing == frozenset({15})  # */b1-*: its one decided case, B, passes
