@@ -110,9 +110,9 @@ def _check_params(case: Case, where: str) -> None:
 def _given(given: list[str], needed: str) -> str:
     if not given:
         return ""
-    close = _closest(needed, given)
+    close = _closest(needed, given)  # a given key that is the needed one misspelt
     return (f" (it gives {', '.join(one_line(k) for k in given)}"
-            f"{f'; did you mean {close!r}?' if close else ''})")
+            f"{f'; did you mean {needed!r} instead of {one_line(close)!r}?' if close else ''})")
 
 
 def _refuse_unknown(data: dict, allowed: tuple[str, ...], where: str) -> None:

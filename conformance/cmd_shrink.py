@@ -17,6 +17,7 @@ def add_arguments(parser) -> None:
     from conformance.options import add_arguments as add_run_options
 
     add_run_options(parser, _RUN_OPTIONS)
+    parser.set_defaults(seed=None)  # not given: a saved fuzz failure's own seed, else 0
     parser.add_argument("--max-cases", type=int, default=60, help="at most this many "
                         "executions; default 60")
     parser.add_argument("--out", default="reports/shrink", help="where results.json (every "
@@ -31,9 +32,11 @@ def run(args) -> int:
     from conformance.reference_cache import ReferenceCache
     from conformance.run_info import case_file_command, import_paths, repro_command
     from conformance.runner import run_environment
-    from conformance.shrink import case_from_argument, shrink, write_outcome
+    from conformance.shrink import case_from_argument, shrink, spec_seed, write_outcome
 
-    seed = option_value("--seed", args.seed)
+    found_with = spec_seed(args.case)  # a saved fuzz failure's own seed, unless --seed says
+    seed = option_value("--seed", args.seed) if args.seed is not None or found_with is None \
+        else found_with
     modules = option_value("--cases-module", args.cases_module)  # with the installed ones
     settings = Settings(compile_timeout=option_value("--compile-timeout", args.compile_timeout),
                         run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed,
@@ -62,6 +65,9 @@ def run(args) -> int:
                               Path(args.out) / "rerun")
     budget = f" (stopped at --max-cases {args.max_cases})" if result.out_of_budget else ""
     print(f"original  {result.original.case_id}: {result.original.label.value}")
+    if found_with is not None:
+        print(f"seed      {seed}" + (" (the fuzz failure's own)" if seed == found_with else
+                                     f" (--seed; the fuzz failure was found with {found_with})"))
     print(f"tried     {len(result.tried)} cases in {result.passes} passes{budget}")
     print(f"smallest  {smallest.case_id}: {smallest.label.value}")
     print(f"spec      {paths['spec']}")

@@ -194,7 +194,12 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     modules = list(dict.fromkeys(list(case_modules or []) + entry_point_case_modules()))
     if text.endswith(".json") or Path(text).is_file():
         import_case_modules(modules)  # a spec may name a custom variant
-        return load_case_file(text, registered_variants())[0]
+        cases = load_case_file(text, registered_variants())
+        if len(cases) != 1:
+            raise ValueError(f"{text} holds {len(cases)} cases; shrink takes one: give a spec "
+                             "file of one case, or the case's id")
+        return cases[0]
+    text = text.removeprefix("fuzz/")  # a fuzzed case's record id: its case id after it
     pool = [c for p in PROFILES for c in matrix(p, "all")]
     for profile in PROFILES:
         pool += load_case_modules(modules, profile) if modules else []
@@ -203,12 +208,54 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     except KeyError:
         pass
     parts = text.split("/")
-    if parts[0].startswith(composed.NAME) and len(parts) in (4, 5):
-        scale = int(parts[4][1:]) if len(parts) == 5 and parts[4][1:].isdigit() else 1
-        return Case(composed.variant_from_token(parts[0]), Shape.parse(parts[1]), parts[2],
-                    parts[3], scale)
-    raise ValueError(f"no case with id {text!r} in the matrices, the composed variants or the "
-                     "case modules; pass a case spec file (SPEC.json) or --cases-module")
+    if len(parts) in (4, 5):
+        # any shape of a known variant (a shrunk case's id, a --case-file run's): the id says it
+        variant = (composed.variant_from_token(parts[0]) if parts[0].startswith(composed.NAME)
+                   else _variant_of_token(parts[0], {c.variant for c in pool}))
+        if variant is not None:
+            scale = int(parts[4][1:]) if len(parts) == 5 and parts[4][1:].isdigit() else 1
+            return Case(variant, Shape.parse(parts[1]), parts[2], parts[3], scale)
+    raise ValueError(f"no case with id {text!r}: its variant {parts[0]!r} is none of the "
+                     "matrices', the composed variants' or the case modules'; pass a case spec "
+                     "file (SPEC.json, e.g. from the run's results.json) or --cases-module")
+
+
+def _variant_of_token(token: str, known: set[Variant]) -> Variant | None:
+    """The variant whose id token is ``token``: a known one, or one of a known variant's name
+    and parameter names with other values (a shrunk ``sliding_window-w16``), each value of
+    the type the known one has; None when no known variant reads so."""
+    name, *values = token.split("-")
+    for like in sorted(known, key=lambda v: v.token):
+        if like.name != name or len(like.params) != len(values):
+            continue
+        params = []
+        for (key, value), text in zip(like.params, values):
+            if not text.startswith(key):
+                break
+            try:
+                params.append((key, type(value)(text[len(key):])))
+            except ValueError:
+                break
+        else:
+            candidate = Variant(name, tuple(params))
+            if candidate.token == token:  # it reads back as given: nothing was guessed
+                return candidate
+    return None
+
+
+def spec_seed(text: str) -> int | None:
+    """The seed a saved fuzz failure (a spec file with a ``fuzz`` block) was found with; None
+    for a case id or a plain spec."""
+    import json
+
+    if not (text.endswith(".json") or Path(text).is_file()):
+        return None
+    try:
+        data = json.loads(Path(text).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # case_from_argument says what is wrong with it
+    seed = data.get("fuzz", {}).get("seed") if isinstance(data, dict) else None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def write_outcome(result: ShrinkResult, out_dir: Path, environment: dict, options: dict) -> dict:

@@ -346,6 +346,9 @@ def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
     ({"variant": "sliding_window", "params": {"window": 16}},
      "case 0: variant 'sliding_window' needs the parameter 'w', which 'params' does not give (it "
      "gives window); give the parameters it reads: w"),
+    ({"variant": "prefix_lm", "params": {"pp": 16}},  # it named the misspelling as the fix
+     "case 0: variant 'prefix_lm' needs the parameter 'p', which 'params' does not give (it "
+     "gives pp; did you mean 'p' instead of 'pp'?); give the parameters it reads: p"),
 ])
 def test_a_case_spec_with_a_misspelt_or_mistyped_field_is_one_line(tmp_path, change, line):
     """A misspelt input_scale made an x4 case an x1 case that passed; an unknown variant was

@@ -209,3 +209,31 @@ def test_shrink_refuses_a_harness_error_of_the_case_itself():
     with pytest.raises(ValueError, match=r"is HARNESS_ERROR \(setup: unknown variant 'x'\); "
                                          r"fix the case"):
         shrink(START, broken)
+
+
+def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_path):
+    """It refused its own smallest case's id (a catalog variant at a shape of no matrix), a
+    fuzzed record's id (fuzz/...), and a --case-file run's ids; a spec file of five cases
+    shrank the first without a word; a saved fuzz failure ran with seed 0, not its own."""
+    from conformance.shrink import case_from_argument, spec_seed
+
+    shrunk = case_from_argument("full/b1-h1x1-s129x129-d8/bf16/fwd")
+    assert (shrunk.variant, shrunk.shape, shrunk.dtype) == (Variant("full"),
+                                                            Shape(1, 1, 1, 129, 129, 8), "bf16")
+    window = case_from_argument("sliding_window-w17/b2-h8x2-s200x200-d80/fp16/fwd+lse/x4")
+    assert window.variant.param("w") == 17 and window.input_scale == 4
+    assert window.mode == "fwd+lse" and window.shape.Hkv == 2
+    fuzzed = case_from_argument("fuzz/composed/b1-h8x2-s16x16-d16/bf16/fwd")
+    assert fuzzed.variant.name == composed.NAME and fuzzed.shape.Hq == 8
+    with pytest.raises(ValueError, match=r"^no case with id 'nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd':"
+                                         r" its variant 'nosuch-v1' is none of the matrices'"):
+        case_from_argument("nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd")
+    specs = tmp_path / "five.json"
+    specs.write_text(json.dumps([Case(Variant("full"), Shape(1, 1, 1, 8 * n, 8 * n, 8)).to_json()
+                                 for n in range(1, 6)]))
+    with pytest.raises(ValueError, match=r"five.json holds 5 cases; shrink takes one"):
+        case_from_argument(str(specs))
+    saved = tmp_path / "fuzz.json"
+    saved.write_text(json.dumps({"cases": [shrunk.to_json()], "fuzz": {"seed": 7}}))
+    assert spec_seed(str(saved)) == 7 and spec_seed(str(specs)) is None
+    assert spec_seed("full/b1-h1x1-s129x129-d8/bf16/fwd") is None
