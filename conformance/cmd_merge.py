@@ -119,7 +119,7 @@ def _refuse_a_runs_own_results(output: str) -> None:
     path = Path(output)
     if (records_dir(path.parent) / MANIFEST_NAME).is_file():  # even a killed run's, without one
         whose = (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
-                 "whose results.json it would be")
+                 "where it would pass for that run's results")
     elif not path.exists():
         return
     else:

@@ -321,8 +321,8 @@ def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_
     assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf merge: error: -o {other / 'results.json'}: it lies in the report directory "
-        f"of a run ({other}), whose results.json it would be; give the merge a path of its "
-        "own, e.g. -o merged/results.json"]
+        f"of a run ({other}), where it would pass for that run's results; give the merge a "
+        "path of its own, e.g. -o merged/results.json"]
     (other / "records" / "run.json").unlink()  # a run's results.json, wherever it lies
     assert main(["merge", *parts, "-o", str(other / "results.json")]) == 2
     assert "it is the results.json of a run, not of a merge" in capsys.readouterr().err
