@@ -44,6 +44,7 @@ def test_fuzz(request, conformance_options):
     spec = save_failure(record, options.report_dir, backend, options.seed)
     first = (record.message or "").splitlines()[0] if record.message else ""
     lines = [f"[{record.label.value}] fuzzed case {record.case_id}: {first}".rstrip(": "),
+             *_found_as(result, record),
              f"minimal case after {result.examples_run} executions: {spec}",
              "run it again: " + case_file_command(
                  spec, backend, options.seed, options.cases_modules,
@@ -51,3 +52,21 @@ def test_fuzz(request, conformance_options):
     if result.flaky:
         lines.append(f"note: the failure did not repeat when replayed ({result.flaky})")
     pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _found_as(result, minimal) -> list[str]:
+    """Where the search met the failure, when shrinking moved away from it, and the other
+    failures it met on the way (shrinking keeps only the first one's label)."""
+    failing = [r for r in result.tried if not r.label.acceptable]
+    lines = []
+    found = next((r for r in failing if r.label is minimal.label), None)
+    if found is not None and found.case_id != minimal.case_id:
+        lines.append(f"found as {found.case_id}, shrunk to the case above (same label)")
+    others: dict[str, list[str]] = {}
+    for rec in failing:
+        if rec.label is not minimal.label:
+            others.setdefault(rec.label.value, []).append(rec.case_id)
+    if others:
+        lines.append("also met while searching (not recorded): " + "; ".join(
+            f"{label} x{len(ids)} (e.g. {ids[0]})" for label, ids in sorted(others.items())))
+    return lines

@@ -211,6 +211,28 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
 
     records = load_results(tmp_path / "report" / "results.json").records
     failed = [r for r in records if r.label is not Label.PASS]
+    first = next(r for r in records if r.label is Label.MISMATCH)  # where the search met it
+    if first.case_id != f"fuzz/{MINIMAL_FAILING_ID}":  # the failure line says where it began
+        assert (f"found as {first.case_id}, shrunk to the case above (same label)"
+                in proc.stdout), proc.stdout[-3000:]
     assert [r.case_id for r in failed if r.case_id == f"fuzz/{MINIMAL_FAILING_ID}"], failed
     assert len(failed) <= 2  # the first failing example drawn, and the minimal one
     assert all(r.case_id.startswith("fuzz/") for r in records)
+
+
+def test_the_failure_line_names_where_the_search_met_it_and_what_else_failed():
+    """The minimal case can be another variant than the failure the search met, and other
+    failures met on the way were dropped without a word (an outside trial)."""
+    from conformance.fuzz import FuzzResult
+    from conformance.test_fuzz import _found_as
+    from records.results import Record
+
+    met = Record(case_id="fuzz/composed-alibi2/b2-h8x2-s200x200-d16/fp16/fwd",
+                 label=Label.MISMATCH)
+    crash = Record(case_id="fuzz/composed/b1-h2x2-s16x16-d16/fp32/fwd", label=Label.RUNTIME_ERROR)
+    minimal = Record(case_id="fuzz/composed/b1-h1x1-s16x16-d16/bf16/fwd", label=Label.MISMATCH)
+    result = FuzzResult(tried=[Record(case_id="fuzz/a", label=Label.PASS), met, crash, minimal])
+    assert _found_as(result, minimal) == [
+        f"found as {met.case_id}, shrunk to the case above (same label)",
+        f"also met while searching (not recorded): RUNTIME_ERROR x1 (e.g. {crash.case_id})"]
+    assert _found_as(FuzzResult(tried=[minimal]), minimal) == []
