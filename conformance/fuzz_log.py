@@ -14,6 +14,7 @@ class FuzzLog:
     def __init__(self, config, runner):
         self.runner = runner
         self.recorded: set[str] = set()
+        self.shrunk: set[str] = set()  # ids tried while shrinking: no records, so no kept files
         self.shrinking = False
         self._verbose = config.getoption("verbose", 0) > 0
         self._reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -28,6 +29,7 @@ class FuzzLog:
         """Run one drawn case (the callback of conformance.fuzz.search)."""
         if self.shrinking:
             record = replace(self.runner.executor.execute(case), case_id=fuzz_id(case))
+            self.shrunk.add(record.case_id)
             self._say(f"  shrinking: {record.case_id} {record.label.value}")
             return record
         record = self.runner.record_case(case, fuzz_id(case))
@@ -42,6 +44,10 @@ class FuzzLog:
         if failure is not None and failure.case_id not in self.recorded:
             self.runner.writer.finished(failure)
             self.recorded.add(failure.case_id)
+        from conformance.kept_outputs import outputs_path
+
+        for record_id in self.shrunk - self.recorded:  # outputs kept for a case with no record
+            outputs_path(self.runner.options.report_dir, record_id).unlink(missing_ok=True)
         if failure is not None:
             self._say(f"fuzz: minimal failing case {failure.case_id} {failure.label.value}")
 

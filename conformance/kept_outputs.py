@@ -83,7 +83,7 @@ def summary_lines(records, report_dir: str | Path) -> list[str]:
     directory = Path(report_dir) / OUTPUTS_DIR
     kept = sorted(directory.glob("*.pt")) if directory.is_dir() else []
     skipped = [r.case_id for r in records if SKIPPED_NOTE in (r.message or "")]
-    files = f"{len(kept)} file" + ("" if len(kept) == 1 else "s")  # a fuzz shrink's too
+    files = f"{len(kept)} file" + ("" if len(kept) == 1 else "s")
     lines = [f"outputs: {files} kept in {directory}"] if kept else []
     lines += [f"{SKIPPED_NOTE} {case_id} (over --keep-outputs-cap)" for case_id in skipped]
     return lines

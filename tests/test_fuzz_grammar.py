@@ -211,6 +211,10 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
 
     records = load_results(tmp_path / "report" / "results.json").records
     failed = [r for r in records if r.label is not Label.PASS]
+    from conformance.kept_outputs import outputs_path
+
+    kept = sorted((tmp_path / "report" / "outputs").glob("*.pt"))  # none for a shrinking try
+    assert kept == sorted({outputs_path(tmp_path / "report", r.case_id) for r in failed})
     first = next(r for r in records if r.label is Label.MISMATCH)  # where the search met it
     if first.case_id != f"fuzz/{MINIMAL_FAILING_ID}":  # the failure line says where it began
         assert (f"found as {first.case_id}, shrunk to the case above (same label)"
