@@ -113,11 +113,11 @@ def _refuse_a_runs_own_results(output: str) -> None:
     summary.md would contradict the merge beside them. One line, before anything is read."""
     from records.files import UserFileError
     from records.results import load_results
-    from records.store import MANIFEST_NAME, records_dir
+    from records.store import holds_a_run
     from records.text import one_line
 
     path = Path(output)
-    if (records_dir(path.parent) / MANIFEST_NAME).is_file():  # even a killed run's, without one
+    if holds_a_run(path.parent):  # even a killed run's, which has no results.json yet
         whose = (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
                  "where it would pass for that run's results")
     elif not path.exists():

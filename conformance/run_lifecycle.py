@@ -185,7 +185,9 @@ class RunLifecycle:
     def _previously_selected(self) -> set[str]:
         return self.resumed_selection() or set()
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, selection: dict | None = None) -> None:
+        """Write the run's manifest; ``selection``: the whole run's selection block when the
+        caller has it already (finish_run), else computed here."""
         from conformance.run_info import suite_version
         from records.store import RunManifest, write_manifest
 
@@ -195,7 +197,7 @@ class RunLifecycle:
         selected = [cid for cid in order if cid in chosen] if chosen or self._fuzzing else None
         if self._resumes_known_cases():  # as the run was started: a resume never rewrites it
             selection = self._manifest.selection
-        else:  # under xdist its case_ids are known only at the end (finish_run writes them)
+        elif selection is None:  # under xdist its case_ids are known only at the end
             selection = self._whole_run_selection(self._fresh_whole_run_ids())
         write_manifest(self.options.report_dir, RunManifest(
             self._started_at, suite_version(), self._recorded_options(), order, selected,
@@ -285,7 +287,7 @@ class RunLifecycle:
                 _outside_resumed_run(self.selected, self.shard_ids(), expected))
         selection = self._whole_run_selection(self._whole_run_ids(in_order))
         if not self._resumes_known_cases():
-            self._write_manifest()  # its case ids, known now under xdist: a resume keeps them
+            self._write_manifest(selection)  # its case ids, known now under xdist: kept
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
                             selected_count=len(expected) or None, selection=selection)
@@ -437,10 +439,10 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
     the run after)."""
     from conformance.artifacts import ARTIFACTS_DIRNAME
     from conformance.kept_outputs import OUTPUTS_DIR
-    from records.store import MANIFEST_NAME, RECORDS_DIR, foreign_result_file
+    from records.store import MANIFEST_NAME, RECORDS_DIR, foreign_result_file, holds_a_run
     from records.text import one_line
 
-    if (report_dir / RECORDS_DIR / MANIFEST_NAME).is_file():
+    if holds_a_run(report_dir):
         return  # a run's directory: what is in it is a run's
     where = f"--report-dir {one_line(str(report_dir))}"
     fix = "give this run another --report-dir (e.g. reports/latest), or move it away"

@@ -229,9 +229,9 @@ def load_results(path: str | Path) -> RunResults:
 def _unwritten_run_fix(path: Path) -> str | None:
     """The fix for a missing results.json whose directory holds a run's records (a run killed
     before it wrote its results, or one still going on); None otherwise."""
-    from records.store import MANIFEST_NAME, records_dir  # store builds on this module
+    from records.store import holds_a_run  # store builds on this module
 
-    if path.exists() or not (records_dir(path.parent) / MANIFEST_NAME).is_file():
+    if path.exists() or not holds_a_run(path.parent):
         return None
     where = one_line(str(path.parent))
     return (f"{where} holds the records of a run that wrote no results.json (killed, or still "

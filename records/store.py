@@ -143,6 +143,12 @@ class RunManifest:
                 "selected": self.selected, "selection": self.selection}
 
 
+def holds_a_run(report_dir: str | Path) -> bool:
+    """Whether ``report_dir`` is a run's report directory: its store has the run's manifest
+    (written when a run starts, kept after it ends, killed or not)."""
+    return (records_dir(report_dir) / MANIFEST_NAME).is_file()
+
+
 def write_manifest(report_dir: str | Path, manifest: RunManifest) -> None:
     path = records_dir(report_dir) / MANIFEST_NAME
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from records.store import MANIFEST_NAME, RunInProgress, hold_run_lock, records_dir
+    from records.store import RunInProgress, hold_run_lock, holds_a_run
 
     report_dir = Path(args.report_dir)
-    if not (records_dir(report_dir) / MANIFEST_NAME).is_file():
+    if not holds_a_run(report_dir):
         return _recover(report_dir)  # says that no run's records are here
     # held while it writes, as a run holds it: no run starts into the directory meanwhile
     try:
@@ -73,9 +73,9 @@ def _recover(report_dir: Path) -> int:
 def _no_records_here(report_dir: Path) -> str:
     """The one line for a path that holds no run's records: the directory to pass instead
     when the path is a file of a run's report directory (its results.json, say)."""
-    from records.store import MANIFEST_NAME, records_dir
+    from records.store import MANIFEST_NAME, holds_a_run, records_dir
 
-    if (records_dir(report_dir.parent) / MANIFEST_NAME).is_file() and not report_dir.is_dir():
+    if holds_a_run(report_dir.parent) and not report_dir.is_dir():
         return (f"{report_dir}: not a report directory; its directory holds a run's records: "
                 f"flexconf recover {report_dir.parent}")
     what = "a file, not a report directory" if report_dir.is_file() else (
