@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_if_run_going_on(args.output, "index.html and summary.md")
     runs = [load_results(path) for path in args.results]
     refuse_another_runs_directory(args.output, runs[-1])
+    refuse_foreign_pages(args.output)
     baseline = load_results(args.baseline) if args.baseline else None
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,
                       baseline_name=args.baseline or "baseline")
@@ -66,6 +67,19 @@ def refuse_another_runs_directory(output: str, main) -> None:
         raise ValueError(f"-o {one_line(output)} holds the results.json of another run, which "
                          "its index.html and summary.md would then contradict; give a "
                          "directory of its own, e.g. -o reports/compare")
+
+
+def refuse_foreign_pages(output: str) -> None:
+    """A -o that holds an index.html or summary.md that no report of this suite wrote (the
+    user's own pages, which the report would overwrite): one line."""
+    from reports.render import foreign_report_file
+    from records.text import one_line
+
+    stray = foreign_report_file(output)
+    if stray is not None:
+        raise ValueError(f"-o {one_line(output)} holds {stray.name}, which no report of this "
+                         "suite wrote and the report would overwrite; give a directory of its "
+                         "own, e.g. -o reports/compare")
 
 
 def _names(paths: list[str]) -> list[str]:

@@ -138,6 +138,10 @@ def _fmt_fact(key: str, value: Any) -> str:
     return fmt_value(value)
 
 
+#: The first words of every report's title, in index.html and summary.md alike.
+REPORT_TITLE = "FlexAttention conformance"
+
+
 def run_title(results: RunResults) -> str:
     """``FlexAttention conformance: neuron · full``, with what narrowed the run where
     something did, so a part never reads as the whole: ``cpu-eager · smoke · -k 'causal' ·
@@ -164,7 +168,7 @@ def run_title(results: RunResults) -> str:
     if narrowed:
         count = len(results.records)
         parts.append(f"{count} case" if count == 1 else f"{count} cases")
-    return one_line("FlexAttention conformance: " + " · ".join(parts))
+    return one_line(f"{REPORT_TITLE}: " + " · ".join(parts))
 
 
 def precise_seconds(value: float) -> str:

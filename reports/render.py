@@ -21,7 +21,7 @@ from reports.performance import (DENSE_THRESHOLD, case_performance,
                                  variant_performance)
 from reports.compare import Comparison, compare_runs, side_by_side
 from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
-                                metrics_items, run_title, truncate)
+                                metrics_items, REPORT_TITLE, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
 from records.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, known_text, label_counts,
@@ -30,6 +30,8 @@ from reports.summary import (comparison_line, conforms, known_text, label_counts
 from reports.summary import failing as failing_records
 
 TEMPLATES = Path(__file__).with_name("templates")
+#: index.html's generator tag, which tells a report of this suite from a page of the user's own.
+REPORT_GENERATOR = "flexattention-conformance"
 #: A message longer than this is cut in the report (results.json keeps all of it).
 MESSAGE_LIMIT = 4000
 #: Cases that compile faster are listed up to this many (most improved first).
@@ -121,7 +123,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
                                     rerun_command(main, rec.case_id), link))
     rows = side_by_side([r.results for r in runs]) if len(runs) > 1 else []
     return _template().render(
-        title=run_title(main), runs=runs, main=runs[-1], baseline=baseline,
+        title=run_title(main), generator=REPORT_GENERATOR, runs=runs, main=runs[-1], baseline=baseline,
         order_note=order_note,
         comparison=comparison,
         comparison_line=comparison_line(comparison) if comparison else "",
@@ -195,6 +197,28 @@ def _order_note(runs: Sequence[RunResults], names: Sequence[str], compared: bool
                  f"{', '.join(n for _, n in sorted(zip(started, names)))}), so the comparison "
                  "reads each change backwards: give them oldest first")
     return note + "."
+
+
+def foreign_report_file(out_dir: str | Path) -> Path | None:
+    """The first of ``out_dir``'s index.html and summary.md that no report of this suite
+    wrote (a page of the user's own, which a report written there would replace), or None.
+    A report is known by its generator tag, or, from before the tag, by its title."""
+    out = Path(out_dir)
+    marks = {"index.html": (f'<meta name="generator" content="{REPORT_GENERATOR}">',
+                            f"<title>{REPORT_TITLE}"),
+             "summary.md": (f"## {REPORT_TITLE}",)}
+    for name, known_by in marks.items():
+        path = out / name
+        if not path.exists() and not path.is_symlink():
+            continue
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096).decode("utf-8", errors="replace")
+        except OSError:
+            return path
+        if not any(mark in head for mark in known_by):
+            return path
+    return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

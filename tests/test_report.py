@@ -426,6 +426,34 @@ def test_a_report_into_another_runs_directory_is_refused(tmp_path, capsys):
     assert "1/1 PASS" in (directory / "summary.md").read_text()
 
 
+def test_a_report_never_overwrites_pages_of_the_users_own(tmp_path, capsys):
+    """`flexconf report -o docs/` replaced a user's own index.html without a word. Pages this
+    suite wrote are replaced, those of an older report (no generator tag) too."""
+    results_file = tmp_path / "run.json"
+    write_results(run([record(case_id())]), results_file)
+    for name, text in (("index.html", "<html><title>My project</title></html>"),
+                       ("summary.md", "# My notes\n")):
+        directory = tmp_path / name.split(".")[0]
+        directory.mkdir()
+        (directory / name).write_text(text)
+        assert main(["report", str(results_file), "-o", str(directory)]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"flexconf report: error: -o {directory} holds {name}, which no report of this "
+            "suite wrote and the report would overwrite; give a directory of its own, e.g. "
+            "-o reports/compare"]
+        assert (directory / name).read_text() == text
+        assert sorted(p.name for p in directory.iterdir()) == [name]
+    ours = tmp_path / "ours"
+    assert main(["report", str(results_file), "-o", str(ours)]) == 0
+    page = (ours / "index.html").read_text()
+    assert '<meta name="generator" content="flexattention-conformance">' in page
+    older = page.replace('<meta name="generator" content="flexattention-conformance">\n', "")
+    assert older != page
+    (ours / "index.html").write_text(older)
+    assert main(["report", str(results_file), "-o", str(ours)]) == 0
+    assert (ours / "index.html").read_text() == page
+
+
 def test_a_cache_hit_is_not_drawn_as_a_cold_compile(tmp_path):
     """A warm run's 0.47 s compile read as a compile in the chart and the anatomy: only the
     all-cases table said 'hit'."""
