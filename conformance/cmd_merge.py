@@ -52,10 +52,15 @@ def run(args: argparse.Namespace) -> int:
     for note in merged.notes:
         print(f"note: {note}", file=sys.stderr)
     if merged.duplicates:
-        print(f"duplicated: {len(merged.duplicates)} cases are in more than one file "
-              "(the first file keeps each):", file=sys.stderr)
-        for case_id, files in list(merged.duplicates.items())[:SHOW]:
-            print(f"  {case_id}: {', '.join(files)}", file=sys.stderr)
+        copies = merged.results.options["merged_duplicates"]
+        differ = [cid for cid, kept in copies.items() if len({c["label"] for c in kept}) > 1]
+        print(f"duplicated: {len(merged.duplicates)} cases are in more than one file (the first "
+              "failing copy is kept, else the first file's)"
+              f"{f', {len(differ)} with different labels' if differ else ''}:", file=sys.stderr)
+        shown = differ + [cid for cid in merged.duplicates if cid not in set(differ)]
+        for case_id in shown[:SHOW]:
+            print(f"  {case_id}: " + ", ".join(f"{one_line(c['file'])} ({c['label']})"
+                                               for c in copies[case_id]), file=sys.stderr)
         _more(len(merged.duplicates))
     if merged.missing_shards:
         print(f"missing: shard {', '.join(merged.missing_shards)} is in no file given",

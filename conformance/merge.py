@@ -7,10 +7,13 @@ the same torch and compiler/SDK versions. Anything else is refused (``MergeError
 naming the two files and the value that differs). Hosts, drivers and device names may differ;
 the merged environment lists what differed.
 
-A case found in more than one file is a duplicate (the first file given keeps it); a case of
+A case found in more than one file is a duplicate: the first copy that fails is kept (a failure
+seen once is evidence of a bug, a flaky one too), else the first file given keeps it; a case of
 the run's selection found in no file, or a shard given by no file, is missing. Both are
 reported; a missing one makes the merged run incomplete. The merged file is written either
-way. The selection is the one the shards recorded (reports/selection.py); for files written
+way, and says what it was merged from (``options.merged_parts``: each file, its shard, whether
+its run finished, how many records it gave) and which cases were duplicated, with each copy's
+label (``options.merged_duplicates``), so its report and a gate see them too. The selection is the one the shards recorded (reports/selection.py); for files written
 before they recorded it, the whole matrix of their options, and a note says so.
 """
 from __future__ import annotations
@@ -77,7 +80,9 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
     for source, run in runs:
         for record in run.records:
             owners.setdefault(record.case_id, []).append(source)
-            records.setdefault(record.case_id, record)
+            kept = records.setdefault(record.case_id, record)
+            if kept.label.acceptable and not record.label.acceptable:
+                records[record.case_id] = record  # the first failing copy
     duplicates = {cid: files for cid, files in owners.items() if len(files) > 1}
 
     order = list(expected_ids or [])
@@ -95,6 +100,14 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
     options = dict(first.options)
     options["shard"] = None
     options["merged_shards"] = [f"{s[0]}/{s[1]}" for s in sorted(s for s in shards if s)]
+    options["merged_parts"] = [
+        {"file": source, "shard": run.options.get("shard"), "complete": run.complete,
+         "records": len(run.records), "report_dir": run.options.get("report_dir")}
+        for source, run in runs]
+    copies = {(source, r.case_id): r.label.value for source, run in runs for r in run.records}
+    options["merged_duplicates"] = {
+        cid: [{"file": source, "label": copies[source, cid]} for source in files]
+        for cid, files in duplicates.items()}
     selection = None
     if first.selection is not None:
         selection = {**first.selection, "shard": None}

@@ -19,6 +19,7 @@ block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, deci
 from records.text import first_line
 from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
-                                run_times_not_gated)
+                                merge_duplicate_notes, run_times_not_gated)
 from records.text import one_line
 from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
@@ -134,6 +135,16 @@ def _why_incomplete(run: RunResults, use: str) -> str:
             return (f"a merge of shard(s) {', '.join(map(str, merged))} without shard(s) "
                     f"{', '.join(lacking)} ({held}complete=false); merge the missing shard(s) "
                     f"in (flexconf merge) and {use} the merged file")
+        from reports.merge_facts import unfinished_parts
+
+        parts = unfinished_parts(run)
+        if parts:
+            named = "; ".join(
+                f"{one_line(p.file)}" + (f" (shard {one_line(p.shard)})" if p.shard else "")
+                + (f", --resume {shlex.quote(p.report_dir)}" if p.report_dir else "")
+                for p in parts)
+            return (f"a merge of a part whose run did not finish ({held}complete=false): "
+                    f"{named}; finish it with --resume, merge again and {use} that")
         return (f"a merge one of whose shards was interrupted or lacks cases ({held}"
                 f"complete=false); finish that shard with --resume, merge again and {use} that")
     report_dir = run.options.get("report_dir")
@@ -240,7 +251,7 @@ def decide(baseline: RunResults, candidate: RunResults,
     backend = candidate.options.get("backend", "")
     findings: list[Finding] = []
     notes = budget_notes(baseline, candidate) + backend_notes(baseline, candidate) \
-        + cold_cache_hit_notes(baseline, candidate)
+        + cold_cache_hit_notes(baseline, candidate) + merge_duplicate_notes(baseline, candidate)
     regressed = {c.case_id for c in comparison.regressions}
     for change in comparison.regressions:
         findings.append(Finding("REGRESSION", change.case_id, f"PASS -> {change.after.value}",

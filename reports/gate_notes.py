@@ -20,7 +20,7 @@ class Note:
     #          TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION, RERUN
+    #          CONFIRMATION, RERUN, MERGE_DUPLICATES
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -62,6 +62,23 @@ def cold_cache_hit_notes(baseline: RunResults, candidate: RunResults) -> list[No
                 f"cache hit (e.g. {hits[0]}); their compile times are not compared: a cache "
                 "the suite does not isolate served them, or the backend's cache_hit() is "
                 "wrong"), flagged=True))
+    return notes
+
+
+def merge_duplicate_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A note per run merged from files that held some cases twice, flagged where copies
+    disagree (the merge kept the failing copy: a flaky case, or a retried part that a reader
+    should look at)."""
+    from reports.merge_facts import duplicated_cases, duplicates_note
+
+    notes = []
+    for side, run in (("baseline", baseline), ("candidate", candidate)):
+        note = duplicates_note(run)
+        if note:
+            disagree = any(len({c.label for c in copies}) > 1
+                           for copies in duplicated_cases(run).values())
+            notes.append(Note("MERGE_DUPLICATES", f"the {side} is a merge: {note}",
+                              flagged=disagree))
     return notes
 
 

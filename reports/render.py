@@ -23,6 +23,7 @@ from reports.compare import Comparison, compare_runs, side_by_side
 from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, metric_text,
                                 metrics_items, REPORT_TITLE, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
+from reports.merge_facts import duplicates_note
 from records.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, known_text, label_counts,
                              non_passing, rerun_command, summary_markdown, verdict_line,
@@ -124,7 +125,7 @@ def render_html(runs: Sequence[RunView], baseline: RunView | None = None,
     rows = side_by_side([r.results for r in runs]) if len(runs) > 1 else []
     return _template().render(
         title=run_title(main), generator=REPORT_GENERATOR, runs=runs, main=runs[-1], baseline=baseline,
-        order_note=order_note,
+        order_note=order_note, merge_note=duplicates_note(main),
         comparison=comparison,
         comparison_line=comparison_line(comparison) if comparison else "",
         environment_rows=_environment_rows(([baseline] if baseline else []) + list(runs)),

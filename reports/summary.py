@@ -288,6 +288,11 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
                   "hides by overflow as fully masked (output 0, lse -inf or the gradients "
                   f"without them), e.g. {md_code(masked[0])}: one of the two answers correct "
                   "kernels give there (docs/oracle.md, \"Rows hidden by overflow\").", ""]
+    from reports.merge_facts import duplicates_note
+
+    merge_note = duplicates_note(results)
+    if merge_note:
+        lines += [f"Merge note: {md_text(merge_note)}.", ""]
     env = results.environment
     facts = [f"{key} {env[key]}" for key in ("device", "torch", "torch_neuronx", "device_check",
                                              "host") if env.get(key)]

@@ -156,10 +156,61 @@ def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, c
     assert (f"missing: {len(missing)} cases of the selection (matrix 'core', profile 'smoke') "
             "are in no file:") in captured.err
     assert "note:" not in captured.err  # the recorded selection, not a guess
-    assert "duplicated: 2 cases are in more than one file (the first file keeps each):" in captured.err
+    assert ("duplicated: 2 cases are in more than one file (the first failing copy is kept, "
+            "else the first file's):") in captured.err
     first_dup = one.records[0].case_id
-    assert f"  {first_dup}: {paths[0]}, {paths[2]}" in captured.err
+    assert f"  {first_dup}: {paths[0]} (PASS), {paths[2]} (PASS)" in captured.err
     assert captured.out.startswith("merged 3 files (shards 1/3, 1/3, 2/3): 64 cases: 64 PASS -> ")
+
+
+def test_a_shard_merged_twice_says_so_in_the_merged_file_its_report_and_the_gate(
+        tmp_path, capsys):
+    """Two copies of one shard merged (a retried CI job's artifact beside the first) printed
+    the duplicates, but the merged file said complete: true with no trace of them, and kept the
+    first copy: its report and the gate saw a clean run where the second copy had failed."""
+    first = [write(tmp_path, f"s{i}.json", shard_run(i)) for i in (1, 2, 3)]
+    retry = shard_run(2)
+    broken = retry.records[1].case_id
+    retry = replace(retry, records=tuple(
+        replace(r, label=Label.MISMATCH, message="off by 1e-2") if r.case_id == broken else r
+        for r in retry.records))
+    retried = write(tmp_path, "s2-retry.json", retry)
+    out = tmp_path / "merged" / "results.json"
+    assert main(["merge", *first, retried, "-o", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    count = len(retry.records)
+    assert err[0] == (f"duplicated: {count} cases are in more than one file (the first "
+                      "failing copy is kept, else the first file's), 1 with different labels:")
+    assert err[1] == f"  {broken}: {first[1]} (PASS), {retried} (MISMATCH)"
+    merged = load_results(out)
+    assert merged.complete and merged.by_id()[broken].label is Label.MISMATCH  # seen once
+    assert all(r.label is Label.PASS for r in merged.records if r.case_id != broken)
+    assert [p["file"] for p in merged.options["merged_parts"]] == [*first, retried]
+    assert len(merged.options["merged_duplicates"]) == count
+
+    assert main(["report", str(out)]) == 0
+    note = (f"{count} case(s) were in more than one merged file, each kept as its first "
+            f"failing copy, else as the first file gave it; 1 of them with different labels, "
+            f"e.g. {broken}: PASS in {first[1]}, MISMATCH in {retried}")
+    page = (out.parent / "index.html").read_text()
+    assert f'<p id="merge-note" class="note">Merged: {note}.</p>' in page
+    summary = (out.parent / "summary.md").read_text()
+    assert "Merge note: " in summary and "MISMATCH in" in summary
+
+    clean = tmp_path / "clean.json"  # last release's run, merged from its three shards
+    older = [write(tmp_path, f"old{i}.json", shard_run(i, started_at=f"2025-12-0{i}T00:00:00"))
+             for i in (1, 2, 3)]
+    assert main(["merge", *older, "-o", str(clean)]) == 0
+    capsys.readouterr()
+    assert "merged_duplicates" in load_results(clean).options
+    assert not load_results(clean).options["merged_duplicates"]
+    decision = tmp_path / "gate.json"
+    assert main(["gate", "--baseline", str(clean), "--candidate", str(out),
+                 "--json", str(decision)]) == 1  # the MISMATCH a copy saw blocks
+    notes = json.loads(decision.read_text())["notes"]
+    assert [(n["kind"], n["flagged"]) for n in notes if n["kind"] == "MERGE_DUPLICATES"] == [
+        ("MERGE_DUPLICATES", True)]
+    assert "  ! MERGE_DUPLICATES: the candidate is a merge: " in capsys.readouterr().out
 
 
 def test_the_two_shards_of_an_extended_run_merge_clean(tmp_path, capsys):
@@ -306,6 +357,13 @@ def test_a_part_of_a_run_that_did_not_finish_makes_the_merge_exit_1_naming_it(tm
     assert line.endswith(" --shard 3/3 --resume /runs/part3), then merge again")
     merged = load_results(out)
     assert not merged.complete and len(merged.records) == merged.selected_count == len(CASES)
+    # the gate names the part and where it finishes (it said "one of whose shards")
+    baseline = write(tmp_path, "base.json", replace(merged, complete=True))
+    assert main(["gate", "--baseline", baseline, "--candidate", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: {out}: a merge of a part whose run did not finish "
+        f"({len(CASES)} of {len(CASES)} selected cases have a record; complete=false): {cut} "
+        "(shard 3/3), --resume /runs/part3; finish it with --resume, merge again and gate that"]
 
 
 def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_path, capsys):
