@@ -399,10 +399,29 @@ def _select_cases(options: opts.RunOptions) -> list:
 
         source = f"--case-file {options.case_file}" if options.case_file else \
             f"--matrix {options.matrix} --profile {options.profile}"
-        raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; "
-                         "flexconf list prints the ids (give the same --matrix, --profile "
-                         "and --cases-module)")
+        elsewhere = _matrix_of(unknown[0], options.cases_modules)
+        fix = (f"it is a case of {elsewhere}: give those" if elsewhere else
+               "flexconf list prints the ids (give the same --matrix, --profile and "
+               "--cases-module)")
+        raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; {fix}")
     return [by_id[cid] for cid in options.case_ids]
+
+
+def _matrix_of(case_id: str, cases_modules) -> str | None:
+    """``--matrix M --profile P`` of a matrix that has ``case_id`` (with these case modules),
+    or None."""
+    from cases.catalog import PROFILES
+    from cases.custom import select_cases
+
+    for profile in PROFILES:
+        for name in ("core", "extended", "custom"):
+            try:
+                ids = {c.id for c in select_cases(profile, name, list(cases_modules))}
+            except ValueError:  # "custom" without a case module
+                continue
+            if case_id in ids:
+                return f"--matrix {name} --profile {profile}"
+    return None
 
 
 def _shard_ids(cases: list, options: opts.RunOptions) -> set[str] | None:

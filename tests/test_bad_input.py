@@ -477,3 +477,24 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (report / "previous" / "index.html").exists()
+
+
+def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_path):
+    """--case-id of an extended-matrix case said only "not a case of --matrix core" and sent
+    the user to flexconf list, which lists the core matrix."""
+    from cases.catalog import matrix
+    from conformance.plugin import _matrix_of
+
+    extended = next(c.id for c in matrix("smoke", "extended")
+                    if c.id not in {k.id for k in matrix("smoke", "core")})
+    proc = run([sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+                "--profile", "smoke", "--case-id", extended,
+                "--report-dir", str(tmp_path / "report")])
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == [
+        f"ERROR: --case-id {extended!r} is not a case of --matrix core --profile smoke; it is a "
+        "case of --matrix extended --profile smoke: give those"]
+    assert not (tmp_path / "report").exists()
+    smoke = matrix("smoke", "core")[0].id
+    assert _matrix_of(smoke, ()) == "--matrix core --profile smoke"
+    assert _matrix_of(smoke + "x", ()) is None
