@@ -145,12 +145,19 @@ REPORT_TITLE = "FlexAttention conformance"
 def run_title(results: RunResults) -> str:
     """``FlexAttention conformance: neuron · full``, with what narrowed the run where
     something did, so a part never reads as the whole: ``cpu-eager · smoke · -k 'causal' ·
-    shard 1/2 · 8 cases`` (a case file replaces the profile and matrix)."""
+    shard 1/2 · 8 cases`` (a case file replaces the profile and matrix); a fuzzing run says
+    so, and a run of fuzzed variants alone names no profile: ``cpu-eager · fuzzing (50
+    examples, seed 1)``."""
     from records.selection import selection_of
 
     options = results.options
     selection = selection_of(results)
     parts = [str(options.get("backend", "?"))]
+    fuzzed = options.get("fuzz_examples")
+    fuzzing = (f"fuzzing ({fuzzed} examples, seed {options.get('seed', '?')})"
+               if isinstance(fuzzed, int) and fuzzed > 0 else "")
+    if fuzzing and selection.case_ids is not None and not selection.case_ids:
+        return one_line(f"{REPORT_TITLE}: " + " · ".join(parts + [fuzzing]))  # no matrix case
     if selection.case_file:
         parts.append(f"case file {selection.case_file}")
     else:
@@ -164,7 +171,7 @@ def run_title(results: RunResults) -> str:
     narrowed += [f"--case-id {case_id!r}" for case_id in options.get("case_ids") or ()]
     if selection.shard:
         narrowed.append(f"shard {selection.shard}")
-    parts += narrowed
+    parts += narrowed + ([f"with {fuzzing}"] if fuzzing else [])
     if narrowed:
         count = len(results.records)
         parts.append(f"{count} case" if count == 1 else f"{count} cases")

@@ -361,6 +361,14 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
     assert run_title(by_file) == ("FlexAttention conformance: neuron · case file mine.json · "
                                   "--case-id 'a/b' · 1 case")
     assert conforms(whole) and conforms(narrowed)  # on what it selected, and says what that is
+    # a run of fuzzed variants alone was titled with a profile none of its cases had
+    fuzzed = replace(whole, options={**whole.options, "fuzz_examples": 50, "seed": 1},
+                     selection={**narrowed.selection, "keyword": "", "shard": None,
+                                "case_ids": []})
+    assert run_title(fuzzed) == "FlexAttention conformance: neuron · fuzzing (50 examples, seed 1)"
+    both = replace(fuzzed, selection={**fuzzed.selection, "matrix": "core", "case_ids": ["a"]})
+    assert run_title(both) == ("FlexAttention conformance: neuron · smoke · with fuzzing (50 "
+                               "examples, seed 1)")
     empty = replace(narrowed, records=())
     assert not conforms(empty)
     assert verdict_line(empty) == "no case ran"
