@@ -55,7 +55,8 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
         sources[module] = _module_source(module)
         sources.update(embedded_sources(_suite_imports(sources[module])))
     script = _script(record, backend, int(options.get("seed") or 0), _timed_runs(options),
-                     [module] if module else [], results.environment, sources)
+                     [module] if module else [], results.environment, sources,
+                     _run_backend(options))
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
@@ -172,11 +173,14 @@ def _timed_runs(options: dict) -> int:
 
 
 def _script(record: Record, backend: str, seed: int, runs: int, case_modules: list[str],
-            environment: dict, sources: dict[str, str]) -> str:
+            environment: dict, sources: dict[str, str], run_backend: str) -> str:
     from conformance.run_info import git_revision, suite_version
 
     first = (record.message or "").splitlines()[0] if record.message else ""
-    recorded = f"{record.label.value}: {first}" if first else record.label.value
+    # the label the run recorded is its backend's: said so where this script runs another
+    label = (record.label.value if backend == run_backend
+             else f"{record.label.value} on {run_backend}, the run's backend")
+    recorded = f"{label}: {first}" if first else label
     run_suite = f"{environment.get('suite_version', '?')} (git {environment.get('git_revision')})"
     here = f"{suite_version()} (git {git_revision()})"
     lines = [

@@ -89,6 +89,9 @@ def test_script_on_a_correct_backend_passes_with_only_torch_importable(broken_ru
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert last_line(proc) == "label: PASS"
     assert "backend   cpu-eager (cpu-eager)" in proc.stdout
+    # the MISMATCH was the run's backend's, not this one's (it read as cpu-eager's)
+    assert f"recorded  MISMATCH on {WRONG}, the run's backend: " in proc.stdout
+    assert f"recorded   MISMATCH on {WRONG}, the run's backend: " in script.read_text()
 
 
 def test_script_makes_as_many_timed_calls_as_the_run(tmp_path):
