@@ -205,6 +205,23 @@ def stale_expectations(expectations: Expectations, results: RunResults) -> list[
     return stale
 
 
+def shadowed_expectations(expectations: Expectations, results: RunResults
+                          ) -> list[tuple[Expectation, Expectation]]:
+    """(entry, an entry that decides one of its cases: a glob where one does) for each entry for
+    the run's backend that matches cases of the run but decides none of them: an exact entry
+    or an earlier glob comes first (``lookup``), so its label and reason never apply here."""
+    backend = results.options.get("backend", "")
+    shadowed = []
+    for entry in expectations.entries:
+        if not entry.applies_to(backend):
+            continue
+        matched = [r for r in results.records if entry.matches(backend, r.case_id)]
+        if matched and not decided_cases(expectations, entry, results):
+            winners = [expectations.lookup(backend, r.case_id) for r in matched]
+            shadowed.append((entry, next((w for w in winners if w.is_glob), winners[0])))
+    return shadowed
+
+
 def _check_case_id(case: str, where: str) -> None:
     parts = case.split("/")
     problem = "" if len(parts) >= 4 else "it lacks the parts variant/shape/dtype/mode"

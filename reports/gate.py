@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, decided_cases,
-                                  stale_expectations)
+                                  shadowed_expectations, stale_expectations)
 from records.text import first_line
 from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
@@ -328,6 +328,16 @@ def decide(baseline: RunResults, candidate: RunResults,
                 f"{expectations.source} for this backend match no case of the candidate (e.g. "
                 f"{_where(unmatched[0])}: {unmatched[0].case!r}): a misspelt id or glob, or "
                 "cases this run did not select")))
+        shadowed = shadowed_expectations(expectations, candidate)
+        if shadowed:
+            entry, winner = shadowed[0]
+            fix = ("the first glob in the file decides a case: move the narrower one first"
+                   if winner.is_glob else "an exact id decides its case before any glob")
+            notes.append(Note("SHADOWED_EXPECTATIONS", (
+                f"{len(shadowed)} entr{'y' if len(shadowed) == 1 else 'ies'} of "
+                f"{expectations.source} match cases of the candidate but decide none, so "
+                f"their labels and reasons never apply (e.g. {_where(entry)}: {entry.case!r}, "
+                f"whose case {_where(winner)}: {winner.case!r} decides; {fix})")))
         if untriaged:
             first = untriaged[0]
             notes.append(Note("UNTRIAGED", f"{len(untriaged)} known failure(s) still read "

@@ -20,7 +20,7 @@ class Note:
     #          TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION, RERUN, MERGE_DUPLICATES
+    #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 

@@ -124,6 +124,28 @@ def test_the_rerun_command_names_at_most_20_failing_cases(tmp_path, capsys):
     assert line.count("--case-id") == 20 and ids[19] in line and ids[20] not in line
 
 
+def test_an_entry_that_an_earlier_glob_or_an_exact_id_shadows_is_named(tmp_path, capsys):
+    """A narrower glob listed after a broader one matched the failing case, yet the broader
+    one decided it (the first glob wins): its label never applied, and the gate's blocking
+    finding gave no hint why."""
+    old = run([record(A), record(B)])
+    new = run([record(A, Label.CRASH), record(B, Label.MISMATCH)])
+    broad_first = known(f"{A.split('/')[0]}/*", "MISMATCH") + "\n" + known(A, "CRASH") \
+        + "\n" + known(f"{A.split('/')[0]}/*/fwd", "CRASH")
+    assert gate(tmp_path, old, new, expectations=broad_first) == 1
+    out = capsys.readouterr().out
+    assert (f"  note: 1 entry of {tmp_path / 'known.toml'} match cases of the candidate but "
+            f"decide none, so their labels and reasons never apply (e.g. line 15: "
+            f"'{A.split('/')[0]}/*/fwd', whose case line 1: '{A.split('/')[0]}/*' decides; the "
+            "first glob in the file decides a case: move the narrower one first)") in out
+    exact_only = known(A, "CRASH") + "\n" + known(A.replace("/fwd", "/*"), "MISMATCH")
+    assert gate(tmp_path, old, new, expectations=exact_only) == 1
+    out = capsys.readouterr().out
+    assert "whose case line 1: " in out and "an exact id decides its case before any glob" in out
+    assert gate(tmp_path, old, new, expectations=known(A, "CRASH")) == 1
+    assert "decide none" not in capsys.readouterr().out
+
+
 def test_each_accepted_failure_is_listed_and_junit_skips_it(tmp_path, capsys):
     """The gate said only '2 known failures listed in FILE': a reviewer could not see which
     failures were waived, in the text, the JSON or the JUnit XML."""
