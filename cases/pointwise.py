@@ -44,6 +44,14 @@ class PointwiseModError(ValueError):
     """A mod that cannot be evaluated point by point (under torch.vmap)."""
 
 
+class MaskNotBool(TypeError):
+    """A mask_mod that returned another dtype than bool."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__(f"mask_mod returned {dtype}; a mask_mod returns a bool tensor")
+        self.dtype = dtype
+
+
 class ModRaised(PointwiseModError):
     """A mod raised while evaluated point by point, from inside its own call: mostly the
     case's fault (an index out of its captured table's bounds at some points, a ValueError of
@@ -176,7 +184,7 @@ def evaluate_mask(mask_mod: Callable, b: torch.Tensor, h: torch.Tensor, q_idx: t
     mod = _raising_as_the_mod(mask_mod, "mask_mod")
     mask = _under_flex_indexing(lambda: _vmap_bhqkv(mod, score=False)(b, h, q_idx, kv_idx))
     if mask.dtype != torch.bool:
-        raise TypeError(f"mask_mod returned {mask.dtype}; a mask_mod returns a bool tensor")
+        raise MaskNotBool(mask.dtype)
     return mask
 
 
@@ -213,6 +221,9 @@ def check_mods(mask_mod: Callable | None, score_mod: Callable | None, variant: s
     (a bool one for the mask). Runs each mod on a one-point grid (all indices 0), the score
     mod on a float64 score whose dtype reads as ``traced_dtype`` (``evaluate_score``)."""
     point = torch.zeros(1, dtype=torch.int64, device=device)
+    refused = None if mask_mod is None else _block_mask_refusal(mask_mod)
+    if refused:
+        raise PointwiseModError(f"variant {variant!r}: its mask_mod {refused}")
     for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
         if mod is None:
             continue
@@ -267,9 +278,40 @@ def score_mod_raises(score_mod: Callable, shape, traced_dtype: torch.dtype | Non
     return None
 
 
+def _block_mask_refusal(mask_mod: Callable) -> str | None:
+    """Why flex_attention's ``create_block_mask`` refuses ``mask_mod`` before it calls it, and
+    the fix; None when it takes it. It tells a mask_mod from a score_mod by its positional
+    parameters, counted from its code (``__code__.co_argcount`` less its defaults), else from
+    its signature, and needs 4: a bound method counts its self, a ``*args`` wrapper (a
+    decorator's) counts none, an ``nn.Module``'s call counts its ``*args, **kwargs``. Asked of
+    torch's own rule where it has one (``_get_mod_type``). A mod that cannot take the four
+    arguments at all is left to the evaluation, whose message names its parameters."""
+    if _parameters(mask_mod) is not None and not _can_take(mask_mod, len(INDEX_NAMES)):
+        return None
+    try:
+        from torch.nn.attention.flex_attention import _get_mod_type, _ModificationType
+    except ImportError:  # a torch without the private helper: nothing to ask
+        return None
+    try:
+        kind = _get_mod_type(mask_mod)
+    except (AssertionError, TypeError, ValueError) as exc:
+        counted = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    else:
+        if kind == _ModificationType.MASK_MOD:
+            return None
+        counted = "counted 5 positional parameters, a score_mod's"
+    name = getattr(mask_mod, "__qualname__", type(mask_mod).__name__)
+    return (f"{name} is refused by flex_attention's create_block_mask ({counted}): it "
+            "counts a mask_mod's positional parameters from its code and needs exactly 4; pass "
+            "a plain function, e.g. lambda b, h, q_idx, kv_idx: mod(b, h, q_idx, kv_idx)")
+
+
 def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
     """Why ``mod`` failed on the one-point grid, and the fix that applies: its signature, an
     error of its own, or a construct vmap (and so flex_attention) cannot run."""
+    if isinstance(exc, MaskNotBool):
+        return (f"returned a {exc.dtype} tensor, and flex_attention needs a bool one per "
+                "point; return a comparison (or .bool() of the value)")
     arguments = ("score", *INDEX_NAMES) if name == "score_mod" else INDEX_NAMES
     takes = _parameters(mod)
     if takes is not None and not _can_take(mod, len(arguments)):
