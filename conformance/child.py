@@ -92,12 +92,22 @@ def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None
     """Run one case; emits phase events and exactly one ``DoneEvent`` or ``ErrorEvent`` (the
     error carries the seconds of the phases that finished). ``fatal``: why this child can
     run no case (a FatalSetupError at warm-up)."""
+    from conformance import torch_state
+
     timings: dict[str, Any] = {}
     if fatal:
         emit(ErrorEvent(Phase.SETUP, Outcome.HARNESS, fatal))
         return
+    before = torch_state.snapshot()
     try:
-        output_path = _run_phases(backend, request, emit, timings)
+        try:
+            output_path = _run_phases(backend, request, emit, timings)
+        finally:
+            leaked = torch_state.changes(before, torch_state.snapshot())
+            torch_state.restore(before)  # the next case runs as it would alone
+        if leaked:
+            phase = Phase.COMPILE if request.compile_only else Phase.RUN
+            raise CaseFailed(phase, Outcome.ERROR, _left_changed(leaked))
         emit(DoneEvent(Timings(**timings), output_path))
     except CaseFailed as failed:
         traceback.print_exception(failed.exc)  # into the child's log, kept with the artefacts
@@ -110,6 +120,15 @@ def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None
             if not str(failed.exc).strip().startswith(sentence):
                 message = sentence
         emit(ErrorEvent(failed.phase, failed.outcome, message, detail, Timings(**timings)))
+
+
+def _left_changed(leaked: list[str]) -> Exception:
+    from conformance.contract import ContractError
+
+    return ContractError(
+        f"the backend left torch's global settings changed after the case: {'; '.join(leaked)}; "
+        "a backend sets back what it changes (docs/backends.md, 'Stateless between cases'), "
+        "and the suite set them back for the next case")
 
 
 def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str | None:
@@ -370,10 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     threads = int(os.environ.get("FLEXCONF_NUM_THREADS", "0"))
     if threads > 0:
         torch.set_num_threads(threads)
+    from conformance import torch_state
     from conformance.backends.registry import load_backend
 
     from conformance.backends.base import FatalSetupError
 
+    pristine = torch_state.snapshot()  # what every case runs under
     backend = load_backend(args.backend)
     emit(PhaseEvent(Phase.WARM_UP))
     start, warm_error, fatal = time.perf_counter(), None, None
@@ -385,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
         warm_error = describe_exception(exc)
         traceback.print_exc()
+    leaked = torch_state.changes(pristine, torch_state.snapshot())
+    if leaked:  # at import or warm-up: set back before any case, said in the child's log
+        torch_state.restore(pristine)
+        print(f"flexconf: loading and warming up the backend changed torch's global settings "
+              f"({'; '.join(leaked)}); set back: every case runs under torch's defaults",
+              file=sys.stderr)
+        warm_error = warm_error or f"changed torch's global settings: {'; '.join(leaked)}"
     emit(ReadyEvent(os.getpid(), time.perf_counter() - start, warm_error, fatal))
     for line in sys.stdin:
         if line.strip():

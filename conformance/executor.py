@@ -22,7 +22,7 @@ from pathlib import Path
 from cases.model import Case
 from conformance.artifacts import file_case_artifacts
 from conformance.backends.base import Backend, WorkerSlot, threads_per_worker
-from conformance.backends.registry import unsupported_reason_of
+from conformance.backends.registry import HookTimeout, unsupported_reason_of
 from conformance.estimates import case_peak_bytes
 from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
@@ -84,7 +84,10 @@ class Executor:
 
     def execute(self, case: Case, started_at: str | None = None) -> Record:
         started_at = started_at or now_iso()
-        reason, failure = unsupported_reason_of(self.backend, case)
+        try:
+            reason, failure = unsupported_reason_of(self.backend, case, self.settings.run_timeout)
+        except HookTimeout as hung:
+            return self._record(case, Label.RUN_TIMEOUT, str(hung), started_at)
         if failure:
             return self._record(case, Label.RUNTIME_ERROR, failure, started_at)
         if reason:

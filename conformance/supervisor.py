@@ -296,14 +296,59 @@ def _snapshot(directory: Path | None) -> dict[Path, int]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group, and every process below the child that left it (a
+    compiler started with a session of its own, which a group kill does not reach; found
+    while the child lives, so not after the child died on its own)."""
+    strays = _descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session and group
     except (ProcessLookupError, PermissionError):
         pass
+    for pid, started in strays:
+        if _start_time(pid) == started:  # still that process, not a new one with its pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every process below ``root``, from /proc (empty elsewhere)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    for pid in entries:
+        fields = _stat_fields(pid)
+        if fields:
+            parents.setdefault(int(fields[1]), []).append(pid)
+    found, todo = [], list(parents.get(root, []))
+    while todo:
+        pid = todo.pop()
+        started = _start_time(pid)
+        if started is not None:
+            found.append((pid, started))
+        todo += parents.get(pid, [])
+    return found
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command's name: state, ppid, ... (None when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None  # field 22: starttime
 
 
 def _signal_name(number: int) -> str:

@@ -2,6 +2,8 @@
 backend unavailable with the error's first line, never an INTERNALERROR."""
 from __future__ import annotations
 
+import threading
+
 from conformance.backends.cpu import CpuEager
 
 
@@ -55,4 +57,20 @@ class RaisesInUnsupportedReason(CpuEager):
     def unsupported_reason(self, case):
         if case.variant.name == "causal":
             raise KeyError(f"no support entry for {case.variant.name}")
+        return super().unsupported_reason(case)
+
+
+#: Lets HangsInUnsupportedReason's hook go once a test is done with it.
+RELEASE_HUNG_HOOK = threading.Event()
+
+
+class HangsInUnsupportedReason(CpuEager):
+    """Its unsupported_reason never answers on alibi cases (a support query that waits on a
+    lock, a device, a network): the hook runs in the worker, outside the watched child."""
+
+    name = "test-hangs-in-unsupported-reason"
+
+    def unsupported_reason(self, case):
+        if case.variant.name == "alibi":
+            RELEASE_HUNG_HOOK.wait(600)
         return super().unsupported_reason(case)

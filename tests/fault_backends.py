@@ -48,11 +48,13 @@ class _Faulty(CpuEager):
 
 class CompileHang(_Faulty):
     name = "test-compile-hang"
+    #: a compiler subprocess that starts a session of its own (outside the child's group)
+    detached = False
 
     def misbehave(self, real, *args):
         pid_file = os.environ.get(GRANDCHILD_PID_FILE)
         if pid_file:
-            helper = subprocess.Popen(["sleep", "3600"])
+            helper = subprocess.Popen(["sleep", "3600"], start_new_session=self.detached)
             with open(pid_file, "w") as f:
                 f.write(str(helper.pid))
         time.sleep(3600)
@@ -72,6 +74,13 @@ class HangsWhileFileExists(CompileHang):
         if os.path.exists(os.environ.get(HANG_FILE, "")):
             return super().misbehave(real, *args)
         return real(*args)
+
+
+class DetachedCompileHang(CompileHang):
+    """Hangs in the compile call after starting a subprocess in a session of its own, which
+    the kill of the child's process group does not reach (an outside trial's survivor)."""
+    name = "test-detached-compile-hang"
+    detached = True
 
 
 class RunHang(CompileHang):
@@ -284,3 +293,16 @@ class KillsWorker(_Faulty):
                 f.write(f"{os.getpid()} {compiler.pid}")
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)
+
+
+class LeaksDefaultDtype(_Faulty):
+    """Leaves torch's default dtype at float64 after its first causal call, as a backend that
+    switches it for a computation of its own and forgets to set it back. A later case whose
+    mods make a captured tensor with torch.randn (rel_bias's table) was a false MISMATCH."""
+    name = "test-leaks-default-dtype"
+    phase = "compile"
+
+    def misbehave(self, real, *args):
+        out = real(*args)
+        torch.set_default_dtype(torch.float64)
+        return out

@@ -60,6 +60,23 @@ def test_fault_gets_its_label_and_the_next_case_passes(backend, label, first_lin
     assert after.metrics  # a PASS keeps the verdict's numbers too
 
 
+def test_a_global_setting_left_changed_is_its_cases_fault_and_is_set_back():
+    """A backend that left the default dtype at float64 after a passing causal case made the
+    next case (rel_bias, whose table the child draws with torch.randn) a MISMATCH 421x the
+    baseline's error, and that case's own rerun passed (an outside trial)."""
+    biased = Case(Variant("rel_bias", (("nb", 32),)), TINY)
+    leak, after, last = run_cases("tests.fault_backends:LeaksDefaultDtype",
+                                  [FAULTY, biased, HEALTHY])
+    assert leak.label is Label.RUNTIME_ERROR, leak.message
+    assert leak.message.splitlines()[0] == (
+        "run: ContractError: the backend left torch's global settings changed after the case: "
+        "default dtype torch.float32 -> torch.float64; a backend sets back what it changes "
+        "(docs/backends.md, 'Stateless between cases'), and the suite set them back for the "
+        "next case")
+    assert leak.compile_seconds is not None and leak.run_seconds is not None
+    assert after.label is Label.PASS and last.label is Label.PASS, after.message
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -70,6 +87,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.parametrize("backend, label, phase", [
     ("CompileHang", Label.COMPILE_TIMEOUT, "compile"),
+    ("DetachedCompileHang", Label.COMPILE_TIMEOUT, "compile"),
     ("RunHang", Label.RUN_TIMEOUT, "run"),
 ])
 @pytest.mark.slow
@@ -136,6 +154,24 @@ def test_results_that_differ_from_call_to_call_but_are_right_pass():
         assert record.label is Label.PASS, record.message
         assert record.metrics["differing_calls"] == [2, 3, 4]
         assert record.metrics["failing_calls"] == []
+
+
+def test_an_unsupported_reason_that_never_answers_is_a_timeout_and_the_run_goes_on():
+    """It stopped the whole run until the run was interrupted (an outside trial): the hook runs
+    in the worker, where no watchdog kills it."""
+    from tests import broken_plugins
+
+    alibi = Case(Variant("alibi"), TINY)
+    try:
+        hung, after = run_cases("tests.broken_plugins:HangsInUnsupportedReason",
+                                [alibi, HEALTHY], run_timeout=1.0)
+    finally:
+        broken_plugins.RELEASE_HUNG_HOOK.set()
+    assert hung.label is Label.RUN_TIMEOUT, hung.message
+    assert hung.message == (
+        "setup: its unsupported_reason did not return within 1 s (the run budget); it runs in "
+        "the worker before the case starts, so it must answer at once (docs/backends.md)")
+    assert after.label is Label.PASS, after.message
 
 
 def test_an_unsupported_reason_that_raises_is_the_backends_runtime_error():

@@ -196,16 +196,25 @@ def environment_of(backend: Backend, spec: str | None = None) -> dict:
     return environment
 
 
-def unsupported_reason_of(backend: Backend, case) -> tuple[str | None, str | None]:
+class HookTimeout(Exception):
+    """A backend hook that the worker calls itself did not return within its budget."""
+
+
+def unsupported_reason_of(backend: Backend, case, timeout: float | None = None
+                          ) -> tuple[str | None, str | None]:
     """``backend.unsupported_reason(case)`` as (reason, None); where it raises, (None, the
     failure): ``setup: its unsupported_reason raised Type: text``, then the traceback's end, a
     RUNTIME_ERROR of the case (the backend's code failed, not the suite's). A falsy answer is
     "supported"; a truthy one that is no str (``True``) is unsupported, and the reason says
-    what the hook should return."""
+    what the hook should return. With ``timeout``, HookTimeout (one line) when the hook has
+    not returned after that many seconds: it runs in the worker, not in the watched child, so
+    a hook that hangs would otherwise stop the run; it is left behind in a daemon thread."""
     import traceback
 
     try:
-        reason = backend.unsupported_reason(case)
+        reason = _within(timeout, backend.unsupported_reason, case)
+    except HookTimeout:
+        raise
     except Exception as exc:  # noqa: BLE001 - a plugin's bug is its case's failure
         detail = "".join(traceback.format_exception(exc)[-12:]).rstrip()
         return None, f"setup: its unsupported_reason raised {_first_line(exc)}\n{detail}"
@@ -217,6 +226,32 @@ def unsupported_reason_of(backend: Backend, case) -> tuple[str | None, str | Non
         return (f"unsupported_reason returned {type(reason).__name__} "
                 f"{one_line(repr(reason))[:60]}; it should return a str that says why"), None
     return reason, None
+
+
+def _within(timeout: float | None, hook, *args):
+    """``hook(*args)``, in a daemon thread when ``timeout`` is given (HookTimeout after it)."""
+    if timeout is None:
+        return hook(*args)
+    import threading
+
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = hook(*args)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, name=f"flexconf-{hook.__name__}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise HookTimeout(f"setup: its {hook.__name__} did not return within {timeout:g} s (the "
+                          "run budget); it runs in the worker before the case starts, so it "
+                          "must answer at once (docs/backends.md)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def _first_line(exc: BaseException) -> str:
