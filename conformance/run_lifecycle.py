@@ -45,7 +45,8 @@ class RunLifecycle:
             last_run = report_dir / "previous" / "results.json"
         self.schedule = self._cost_model(last_run)
         if self.options.resume:
-            self._manifest = _resumable_run(self.options, self._recorded_options(), self.backend)
+            self._manifest = _resumable_run(self.options, self._recorded_options(), self.backend,
+                                            worker_count(self.config))
             self._started_at = self._manifest.started_at
             set_aside_results(report_dir, resuming=self._manifest)
             return
@@ -324,9 +325,9 @@ _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "s
                 "shard", "expectations")
 
 
-def _resumable_run(options: opts.RunOptions, recorded: dict, backend):
+def _resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: int):
     """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
-    when there is none, or its options, oracle or release differ."""
+    when there is none, or its options, oracle, release or threads per worker differ."""
     from records.files import UserFileError
     from records.store import read_manifest
 
@@ -352,7 +353,27 @@ def _resumable_run(options: opts.RunOptions, recorded: dict, backend):
                 f"{_given(now)}; resume with the run's own options")
     _refuse_another_oracle(options.report_dir)
     _refuse_another_release(options.report_dir, backend, options.backend)
+    _refuse_another_layout(options.report_dir, workers)
     return manifest
+
+
+def _refuse_another_layout(report_dir: Path, workers: int) -> None:
+    """UsageError, one line, when this command's workers would get another number of threads
+    than the run's did (another -n, or a machine with other cores): compile and run times
+    measured with 2 threads and with 1 would stand side by side in one results file, and a
+    gate would compare them as one run's."""
+    from conformance.backends.base import WorkerSlot, threads_per_worker
+    from records.text import one_line
+
+    now = threads_per_worker(WorkerSlot(0, workers))
+    for environment in _recorded_environments(report_dir):
+        before, count = environment.get("threads_per_worker"), environment.get("workers")
+        if isinstance(before, int) and before != now:
+            raise pytest.UsageError(
+                f"--resume {one_line(str(report_dir))}: the run measured its cases with {before} "
+                f"thread(s) per worker (-n {count}), this command would with {now} (-n "
+                f"{workers}); resume with -n {count} on the run's machine, so one results file "
+                "holds comparable times")
 
 
 def _given(value) -> str:

@@ -131,9 +131,9 @@ def rerun_args(results: RunResults, case_ids, report_dir: str | None = None,
 
 def resume_command(results: RunResults, report_dir, matrix: str | None = None) -> str:
     """The command that finishes the interrupted run ``results`` in ``report_dir`` with the
-    run's own options (``--resume``; its shard's ``--shard``, its ``-k`` and ``-m``), from the
-    directory the run started in, or from where ``matrix`` (the ``conformance/`` argument) is
-    right."""
+    run's own options (``--resume``; its ``-n``, its shard's ``--shard``, its ``-k`` and
+    ``-m``), from the directory the run started in, or from where ``matrix`` (the
+    ``conformance/`` argument) is right."""
     from records.selection import selection_of
 
     env, args = _run_args(results, matrix)
@@ -143,7 +143,10 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
     args += ["-k", selection.keyword] if selection.keyword else []
     args += ["-m", selection.markexpr] if selection.markexpr else []
     args += ["--resume", str(report_dir)]
-    return shell_command(env, ["pytest", *args])
+    # as many workers as the run had: a resume measures with the run's threads per worker
+    workers = results.environment.get("workers")
+    layout = ["-n", str(workers)] if isinstance(workers, int) and workers > 1 else []
+    return shell_command(env, ["pytest", *layout, *args])
 
 
 def _run_args(results: RunResults, matrix: str | None = None

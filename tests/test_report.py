@@ -248,6 +248,10 @@ def test_the_resume_command_narrows_as_the_run_did():
     assert resume_command(narrowed, "reports/x").endswith(
         "--run-timeout 120 -k 'causal and b1-' -m 'not slow' --resume reports/x")
     assert resume_command(results, "reports/x").endswith("--run-timeout 120 --resume reports/x")
+    assert resume_command(results, "reports/x").startswith("pytest conformance/ ")
+    # as many workers as the run had: a resume with another -n is refused (its threads)
+    xdist = replace(results, environment={**results.environment, "workers": 8})
+    assert resume_command(xdist, "reports/x").startswith("pytest -n 8 conformance/ ")
     # a compile-only pass is resumed as one (--resume refuses another --phase)
     compile_only = replace(results, options={**results.options, "phase": "compile",
                                              "compile_cache": "warm"})

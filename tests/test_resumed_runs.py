@@ -145,10 +145,21 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
             "the run recorded '2.99.0'; resume with the release that started the run") in \
         measured.stderr
 
+    # Its cases measured with another number of threads per worker (another -n, another
+    # machine): one results file would hold times of two layouts, which a gate compares as one.
+    from conformance.backends.base import WorkerSlot, threads_per_worker
+    threads = threads_per_worker(WorkerSlot(0, 1))
+    layout = _resume_with_recorded(tmp_path, f'"threads_per_worker": {threads}',
+                                   f'"threads_per_worker": {threads + 7}')
+    assert layout.returncode == 4
+    assert (f"the run measured its cases with {threads + 7} thread(s) per worker (-n 1), this "
+            f"command would with {threads} (-n 1); resume with -n 1 on the run's machine") in \
+        layout.stderr
+
     # Resumed with another -k: the run stays the one that was started (what the gate and merge
     # compare), and a case outside it is named, not run into it.
     resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:3], "-k", "full or alibi",
-                              "-n", "2", "--resume", str(tmp_path / "report")))
+                              "--resume", str(tmp_path / "report")))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"--resume: 1 case(s) selected here are not part of the interrupted run and were " \
            f"not run (e.g. {CASES[2].id}); run them without --resume" in resumed.stdout
