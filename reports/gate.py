@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, decided_cases,
@@ -123,9 +123,11 @@ class GateDecision:
 def _why_incomplete(run: RunResults, use: str) -> str:
     """Why a run says complete=false, and the fix: a merge that lacks a shard, or holds an
     interrupted one, or a run that was interrupted."""
+    from reports.summary import records_held
+
     selected = run.selected_count or len(selection_of(run).case_ids or ())
-    held = (f"{len(run.records)} of {selected} selected cases have a record; "
-            if selected else "")
+    held = records_held(replace(run, selected_count=selected)) if selected else ""
+    held = f"{held}; " if held else ""
     merged = run.options.get("merged_shards")
     if merged:
         count = int(str(merged[0]).partition("/")[2] or 0)

@@ -46,10 +46,22 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
         parts = ["no case ran" + (" (no selected case is in this shard)"
                                   if results.options.get("shard") else "")]
     if not results.complete:
-        selected = results.selected_count
-        parts.append(f"run INCOMPLETE: {len(results.records)} of {selected} selected cases "
-                     "have a record" if selected else "run INCOMPLETE")
+        held = records_held(results)
+        parts.append(f"run INCOMPLETE: {held}" if held else "run INCOMPLETE")
     return " · ".join(parts)
+
+
+def records_held(results: RunResults) -> str:
+    """``5 of 8 selected cases have a record, 1 of them cut off (CRASH)``: how much of an
+    unfinished run's selection is recorded, the cases its interruption cut off counted apart
+    (their CRASH record says only that the worker stopped; records/store.py); "" when the
+    selected count is unknown."""
+    selected = results.selected_count
+    if not selected:
+        return ""
+    cut_off = sum(1 for r in results.records if r.label is Label.CRASH and not r.finished_at)
+    return (f"{len(results.records)} of {selected} selected cases have a record"
+            + (f", {cut_off} of them cut off (CRASH)" if cut_off else ""))
 
 
 def conforms(results: RunResults) -> bool:

@@ -115,6 +115,8 @@ def test_while_a_run_goes_on_its_directory_is_its_own_and_after_kill_9_recover_a
         (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
     page = (report / "index.html").read_text()
     assert "INCOMPLETE" in page and "2 of 3 selected cases have a record" in page
+    # the cut-off case's CRASH is counted apart: "2 of 2 have a record" read as all but done
+    assert "2 of 3 selected cases have a record, 1 of them cut off (CRASH)" in page
 
     # resumed with -k narrowed to the case that finished: nothing to run, and the run is not
     # finished (2, as an interrupted part: not 5, "finished, nothing selected", which the CI
