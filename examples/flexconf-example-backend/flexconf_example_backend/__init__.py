@@ -1,6 +1,6 @@
 """An example third-party backend: flex_attention called eagerly on the CPU, under its own name.
 
-A vendor's backend is the same few methods (docs/backends.md, "Writing a backend plugin"):
+A vendor's backend is the same few methods (docs/backends.md, "The interface"):
 say whether it can run here and why not, what to record about the environment, which cases
 it cannot run, what each worker's child process needs in its environment, which device the
 tensors go to, and the callable that computes a case. Everything else (processes, budgets,
