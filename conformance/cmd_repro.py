@@ -27,6 +27,7 @@ def run(args) -> int:
     if problem:
         raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
                          "write, e.g. -o repro.py")
+    _refuse_a_file_of_another_kind(args.output)
     path, backend = write_repro(args.results, args.case_id, args.output, args.backend,
                                 args.cases_module)
     # a module:object backend is not embedded: the script imports it from where it was found
@@ -39,3 +40,24 @@ def run(args) -> int:
         print(f"the run kept this case's outputs: {kept}; compare with: "
               + shell_command(env, ["python", str(path), "--compare", str(kept)]))
     return 0
+
+
+def _refuse_a_file_of_another_kind(output: str) -> None:
+    """An -o that exists and is not a script flexconf repro wrote (the results file itself, a
+    run's results.json, a file of the user's own): overwritten, it would be gone. One line."""
+    from pathlib import Path
+
+    from conformance.repro import SCRIPT_HEAD
+    from records.text import one_line
+
+    path = Path(output)
+    if not path.exists():
+        return
+    try:
+        with open(path, "rb") as f:
+            ours = f.read(len(SCRIPT_HEAD)).decode("utf-8", errors="replace") == SCRIPT_HEAD
+    except OSError:
+        ours = False
+    if not ours:
+        raise ValueError(f"-o {one_line(output)}: it exists and is not a script flexconf repro "
+                         "wrote (it would be overwritten); give another path, e.g. -o repro.py")

@@ -59,8 +59,10 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
                      _run_backend(options))
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(script)
-    path.chmod(0o755)
+    written = path.with_name(path.name + ".tmp")
+    written.write_text(script)
+    written.chmod(0o755)
+    written.replace(path)  # a link at ``path`` is replaced, never followed and overwritten
     return path, backend
 
 
@@ -183,21 +185,25 @@ def _script(record: Record, backend: str, seed: int, runs: int, case_modules: li
     recorded = f"{label}: {first}" if first else label
     run_suite = f"{environment.get('suite_version', '?')} (git {environment.get('git_revision')})"
     here = f"{suite_version()} (git {git_revision()})"
+    # what a results file says goes into the docstring only through _docstring_safe, and into
+    # code only as repr() literals: a value of the file never becomes code of the script
+    facts = [
+        f"case       {record.case_id}",
+        f"backend    {backend}",
+        f"seed       {seed}",
+        f"recorded   {recorded[:300]}",
+        f"run on     {environment.get('host', '?')}, torch {environment.get('torch', '?')}, "
+        f"suite {run_suite}",
+        f"embedded   suite {here}",
+    ]
     lines = [
-        "#!/usr/bin/env python3",
-        '"""Reproduction of one FlexAttention conformance case (written by `flexconf repro`).',
+        *SCRIPT_HEAD.splitlines(),
         "",
         "    python repro.py     # needs torch; prints the phases, the error metrics and the label",
         "    python repro.py --save-outputs out.pt   # also saves inputs, output, golden, baseline",
         "    python repro.py --compare KEPT.pt       # and compares with the run's kept output",
         "",
-        f"case       {record.case_id}",
-        f"backend    {backend}",
-        f"seed       {seed}",
-        f"recorded   {_docstring_safe(recorded)[:300]}",
-        f"run on     {_docstring_safe(str(environment.get('host', '?')))}, torch "
-        f"{environment.get('torch', '?')}, suite {run_suite}",
-        f"embedded   suite {here}",
+        *map(_docstring_safe, facts),
         "",
         "It rebuilds the inputs from the case id and the seed, builds the variant's mods, runs the",
         "case on the backend as the suite's child does (first call = compile, then timed runs),",
@@ -207,9 +213,10 @@ def _script(record: Record, backend: str, seed: int, runs: int, case_modules: li
         "import importlib.abc",
         "import importlib.machinery",
         "import importlib.util",
+        "import json",
         "import sys",
         "",
-        f"CASE = {json.dumps(record.case, indent=1)}",
+        f"CASE = json.loads({json.dumps(record.case, indent=1)!r})",
         f"BACKEND = {backend!r}",
         f"SEED = {seed}",
         f"RUNS = {runs}  # timed runs after the first (compile) call, as in the run",
@@ -225,8 +232,16 @@ def _script(record: Record, backend: str, seed: int, runs: int, case_modules: li
     return "\n".join(lines)
 
 
+#: How every script begins: ``flexconf repro -o`` replaces a file only when it begins so.
+SCRIPT_HEAD = ("#!/usr/bin/env python3\n"
+               '"""Reproduction of one FlexAttention conformance case (written by `flexconf repro`).')
+
+
 def _docstring_safe(text: str) -> str:
-    return text.replace("\\", "/").replace('"""', "'''")
+    """``text`` as one line that cannot end a docstring: no quote, backslash or line break."""
+    from records.text import one_line
+
+    return one_line(text).replace("\\", "/").replace('"', "'")
 
 
 def _literal(source: str) -> str:

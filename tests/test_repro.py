@@ -16,7 +16,7 @@ from conformance.backends.registry import load_backend
 from conformance.cli import main
 from conformance.executor import Executor, Settings
 from conformance.reference_cache import ReferenceCache
-from records.results import Label, Record, RunResults, write_results
+from records.results import Label, Record, RunResults, load_results, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "custom_variants"
@@ -161,6 +161,60 @@ def recorded_run(tmp_path: Path) -> Path:
     return write_run(tmp_path / "results.json",
                      [Record(BROKEN.id, Label.MISMATCH, BROKEN.to_json())],
                      "test-wrong-numbers", WRONG)
+
+
+def test_values_of_a_hostile_results_file_never_become_code_of_the_script(tmp_path):
+    """A case id, torch version or git revision holding triple quotes closed the script's
+    docstring, so `python repro.py --help` ran the code after them (an outside trial); a case
+    parameter of true or null was no Python (NameError)."""
+    import ast
+
+    payload = '"""; import os; os.system("touch PWNED"); """'
+    case = {**BROKEN.to_json(), "extra": [True, None, float("inf"), payload]}
+    hostile = f"fuzz/x{payload}"
+    path = tmp_path / "results.json"
+    write_results(RunResults({"backend": "cpu-eager", "host": "h\n" + payload,
+                              "torch": "2.13" + payload, "git_revision": payload},
+                             {"backend": "cpu-eager", "profile": "full", "seed": SEED},
+                             (Record(hostile, Label.MISMATCH, case, message=payload),), "0.1.0"),
+                  path)
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(path), hostile, "-o", str(script)]) == 0
+    tree = ast.parse(script.read_text())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "system"]
+    assert not calls  # the payload is text of the docstring and of string literals only
+    assert "os.system(" in ast.get_docstring(tree)
+    assigned = {node.targets[0].id: node.value for node in tree.body
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    recorded = load_results(path).records[0].case  # as the file holds it
+    assert json.loads(ast.literal_eval(assigned["CASE"].args[0])) == recorded
+    proc = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_an_output_that_is_not_a_repro_script_is_never_overwritten(tmp_path, capsys):
+    """`repro RESULTS ID -o RESULTS` replaced the results with the script, and a -o through a
+    symlink chmod-ed its target 0755 (an outside trial)."""
+    results = recorded_run(tmp_path)
+    before = results.read_bytes()
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    mine.chmod(0o600)
+    link = tmp_path / "link.py"
+    link.symlink_to(mine)
+    for output in (results, mine, link):
+        assert main(["repro", str(results), BROKEN.id, "-o", str(output)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"flexconf repro: error: -o {output}: it exists and is not a script flexconf repro "
+            "wrote (it would be overwritten); give another path, e.g. -o repro.py")
+    assert results.read_bytes() == before and mine.read_text() == "mine"
+    assert mine.stat().st_mode & 0o777 == 0o600
+    script = tmp_path / "repro.py"
+    assert main(["repro", str(results), BROKEN.id, "-o", str(script)]) == 0
+    assert main(["repro", str(results), BROKEN.id, "-o", str(script)]) == 0  # its own: again
 
 
 @pytest.mark.parametrize("backend, words", [
