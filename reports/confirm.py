@@ -26,7 +26,7 @@ from records.results import Record, ResultsError, RunResults, load_results
 from records.text import one_line
 from reports.compare import MEASURES
 from reports.gate import Finding, GateDecision, Note, ordered
-from reports.summary import is_fuzzed, rerun_args, rerun_backend
+from reports.summary import is_fuzzed, rerun_args
 from reports.timing import Figures, judge
 
 #: the checkout whose ``conformance/`` the reruns run (the gate's own)
@@ -157,11 +157,12 @@ def side_env(python: str, results: RunResults) -> dict[str, str]:
     """The environment a side's python runs in, for the release probe and the reruns alike:
     the gate's, without pytest's own variables, with the directory of ``python`` first on
     PATH (as activating its virtual environment would: a release's command-line tools, such
-    as neuronx-cc, are found there, not the gate's) and the plugin's PYTHONPATH
-    (reports.summary.rerun_backend)."""
+    as neuronx-cc, are found there, not the gate's). Never a PYTHONPATH the results file
+    records (where the run imported its plugin and case modules): what the gate runs is what
+    the user's own environment imports, not code a file points at (confirm_plan.py says to set
+    it where the backend cannot be loaded without it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PATH"] = os.pathsep.join(p for p in (str(Path(python).parent), env.get("PATH")) if p)
-    env.update(rerun_backend(results)[1])
     return env
 
 

@@ -25,6 +25,7 @@ count, so each case has the same share of the cores on both sides.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -116,6 +117,11 @@ def _release(probe: Probe, python: str, results: RunResults,
 def _check(found: dict | str, results: RunResults, name: str, who: str) -> None:
     fix = f"give --{name}-python with the python that has the {name}'s release, {PYTHON_EXAMPLE}"
     if isinstance(found, str):
+        recorded = rerun_backend(results)[1].get("PYTHONPATH")
+        if recorded:  # never taken from the file: a file must not choose what the gate runs
+            fix = (f"the run imported its backend or case modules from PYTHONPATH="
+                   f"{shlex.quote(one_line(recorded))}: set it yourself if you trust that "
+                   f"code, or {fix}")
         raise Unfair(f"{who} cannot load the {name}'s backend: {found}; {fix}")
     difference = release_difference(results.environment, found)
     if difference:

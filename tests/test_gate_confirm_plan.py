@@ -193,6 +193,27 @@ def test_the_release_probe_says_what_this_python_would_record(tmp_path):
         assert isinstance(said, str) and "not the release as a JSON object" in said, said
 
 
+def test_the_gate_never_imports_code_from_where_a_results_file_points(tmp_path):
+    """A results file naming a plugin and a backend_pythonpath beside it made the gate's
+    release probe import that code (an outside trial: a CI artefact carrying a .py file)."""
+    from reports.confirm_plan import Unfair, _check
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "imported"
+    (planted / "plantedbackend.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\nclass B: pass\n")
+    cpu = replace(run([]), options={**run([]).options, "backend": "plantedbackend",
+                                    "backend_requested": "plantedbackend:B",
+                                    "backend_pythonpath": str(planted)})
+    found = probe_release(sys.executable, cpu)
+    assert isinstance(found, str) and not marker.exists()
+    with pytest.raises(Unfair) as unfair:
+        _check(found, cpu, "candidate", "the gate's python")
+    assert (f"the run imported its backend or case modules from PYTHONPATH={planted}: set it "
+            "yourself if you trust that code, or give --candidate-python") in str(unfair.value)
+
+
 def test_gating_with_a_python_of_another_release_is_refused_before_anything_is_measured(
         tmp_path, capsys):
     """End to end, with the real probe: the candidate recorded torch 9.9.9; this python has
