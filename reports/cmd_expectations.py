@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dropped  {path}:{entry.line}  {entry.case} ({entry.label.value}): {now}",
               file=log)
     for rec in update.added:
-        print(f"added    {rec.case_id} ({rec.label.value}): to triage", file=log)
+        print(f"added    {one_line(rec.case_id)} ({rec.label.value}): to triage", file=log)
     if not (update.added or update.dropped):
         print(f"{path}: up to date", file=log)
     return 0

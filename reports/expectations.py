@@ -177,7 +177,7 @@ def _entry(item: object, where: str, line: int) -> Expectation:
             "(the backend's name attribute; flexconf backends lists the registered ones)")
     case = item["case"].strip()
     if not any(ch in case for ch in _GLOB_CHARS):
-        _check_case_id(case, where)
+        check_case_id(case, where)
     return Expectation(item["backend"].strip(), case, label, item["reason"].strip(),
                        item.get("link", "").strip(), line)
 
@@ -222,7 +222,7 @@ def shadowed_expectations(expectations: Expectations, results: RunResults
     return shadowed
 
 
-def _check_case_id(case: str, where: str) -> None:
+def check_case_id(case: str, where: str) -> None:
     parts = case.split("/")
     problem = "" if len(parts) >= 4 else "it lacks the parts variant/shape/dtype/mode"
     if not problem:

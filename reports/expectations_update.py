@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reports.expectations import (ENTRY_TABLE, TRIAGE_REASON, Expectation, Expectations,
-                                  decided_cases, header_lines, parse_expectations,
-                                  stale_expectations)
+                                  ExpectationsError, check_case_id, decided_cases,
+                                  header_lines, parse_expectations, stale_expectations)
 from records.text import first_line
 from records.results import Label, Record, RunResults
 
@@ -82,6 +82,7 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     # backends (a glob) cannot be judged from one backend's run
     dropped = [e for e in stale_expectations(expectations, results) if e.backend == backend]
     added = uncovered_failures(expectations, results)
+    _refuse_what_would_be_a_glob(backend, added)
     lines = (text if text.strip() else FILE_HEADER).splitlines(keepends=True)
     if dropped:
         if any(e.line == 0 for e in expectations.entries):
@@ -101,6 +102,25 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     passing = frozenset(e.line for e in dropped if all(
         r.label is Label.PASS for r in decided_cases(expectations, e, results)))
     return Update(new_text, tuple(added), tuple(dropped), passing)
+
+
+def _refuse_what_would_be_a_glob(backend: str, added) -> None:
+    """A backend name or case id of the results that is no name or id of this suite (one with
+    a glob character, ``*`` ``?`` ``[``, or not of the shape variant/shape/dtype/mode): an entry
+    written for it would be a glob matching other cases (``case = "*"`` from a doctored file
+    would excuse every failure at the gate). One line naming the results' value."""
+    from records.text import one_line
+
+    for what, value in [("backend", backend)] + [("case id", r.case_id) for r in added]:
+        if any(ch in value for ch in "*?["):
+            raise ValueError(f"the results' {what} {one_line(value)!r} holds a glob character "
+                             "(* ? [), which no name of this suite has: an entry written for it "
+                             "would match other cases; use the results of a run of this suite")
+    for rec in added:
+        try:
+            check_case_id(rec.case_id, "the results")
+        except ExpectationsError as exc:
+            raise ValueError(f"{exc}; use the results of a run of this suite") from None
 
 
 def _remove_entries(lines: list[str], drop_lines: set[int]) -> list[str]:

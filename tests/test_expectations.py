@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,32 @@ def test_ids_with_an_input_scale_part_are_case_ids():
                                'label = "MISMATCH"\nreason = "bf16 overflow at 4x inputs"\n')
     assert expected_label(known, "neuron", scaled)[0] is Label.MISMATCH
     assert expected_label(known, "neuron", case_id()) is None
+
+
+@pytest.mark.parametrize("doctor, says", [
+    (lambda r: replace(r, records=(replace(r.records[0], case_id="*"),)),
+     "the results' case id '*' holds a glob character (* ? [), which no name of this suite "
+     "has: an entry written for it would match other cases; use the results of a run of this "
+     "suite"),
+    (lambda r: replace(r, options={**r.options, "backend": "*"}),
+     "the results' backend '*' holds a glob character (* ? [), which no name of this suite "
+     "has: an entry written for it would match other cases; use the results of a run of this "
+     "suite"),
+    (lambda r: replace(r, records=(replace(r.records[0], case_id="causal/$(id)/bf16/fwd"),)),
+     "the results: case 'causal/$(id)/bf16/fwd' is neither a case id nor a glob"),
+])
+def test_update_never_writes_a_glob_from_a_doctored_results_file(tmp_path, capsys, doctor,
+                                                                   says):
+    """A results file whose failing case id was "*" became `case = "*"`, which excused every
+    failure at the gate; an id that is no id was blamed on the expectations file."""
+    failing = run([record(A, Label.MISMATCH)])
+    path = tmp_path / "doctored.json"
+    write_results(doctor(failing), path)
+    known = tmp_path / "known.toml"
+    assert main(["expectations", "update", str(path), "--expectations", str(known)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flexconf expectations: error: {says}") and "\n" not in err
+    assert not known.exists()
 
 
 @pytest.mark.parametrize("change, says", [
