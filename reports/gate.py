@@ -130,14 +130,20 @@ def _why_incomplete(run: RunResults, use: str) -> str:
     held = f"{held}; " if held else ""
     merged = run.options.get("merged_shards")
     if merged:
-        count = int(str(merged[0]).partition("/")[2] or 0)
-        given = {str(shard).partition("/")[0] for shard in merged}
-        lacking = [f"{i}/{count}" for i in range(1, count + 1) if str(i) not in given]
+        from reports.merge_facts import lacking_shards, unfinished_parts
+
+        lacking = lacking_shards(run)
+        if lacking is None:
+            return (f"its options.merged_shards {one_line(repr(merged))[:120]} is not a list "
+                    "of I/N shard names of one run (complete=false); "
+                    f"{use} a file flexconf merge wrote")
         if lacking:
-            return (f"a merge of shard(s) {', '.join(map(str, merged))} without shard(s) "
-                    f"{', '.join(lacking)} ({held}complete=false); merge the missing shard(s) "
-                    f"in (flexconf merge) and {use} the merged file")
-        from reports.merge_facts import unfinished_parts
+            shown = ", ".join(lacking[:10]) + (f" and {len(lacking) - 10} more"
+                                               if len(lacking) > 10 else "")
+            return (f"a merge of shard(s) {', '.join(map(str, merged[:10]))}"
+                    f"{' ...' if len(merged) > 10 else ''} without shard(s) {shown} ({held}"
+                    f"complete=false); merge the missing shard(s) in (flexconf merge) and "
+                    f"{use} the merged file")
 
         parts = unfinished_parts(run)
         if parts:

@@ -52,6 +52,29 @@ def duplicates_note(results: RunResults) -> str | None:
             f"failing copy, else as the first file gave it; {which}")
 
 
+#: More shards than any run has: a count above it is not a merge's (a doctored file).
+MAX_SHARDS = 100_000
+
+
+def lacking_shards(results: RunResults) -> list[str] | None:
+    """The shards ``I/N`` of its run that a merge's ``options.merged_shards`` does not hold;
+    None where that is not a list of ``I/N`` names of one count N (at most MAX_SHARDS)."""
+    merged = results.options.get("merged_shards")
+    if not isinstance(merged, list) or not merged:
+        return None
+    given, counts = set(), set()
+    for shard in merged:
+        index, _, count = str(shard).partition("/")
+        if not (index.isdigit() and count.isdigit() and len(count) <= 6):
+            return None
+        given.add(int(index))
+        counts.add(int(count))
+    count = counts.pop()
+    if counts or not 1 <= count <= MAX_SHARDS or not given <= set(range(1, count + 1)):
+        return None
+    return [f"{i}/{count}" for i in range(1, count + 1) if i not in given]
+
+
 def unfinished_parts(results: RunResults) -> list[Part]:
     """The merged files whose runs did not finish (complete: false), in the order given."""
     parts = results.options.get("merged_parts")

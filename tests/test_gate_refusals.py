@@ -254,6 +254,19 @@ def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
         "candidate: a merge of shard(s) 1/3, 3/3 without shard(s) 2/3 (1 of 3 selected cases "
         "have a record; complete=false); merge the missing shard(s) in (flexconf merge) and "
         "gate the merged file")
+    # a doctored count: the gate listed range(1, count + 1), hours and gigabytes (outside trial)
+    for doctored, says in ((["1/99999999999"], "['1/99999999999']"), (["1/x"], "['1/x']"),
+                           (["3/2"], "['3/2']")):
+        with pytest.raises(GateInputError) as refused:
+            check_comparable(whole, replace(lacking, options={**lacking.options,
+                                                              "merged_shards": doctored}))
+        assert str(refused.value) == (
+            f"candidate: its options.merged_shards {says} is not a list of I/N shard names of "
+            "one run (complete=false); gate a file flexconf merge wrote")
+    many = replace(lacking, options={**lacking.options, "merged_shards": ["1/500"]})
+    with pytest.raises(GateInputError, match=r"without shard\(s\) 2/500, .*, 11/500 and 489 "
+                                             r"more \("):
+        check_comparable(whole, many)
     interrupted_part = replace(lacking, options={**lacking.options,
                                                  "merged_shards": ["1/2", "2/2"]})
     with pytest.raises(GateInputError, match="one of whose shards was interrupted"):
