@@ -471,3 +471,14 @@ def test_an_unfinished_merge_given_again_says_to_finish_and_merge_its_parts(tmp_
     assert main(["merge", str(first), "-o", str(tmp_path / "again.json")]) == 1
     assert (f"incomplete: {first} is a merge of parts not all finished (complete: false); "
             "finish those with --resume and merge the parts again") in capsys.readouterr().err
+
+
+def test_a_doctored_shard_count_is_refused_not_listed(tmp_path, capsys):
+    """merge listed every shard of '1/99999999999' as missing (an outside trial's gate hang,
+    the same arithmetic)."""
+    doctored = replace(shard_run(1), options={**shard_run(1).options, "shard": "1/99999999999"})
+    path = write(tmp_path, "d.json", doctored)
+    assert main(["merge", path, "-o", str(tmp_path / "m.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "flexconf merge: error: options.shard '1/99999999999' is not I/N; is this a "
+        "results.json of this suite?")
