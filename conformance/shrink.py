@@ -252,7 +252,7 @@ def spec_seed(text: str) -> int | None:
         return None
     try:
         data = json.loads(Path(text).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None  # case_from_argument says what is wrong with it
     seed = data.get("fuzz", {}).get("seed") if isinstance(data, dict) else None
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None

@@ -52,9 +52,42 @@ def read_json(path: str | Path, fix: str) -> Any:
     """The JSON value in ``path``; UserFileError, one line, when it is unreadable or not JSON."""
     text = read_text(path, fix)
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserFileError(f"{one_line(str(path))}: not JSON ({exc})", fix) from None
+    except RecursionError:
+        raise UserFileError(f"{one_line(str(path))}: nested too deeply for JSON this suite "
+                            "writes", fix) from None
+    except ValueError as exc:  # an integer of more digits than int() takes
+        raise UserFileError(f"{one_line(str(path))}: not JSON this suite writes "
+                            f"({one_line(str(exc))[:80]})", fix) from None
+    problem = _shape_problem(data)
+    if problem:
+        raise UserFileError(f"{one_line(str(path))}: {problem}, which no file of this suite "
+                            "holds", fix)
+    return data
+
+
+#: Deeper than any file of the suite nests (results: about 6 levels), and numbers no float holds.
+MAX_JSON_DEPTH, MAX_JSON_NUMBER = 64, 10 ** 300
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What makes parsed JSON unreadable by the readers after it (which recurse and convert to
+    float): nesting deeper than MAX_JSON_DEPTH, an integer beyond MAX_JSON_NUMBER."""
+    todo = [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"it nests deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(value, dict):
+            todo += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            todo += [(v, depth + 1) for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool) \
+                and abs(value) > MAX_JSON_NUMBER:
+            return f"it holds an integer of {len(str(abs(value)))} digits"
+    return None
 
 
 def directory_problem(directory: Path, make: bool = True) -> str | None:

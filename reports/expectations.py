@@ -125,6 +125,9 @@ def parse_expectations(text: str, source: str = "expectations") -> Expectations:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ExpectationsError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # arrays in arrays, thousands deep: no expectations file
+        raise ExpectationsError(f"{source}: nested too deeply for an expectations file; "
+                                f"entries are flat [[{ENTRY_TABLE}]] tables") from None
     unknown = [key for key in data if key not in _TOP_LEVEL]
     if unknown:
         raise ExpectationsError(

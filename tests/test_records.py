@@ -209,6 +209,34 @@ def test_a_time_that_is_nan_or_infinite_is_not_a_valid_results_file(tmp_path):
             "not a finite number of seconds; "), str(raised.value)
 
 
+@pytest.mark.parametrize("doctor, says", [
+    (lambda text: "[" * 100_000 + "]" * 100_000, "nested too deeply for JSON this suite writes"),
+    (lambda text: text.replace('"backend": "test"', '"backend": "test", "x": '
+                               + "[" * 900 + "]" * 900, 1),
+     "it nests deeper than 64 levels, which no file of this suite holds"),
+    (lambda text: text.replace('"compile_seconds": 1.0', '"compile_seconds": 1' + "0" * 800),
+     "it holds an integer of 801 digits, which no file of this suite holds"),
+    (lambda text: text.replace('"seed": 0', '"seed": 1' + "0" * 5000),
+     "not JSON this suite writes (Exceeds the limit (4300 digits)"),
+])
+def test_a_doctored_file_is_one_line_not_a_recursion_or_overflow_traceback(tmp_path, doctor,
+                                                                            says):
+    """Nesting thousands deep and integers no float holds reached the readers (RecursionError,
+    OverflowError: tracebacks in gate, report, merge and --schedule-from; an outside trial)."""
+    run = RunResults(environment={"backend": "test"}, options={"backend": "test",
+                     "profile": "smoke", "seed": 0},
+                     records=(Record(case_id="case/0", label=Label.PASS, compile_seconds=1.0),),
+                     suite_version="t")
+    path = tmp_path / "results.json"
+    write_results(run, path)
+    doctored = doctor(json.dumps(json.loads(path.read_text())))
+    assert doctored != path.read_text()
+    path.write_text(doctored)
+    with pytest.raises(ResultsError) as raised:
+        load_results(path)
+    assert str(raised.value).startswith(f"{path}: {says}"), str(raised.value)
+
+
 def _strict(text: str):
     """JSON as a strict reader (jq, JSON.parse) reads it: NaN and Infinity are errors."""
     def refuse(constant):
