@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from records.files import UserFileError, read_json
+from records.files import UserFileError, read_json, strict_json_text
 from records.labels import Label
 from records.results import Record, RunResults, write_results
 from records.text import one_line
@@ -49,6 +49,8 @@ _EMPTY_RUN = "no-case-run"  # under SUPERSEDED_DIR: the results of no case a new
 #: Written into records/ with the results of the store's run (by the run as it ends, or by
 #: ``flexconf recover``): its records are reported, also once results.json is moved away.
 REPORTED_NAME = "reported"
+#: What ``read_events`` yields for a line of the store that is JSON but no event.
+DAMAGED_EVENT = "damaged"
 
 
 #: The run lock: held (flock) by the process that runs the directory's run, from its start to
@@ -168,9 +170,31 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
     data = read_json(path, cannot)
     if not isinstance(data, dict):
         raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object)", cannot)
+    problem = _manifest_problem(data)
+    if problem:
+        raise UserFileError(f"{one_line(str(path))}: not a run manifest ({problem})", cannot)
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
                        data.get("selected"), data.get("selection"))
+
+
+def _manifest_problem(data: dict) -> str | None:
+    """Which field of a manifest has a type no run writes (a hand edit, a disk fault)."""
+    def ids(value) -> bool:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+    checks = (("started_at", lambda v: isinstance(v, str)),
+              ("suite_version", lambda v: isinstance(v, str)),
+              ("options", lambda v: isinstance(v, dict)
+               and isinstance(v.get("backend", ""), str)
+               and isinstance(v.get("profile"), (str, type(None)))),
+              ("case_order", ids),
+              ("selected", lambda v: v is None or ids(v)),
+              ("selection", lambda v: v is None or isinstance(v, dict)))
+    for key, fine in checks:
+        if key in data and not fine(data[key]):
+            return f"its {key} is a {type(data[key]).__name__} no run writes there"
+    return None
 
 
 def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = None) -> list[Path]:
@@ -346,8 +370,9 @@ def unreported_run(report_dir: str | Path) -> RunManifest | None:
 
 def finished_ids(report_dir: str | Path) -> set[str]:
     """The case ids with a finished record in the store (what ``--resume`` need not run)."""
-    return {event["record"]["case_id"] for event in read_events(report_dir)
-            if event.get("event") == "finished" and isinstance(event.get("record"), dict)}
+    records = (_valid_record(event.get("record")) for event in read_events(report_dir)
+               if event.get("event") == "finished")
+    return {record.case_id for record in records if record is not None}
 
 
 class RecordWriter:
@@ -390,6 +415,7 @@ class Merged:
     records: list[Record]  # in case order, then unknown ids sorted
     environment: dict[str, Any] | None  # the first worker's
     unfinished: list[str]  # case ids started but never finished (now CRASH records)
+    damaged: int = 0  # lines of the store that are no event of this suite (skipped)
 
 
 def read_events(report_dir: str | Path) -> Iterable[dict]:
@@ -399,9 +425,11 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
+                    event = json.loads(line)
+                except (ValueError, RecursionError):  # torn, or not JSON at all
                     continue
+                # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
+                yield event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
 
 
 def recorded_selection(report_dir: str | Path) -> list[str] | None:
@@ -417,14 +445,26 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     started: dict[str, dict] = {}
     finished: dict[str, Record] = {}
     environment = None
+    damaged = 0
     for event in read_events(report_dir):
         kind = event.get("event")
         if kind == "environment" and environment is None:
-            environment = event["environment"]
+            if isinstance(event.get("environment"), dict):
+                environment = event["environment"]
+            else:
+                damaged += 1
         elif kind == "started":
-            started[event["case_id"]] = event
+            if isinstance(event.get("case_id"), str) and isinstance(event.get("case", {}), dict):
+                started[event["case_id"]] = event
+            else:
+                damaged += 1
+        elif kind == DAMAGED_EVENT:
+            damaged += 1
         elif kind == "finished":
-            record = Record.from_json(event["record"])
+            record = _valid_record(event.get("record"))
+            if record is None:  # a hand edit or a disk fault: the other records are kept
+                damaged += 1
+                continue
             previous = finished.get(record.case_id)
             if previous is None or record.finished_at >= previous.finished_at:
                 finished[record.case_id] = record
@@ -439,7 +479,24 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     position = {cid: i for i, cid in enumerate(case_order)}
     ordered = sorted(finished.values(),
                      key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
-    return Merged(ordered, environment, unfinished)
+    return Merged(ordered, environment, unfinished, damaged)
+
+
+def _valid_record(data: Any) -> Record | None:
+    """The record of a ``finished`` event where it is one a results file may hold (the
+    schema's rules, on it alone); None otherwise."""
+    from records.results import SCHEMA_NAME, SCHEMA_VERSION, ResultsError, validate_results_json
+
+    if not isinstance(data, dict):
+        return None
+    try:
+        validate_results_json({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
+                               "suite_version": "", "complete": False, "environment": {},
+                               "options": {"backend": "", "profile": "", "seed": 0},
+                               "records": [data]})
+        return Record.from_json(data)
+    except (ResultsError, ValueError, TypeError, KeyError):
+        return None
 
 
 def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any],
@@ -452,6 +509,14 @@ def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any
                          records=tuple(merged.records), suite_version=suite_version,
                          started_at=started_at, finished_at=finished_at, complete=complete,
                          selected_count=selected_count, selection=selection)
+    from records.results import ResultsError, validate_results_json
+
+    try:  # checked before anything is written: never a results.json that cannot be read
+        validate_results_json(json.loads(strict_json_text(results.to_json())),
+                              f"{report_dir}/records")
+    except ResultsError as exc:
+        raise ResultsError(exc.problem, "the run's manifest or records hold what no results "
+                           "file may (a hand edit, a disk fault); run it again") from None
     write_results(results, Path(report_dir) / "results.json")
     records_dir(report_dir).mkdir(parents=True, exist_ok=True)
     (records_dir(report_dir) / REPORTED_NAME).touch()

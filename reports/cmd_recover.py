@@ -66,6 +66,9 @@ def _recover(report_dir: Path) -> int:
           + (f" of {len(selected)} selected cases" if selected else "")
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
           + f": {report_dir / 'index.html'}")
+    if merged.damaged:
+        print(f"skipped {merged.damaged} damaged line(s) of {report_dir / 'records'}/*.jsonl "
+              "(no event this suite writes: a hand edit or a disk fault)")
     print(f"finish it: {resume_command(results, report_dir, matrix_path())}")
     return 0
 

@@ -152,6 +152,48 @@ def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
         "or resumed; run it again"]
 
 
+def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, capsys):
+    """A line that was JSON but no event (a list, a number, a record that is a string or has a
+    negative time, a started event without its case) was a traceback, or a results.json that
+    recover wrote and then could not read, with every good record lost (an outside trial)."""
+    import json
+
+    from conformance.cli import main
+    from records.results import load_results
+    from records.store import REPORTED_NAME, RESULT_FILES
+
+    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]))
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    report = tmp_path / "report"
+    for name in RESULT_FILES:  # as a kill -9 before the end leaves it
+        (report / name).unlink()
+    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    store = next((report / "records").glob("*.jsonl"))
+    bad = ['[1, 2]', '5', '{"event": "finished", "record": "x"}', '{"event": "started"}',
+           json.dumps({"event": "finished", "record": {"case_id": "zz/new", "label": "PASS",
+                                                         "compile_seconds": -1}})]
+    with open(store, "a") as f:
+        f.write("\n".join(bad) + "\n")
+    assert main(["recover", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "recovered 2 finished of 2 selected cases" in out
+    assert f"skipped 5 damaged line(s) of {report / 'records'}/*.jsonl" in out
+    assert [r.case_id for r in load_results(report / "results.json").records] == \
+        [c.id for c in CASES[:2]]
+
+    manifest = report / "records" / "run.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "case_order": 5}))
+    for name in RESULT_FILES:
+        (report / name).unlink()
+    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    assert main(["recover", str(report)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf recover: error: {manifest}: not a run manifest (its case_order is a int no "
+        "run writes there); this directory's run cannot be recovered or resumed; run it again"]
+    assert not (report / "results.json").exists()
+
+
 def test_a_run_lock_that_cannot_be_taken_is_one_line_and_sets_nothing_aside(tmp_path):
     """A lock path this user cannot open (another user's lock file in a shared directory; a
     directory stands in for it here, as root opens any file) is a usage error, not an

@@ -138,7 +138,8 @@ def test_only_a_run_that_left_records_and_no_results_of_its_own_is_unreported(tm
     assert unreported_run(tmp_path).started_at == "t1"  # killed after a case finished
 
     def results(started_at: str, finished_at: str, complete: bool) -> None:
-        write_run(tmp_path, merge_records(tmp_path, ids), {}, {}, "v", started_at, finished_at,
+        write_run(tmp_path, merge_records(tmp_path, ids), {},
+                  {"backend": "t", "profile": "smoke", "seed": 0}, "v", started_at, finished_at,
                   complete)
 
     write_results(RunResults({}, {}, (), "v", started_at="t0"), tmp_path / "results.json")
