@@ -98,16 +98,17 @@ def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None
     if fatal:
         emit(ErrorEvent(Phase.SETUP, Outcome.HARNESS, fatal))
         return
+    _import_case_modules(request)  # what they set when imported is theirs, not the backend's
     before = torch_state.snapshot()
     try:
         try:
             output_path = _run_phases(backend, request, emit, timings)
         finally:
             leaked = torch_state.changes(before, torch_state.snapshot())
-            torch_state.restore(before)  # the next case runs as it would alone
+            kept = torch_state.restore(before)  # the next case runs as it would alone
         if leaked:
             phase = Phase.COMPILE if request.compile_only else Phase.RUN
-            raise CaseFailed(phase, Outcome.ERROR, _left_changed(leaked))
+            raise CaseFailed(phase, Outcome.ERROR, _left_changed(leaked, kept))
         emit(DoneEvent(Timings(**timings), output_path))
     except CaseFailed as failed:
         traceback.print_exception(failed.exc)  # into the child's log, kept with the artefacts
@@ -122,13 +123,28 @@ def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None
         emit(ErrorEvent(failed.phase, failed.outcome, message, detail, Timings(**timings)))
 
 
-def _left_changed(leaked: list[str]) -> Exception:
+def _import_case_modules(request: CaseRequest) -> None:
+    """Import the request's case modules before the case's settings are taken (a module that
+    sets one when imported sets it for every case alike); an error is left to the setup
+    phase, which imports them again and labels it."""
+    from cases.custom import import_case_modules
+
+    try:
+        import_case_modules(list(request.cases_modules))
+    except Exception:  # noqa: BLE001 - _run_phases meets it again and labels the case
+        pass
+
+
+def _left_changed(leaked: list[str], kept: list[str]) -> Exception:
     from conformance.contract import ContractError
 
+    undone = (f"the suite set them back for the next case, all but {', '.join(kept)} (which "
+              "cannot be set back from outside)" if kept
+              else "the suite set them back for the next case")
     return ContractError(
         f"the backend left torch's global settings changed after the case: {'; '.join(leaked)}; "
-        "a backend sets back what it changes (docs/backends.md, 'Stateless between cases'), "
-        "and the suite set them back for the next case")
+        f"a backend sets back what it changes (docs/backends.md, 'Stateless between cases'), "
+        f"and {undone}")
 
 
 def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str | None:

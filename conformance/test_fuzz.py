@@ -28,14 +28,15 @@ def test_fuzz(request, conformance_options):
                     "defines fuzz_variants(shape); define one (docs/cases.md)", pytrace=False)
     runner = request.getfixturevalue("conformance_runner")
     backend = runner.backend_name if options.backend == "auto" else options.backend
-    can_run = runnable(runner.executor.backend.unsupported_reason)
+    unsupported = _asked_within(runner.executor.backend, options.run_timeout)
+    can_run = runnable(unsupported)
     log = FuzzLog(request.config, runner)
     log.start(options.fuzz_examples, runner.backend_name, can_run)
     if not can_run.modes:
         pytest.skip(f"{runner.backend_name} runs no mode or dtype the fuzzer draws: "
                     + "; ".join(can_run.refusals()))
     result = search(log.execute, options.fuzz_examples, options.seed, modes=can_run.modes,
-                    unsupported=runner.executor.backend.unsupported_reason,
+                    unsupported=unsupported,
                     dtypes=can_run.dtypes, sources=sources, with_composed=not only_custom)
     log.finish(result)
     if result.failure is None:
@@ -70,3 +71,20 @@ def _found_as(result, minimal) -> list[str]:
         lines.append("also met while searching (not recorded): " + "; ".join(
             f"{label} x{len(ids)} (e.g. {ids[0]})" for label, ids in sorted(others.items())))
     return lines
+
+
+def _asked_within(backend, timeout: float):
+    """The backend's unsupported_reason as the fuzzer asks it, within the run budget (it runs
+    in this worker, outside the watched child): a hook that hangs or raises fails the fuzzing
+    test in one line instead of stopping the run."""
+    from conformance.backends.registry import HookTimeout, unsupported_reason_of
+
+    def unsupported(case):
+        try:
+            reason, failure = unsupported_reason_of(backend, case, timeout)
+        except HookTimeout as hung:
+            pytest.fail(f"fuzzing on {backend.name}: {hung}", pytrace=False)
+        if failure:
+            pytest.fail(f"fuzzing on {backend.name}: {failure.splitlines()[0]}", pytrace=False)
+        return reason
+    return unsupported

@@ -1,25 +1,37 @@
 """torch's process-wide settings that a backend could leave changed after a case: the default
-dtype and device, grad and anomaly modes, deterministic algorithms, float32 matmul precision,
-the thread count and the CUDA reduced-precision switches. The child takes them before each
-case and compares after it (conformance/child.py): a change is the backend's breach of
-"stateless between cases" (docs/backends.md), labelled on the case that made it, and undone,
-so the next case runs as it would alone (a default dtype left at float64 made a later case's
-captured bias table float64 in the child and float32 in the reference: a false MISMATCH on an
-innocent case, an outside trial)."""
+dtype and device, grad and anomaly modes, deterministic algorithms, float32 matmul precision
+(the legacy switches and the fp32_precision ones of newer torch), the thread count and the
+CUDA reduced-precision switches. The child takes them before each case and compares after it
+(conformance/child.py): a change is the backend's breach of "stateless between cases"
+(docs/backends.md), labelled on the case that made it, and undone, so the next case runs as
+it would alone (a default dtype left at float64 made a later case's captured bias table
+float64 in the child and float32 in the reference: a false MISMATCH on an innocent case, an
+outside trial).
+
+Every read and write is guarded: a setting this torch lacks is left out, and one whose read
+raises (torch refuses the legacy TF32 switches once the fp32_precision API was used) is left
+out of that snapshot, so it is compared only where both snapshots have it."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import torch
 
-_CUDA_MATMUL = ("allow_tf32", "allow_fp16_reduced_precision_reduction",
-                "allow_bf16_reduced_precision_reduction")
+Reader = Callable[[], Any]
+Writer = Callable[[Any], None]
 
 
-def _getters() -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]]:
+def _attribute(owner: Callable[[], Any], name: str) -> tuple[Reader, Writer]:
+    """Read and write ``owner().name`` (the owner looked up at each use: a module torch may
+    lack, such as torch.backends.mkldnn.matmul)."""
+    return (lambda: getattr(owner(), name),
+            lambda value: setattr(owner(), name, value))
+
+
+def _settings() -> dict[str, tuple[Reader, Writer | None]]:
     """name -> (read it, set it back; None where it cannot be set back from outside)."""
-    matmul = torch.backends.cuda.matmul
-    settings: dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]] = {
+    backends = torch.backends
+    settings: dict[str, tuple[Reader, Writer | None]] = {
         "default dtype": (torch.get_default_dtype, torch.set_default_dtype),
         "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
         "inference mode": (torch.is_inference_mode_enabled, None),
@@ -29,26 +41,28 @@ def _getters() -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | Non
         "float32 matmul precision": (torch.get_float32_matmul_precision,
                                      torch.set_float32_matmul_precision),
         "threads": (torch.get_num_threads, torch.set_num_threads),
-        "cudnn allow_tf32": (lambda: torch.backends.cudnn.allow_tf32,
-                             lambda value: setattr(torch.backends.cudnn, "allow_tf32", value)),
+        "default device": (lambda: torch.get_default_device(),  # torch 2.3 and later
+                           lambda value: torch.set_default_device(value)),
+        "cudnn allow_tf32": _attribute(lambda: backends.cudnn, "allow_tf32"),
+        "fp32_precision": _attribute(lambda: backends, "fp32_precision"),
+        "cuda matmul fp32_precision": _attribute(lambda: backends.cuda.matmul, "fp32_precision"),
+        "cudnn fp32_precision": _attribute(lambda: backends.cudnn, "fp32_precision"),
+        "mkldnn matmul fp32_precision": _attribute(lambda: backends.mkldnn.matmul,
+                                                   "fp32_precision"),
     }
-    if hasattr(torch, "get_default_device"):  # torch 2.3 and later
-        settings["default device"] = (torch.get_default_device, torch.set_default_device)
-    for flag in _CUDA_MATMUL:
-        if hasattr(matmul, flag):
-            settings[f"cuda matmul {flag}"] = (
-                lambda flag=flag: getattr(matmul, flag),
-                lambda value, flag=flag: setattr(matmul, flag, value))
+    for flag in ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                 "allow_bf16_reduced_precision_reduction"):
+        settings[f"cuda matmul {flag}"] = _attribute(lambda: backends.cuda.matmul, flag)
     return settings
 
 
 def snapshot() -> dict[str, Any]:
     """The settings now (one that cannot be read here is left out)."""
     values = {}
-    for name, (read, _) in _getters().items():
+    for name, (read, _) in _settings().items():
         try:
             values[name] = read()
-        except Exception:  # noqa: BLE001 - a build without it: nothing to compare
+        except Exception:  # noqa: BLE001 - a torch without it, or one that refuses the read
             continue
     return values
 
@@ -59,12 +73,17 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             if name in after and after[name] != before[name]]
 
 
-def restore(before: dict[str, Any]) -> None:
-    """Set back every setting that differs from ``before`` and can be set back."""
+def restore(before: dict[str, Any]) -> list[str]:
+    """Set back every setting that differs from ``before`` and can be set back; returns the
+    names of those still different afterwards."""
     now = snapshot()
-    for name, (_, write) in _getters().items():
-        if write is not None and name in before and now.get(name) != before[name]:
+    for name, (_, write) in _settings().items():
+        # only what reads differently now: writing a legacy switch that torch refuses to read
+        # (the fp32_precision API was used) would move the new settings as well
+        if write is not None and name in before and name in now and now[name] != before[name]:
             try:
                 write(before[name])
-            except Exception:  # noqa: BLE001 - the next case's check will say it again
+            except Exception:  # noqa: BLE001 - reported below as not set back
                 continue
+    after = snapshot()
+    return [name for name in before if name in after and after[name] != before[name]]

@@ -74,3 +74,15 @@ class HangsInUnsupportedReason(CpuEager):
         if case.variant.name == "alibi":
             RELEASE_HUNG_HOOK.wait(600)
         return super().unsupported_reason(case)
+
+
+class HangsInUnsupportedReasonOnComposed(HangsInUnsupportedReason):
+    """Its unsupported_reason never answers on the fuzzer's composed variants (the warm-up's
+    causal case it answers)."""
+
+    name = "test-hangs-in-unsupported-reason-on-composed"
+
+    def unsupported_reason(self, case):
+        if case.variant.name == "composed":
+            RELEASE_HUNG_HOOK.wait(600)
+        return None

@@ -306,3 +306,25 @@ class LeaksDefaultDtype(_Faulty):
         out = real(*args)
         torch.set_default_dtype(torch.float64)
         return out
+
+
+class SetsFp32PrecisionAtWarmUp(CpuEager):
+    """Switches float32 matmuls to TF32 through torch's fp32_precision API in its warm-up and
+    never back (after which torch refuses to read the legacy allow_tf32 switch: the settings'
+    snapshot raised, and every case was a CRASH). The child sets it back before the first
+    case, so its cases PASS."""
+    name = "test-sets-fp32-precision-at-warm-up"
+
+    def warm_up(self):
+        super().warm_up()
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+
+
+class LeaksFp32Precision(LeaksDefaultDtype):
+    """Leaves the fp32_precision API at TF32 after its first causal call."""
+    name = "test-leaks-fp32-precision"
+
+    def misbehave(self, real, *args):
+        out = real(*args)
+        torch.backends.fp32_precision = "tf32"
+        return out

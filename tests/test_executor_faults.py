@@ -77,6 +77,34 @@ def test_a_global_setting_left_changed_is_its_cases_fault_and_is_set_back():
     assert after.label is Label.PASS and last.label is Label.PASS, after.message
 
 
+def test_settings_of_torchs_newer_precision_api_are_checked_and_set_back_too():
+    """Once fp32_precision was set, torch refuses to read the legacy allow_tf32 switch: the
+    snapshot raised, and every case of such a backend was a CRASH (an outside review)."""
+    warmed = run_cases("tests.fault_backends:SetsFp32PrecisionAtWarmUp", [FAULTY, HEALTHY])
+    assert [r.label for r in warmed] == [Label.PASS, Label.PASS], [r.message for r in warmed]
+    leak, after = run_cases("tests.fault_backends:LeaksFp32Precision", [FAULTY, HEALTHY])
+    assert leak.label is Label.RUNTIME_ERROR, leak.message
+    assert "the backend left torch's global settings changed after the case: fp32_precision " \
+        "none -> tf32; " in leak.message
+    assert after.label is Label.PASS, after.message
+
+
+def test_a_setting_a_case_module_makes_when_imported_is_not_the_backends_leak():
+    """A case module setting a torch switch at import failed every case as the backend's
+    RUNTIME_ERROR (the child imported it after the settings' snapshot)."""
+    from tests import settings_variants
+
+    spec = "cpu-eager"
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
+                        Settings(cases_modules=("tests.settings_variants",)),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        first, second = (executor.execute(settings_variants.CASE) for _ in range(2))
+    finally:
+        executor.close()
+    assert first.label is Label.PASS and second.label is Label.PASS, first.message
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -115,3 +115,13 @@ def test_each_example_is_a_placed_record_printed_as_it_goes_and_custom_fuzzes_al
         assert case.variant.name in CUSTOM_NAMES
         assert record.label is Label.PASS, record.message
         assert coordinates(record).group.startswith(f"fuzz · {case.dtype} · {case.mode}")
+
+
+def test_an_unsupported_reason_that_never_answers_fails_the_fuzzing_in_one_line(tmp_path):
+    """The fuzzer asked the hook directly, with no budget: a hook that hangs stopped the run
+    until it was killed (an outside review)."""
+    proc = run_fuzz(tmp_path, "--fuzz-examples", "2", "--run-timeout", "1",
+                    backend="tests.broken_plugins:HangsInUnsupportedReasonOnComposed")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ("fuzzing on test-hangs-in-unsupported-reason-on-composed: setup: its "
+            "unsupported_reason did not return within 1 s (the run budget)") in proc.stdout

@@ -212,7 +212,7 @@ def unsupported_reason_of(backend: Backend, case, timeout: float | None = None
     import traceback
 
     try:
-        reason = _within(timeout, backend.unsupported_reason, case)
+        reason = _within(timeout, "unsupported_reason", backend.unsupported_reason, case)
     except HookTimeout:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's bug is its case's failure
@@ -228,8 +228,9 @@ def unsupported_reason_of(backend: Backend, case, timeout: float | None = None
     return reason, None
 
 
-def _within(timeout: float | None, hook, *args):
-    """``hook(*args)``, in a daemon thread when ``timeout`` is given (HookTimeout after it)."""
+def _within(timeout: float | None, name: str, hook, *args):
+    """``hook(*args)``, in a daemon thread when ``timeout`` is given (HookTimeout, naming the
+    hook ``name``, after it)."""
     if timeout is None:
         return hook(*args)
     import threading
@@ -242,13 +243,13 @@ def _within(timeout: float | None, hook, *args):
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=call, name=f"flexconf-{hook.__name__}", daemon=True)
+    thread = threading.Thread(target=call, name=f"flexconf-{name}", daemon=True)
     thread.start()
-    thread.join(timeout)
+    thread.join(min(timeout, threading.TIMEOUT_MAX))  # a budget of 1e10 s: no OverflowError
     if thread.is_alive():
-        raise HookTimeout(f"setup: its {hook.__name__} did not return within {timeout:g} s (the "
-                          "run budget); it runs in the worker before the case starts, so it "
-                          "must answer at once (docs/backends.md)")
+        raise HookTimeout(f"setup: its {name} did not return within {timeout:g} s (the run "
+                          "budget); it runs in the worker before the case starts, so it must "
+                          "answer at once (docs/backends.md)")
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
