@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         copies = merged.results.options["merged_duplicates"]
         differ = [cid for cid, kept in copies.items() if len({c["label"] for c in kept}) > 1]
         print(f"duplicated: {len(merged.duplicates)} cases are in more than one file (the first "
-              "failing copy is kept, else the first file's)"
+              "finished failing copy is kept, else the first finished one)"
               f"{f', {len(differ)} with different labels' if differ else ''}:", file=sys.stderr)
         shown = differ + [cid for cid in merged.duplicates if cid not in set(differ)]
         for case_id in shown[:SHOW]:

@@ -7,14 +7,16 @@ the same torch and compiler/SDK versions. Anything else is refused (``MergeError
 naming the two files and the value that differs). Hosts, drivers and device names may differ;
 the merged environment lists what differed.
 
-A case found in more than one file is a duplicate: the first copy that fails is kept (a failure
-seen once is evidence of a bug, a flaky one too), else the first file given keeps it; a case of
-the run's selection found in no file, or a shard given by no file, is missing. Both are
+A case found in more than one file is a duplicate: the first copy that finished and failed is
+kept (a failure seen once is evidence of a bug, a flaky one too), else the first that finished,
+else the first given (``_rank``: a copy an interruption cut off says nothing of the backend); a
+case of the run's selection found in no file, or a shard given by no file, is missing. Both are
 reported; a missing one makes the merged run incomplete. The merged file is written either
 way, and says what it was merged from (``options.merged_parts``: each file, its shard, whether
 its run finished, how many records it gave) and which cases were duplicated, with each copy's
-label (``options.merged_duplicates``), so its report and a gate see them too. The selection is the one the shards recorded (reports/selection.py); for files written
-before they recorded it, the whole matrix of their options, and a note says so.
+label (``options.merged_duplicates``), so its report and a gate see them too. The selection
+is the one the shards recorded (reports/selection.py); for files written before they
+recorded it, the whole matrix of their options, and a note says so.
 """
 from __future__ import annotations
 
@@ -81,8 +83,8 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
         for record in run.records:
             owners.setdefault(record.case_id, []).append(source)
             kept = records.setdefault(record.case_id, record)
-            if kept.label.acceptable and not record.label.acceptable:
-                records[record.case_id] = record  # the first failing copy
+            if _rank(record) < _rank(kept):
+                records[record.case_id] = record
     duplicates = {cid: files for cid, files in owners.items() if len(files) > 1}
 
     order = list(expected_ids or [])
@@ -126,6 +128,18 @@ def merge_runs(runs: Sequence[tuple[str, RunResults]],
     )
     incomplete = [source for source, run in runs if not run.complete]
     return Merged(merged, duplicates, missing, missing_shards, expected_from, notes, incomplete)
+
+
+def _rank(record: Record) -> int:
+    """Which copy of a duplicated case a merge keeps, lowest first (the first given among
+    equals): one that finished and failed (a failure seen once is evidence of a bug), one
+    that finished, then one an interruption cut off (its CRASH says only that the worker
+    stopped, nothing of the backend)."""
+    from records.results import Label
+
+    if record.label is Label.CRASH and not record.finished_at:
+        return 2
+    return 1 if record.label.acceptable else 0
 
 
 def expected_case_ids(run: RunResults) -> tuple[list[str] | None, str]:

@@ -372,8 +372,9 @@ def _refuse_another_layout(report_dir: Path, workers: int) -> None:
             raise pytest.UsageError(
                 f"--resume {one_line(str(report_dir))}: the run measured its cases with {before} "
                 f"thread(s) per worker (-n {count}), this command would with {now} (-n "
-                f"{workers}); resume with -n {count} on the run's machine, so one results file "
-                "holds comparable times")
+                f"{workers}); resume with -n {count} on the run's machine (and "
+                f"OMP_NUM_THREADS={before} if the run had it), so one results file holds "
+                "comparable times")
 
 
 def _given(value) -> str:
@@ -509,6 +510,9 @@ def _render_report(results, report_dir: Path) -> list[str]:
 
 
 def worker_count(config) -> int:
-    """The number of xdist workers (1 without -n)."""
+    """The number of xdist workers (1 without -n; -n capped by --maxprocesses)."""
     count = getattr(config.option, "numprocesses", None)
+    cap = getattr(config.option, "maxprocesses", None)
+    if isinstance(count, int) and isinstance(cap, int) and cap > 0:
+        count = min(count, cap)
     return count if isinstance(count, int) and count > 0 else 1

@@ -23,8 +23,8 @@ class Part:
 
 
 def duplicated_cases(results: RunResults) -> dict[str, list[Copy]]:
-    """Case id -> its copies in the merged files, in the order given (the first failing copy
-    was kept, else the first)."""
+    """Case id -> its copies in the merged files, in the order given (which one was kept:
+    conformance/merge.py)."""
     recorded = results.options.get("merged_duplicates")
     if not isinstance(recorded, dict):
         return {}
@@ -49,7 +49,7 @@ def duplicates_note(results: RunResults) -> str | None:
     which = (f"{len(disagree)} of them with different labels, e.g. {shown_id}: {copies}"
              if disagree else f"all with the same label, e.g. {shown_id}: {copies}")
     return (f"{len(cases)} case(s) were in more than one merged file, each kept as its first "
-            f"failing copy, else as the first file gave it; {which}")
+            f"finished failing copy, else its first finished one; {which}")
 
 
 #: More shards than any run has: a count above it is not a merge's (a doctored file).

@@ -155,9 +155,15 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
     args += ["-k", selection.keyword] if selection.keyword else []
     args += ["-m", selection.markexpr] if selection.markexpr else []
     args += ["--resume", str(report_dir)]
-    # as many workers as the run had: a resume measures with the run's threads per worker
-    workers = results.environment.get("workers")
+    # as many workers, and threads each, as the run had: a resume measures as the run did
+    # (conformance/run_lifecycle.py refuses another number of threads per worker)
+    facts = results.environment
+    workers, threads, cores = (facts.get(key) for key in ("workers", "threads_per_worker",
+                                                          "usable_cores"))
     layout = ["-n", str(workers)] if isinstance(workers, int) and workers > 1 else []
+    if all(isinstance(v, int) and v > 0 for v in (workers, threads, cores)) \
+            and threads < max(1, cores // workers):  # the run's OMP_NUM_THREADS capped them
+        env = {"OMP_NUM_THREADS": str(threads), **env}
     return shell_command(env, ["pytest", *layout, *args])
 
 

@@ -156,8 +156,8 @@ def test_missing_shard_and_duplicates_are_reported_and_still_written(tmp_path, c
     assert (f"missing: {len(missing)} cases of the selection (matrix 'core', profile 'smoke') "
             "are in no file:") in captured.err
     assert "note:" not in captured.err  # the recorded selection, not a guess
-    assert ("duplicated: 2 cases are in more than one file (the first failing copy is kept, "
-            "else the first file's):") in captured.err
+    assert ("duplicated: 2 cases are in more than one file (the first finished failing copy "
+            "is kept, else the first finished one):") in captured.err
     first_dup = one.records[0].case_id
     assert f"  {first_dup}: {paths[0]} (PASS), {paths[2]} (PASS)" in captured.err
     assert captured.out.startswith("merged 3 files (shards 1/3, 1/3, 2/3): 64 cases: 64 PASS -> ")
@@ -180,7 +180,8 @@ def test_a_shard_merged_twice_says_so_in_the_merged_file_its_report_and_the_gate
     err = capsys.readouterr().err.splitlines()
     count = len(retry.records)
     assert err[0] == (f"duplicated: {count} cases are in more than one file (the first "
-                      "failing copy is kept, else the first file's), 1 with different labels:")
+                      "finished failing copy is kept, else the first finished one), 1 with "
+                      "different labels:")
     assert err[1] == f"  {broken}: {first[1]} (PASS), {retried} (MISMATCH)"
     merged = load_results(out)
     assert merged.complete and merged.by_id()[broken].label is Label.MISMATCH  # seen once
@@ -190,7 +191,7 @@ def test_a_shard_merged_twice_says_so_in_the_merged_file_its_report_and_the_gate
 
     assert main(["report", str(out)]) == 0
     note = (f"{count} case(s) were in more than one merged file, each kept as its first "
-            f"failing copy, else as the first file gave it; 1 of them with different labels, "
+            f"finished failing copy, else its first finished one; 1 of them with different labels, "
             f"e.g. {broken}: PASS in {first[1]}, MISMATCH in {retried}")
     page = (out.parent / "index.html").read_text()
     assert f'<p id="merge-note" class="note">Merged: {note}.</p>' in page
@@ -482,3 +483,26 @@ def test_a_doctored_shard_count_is_refused_not_listed(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "flexconf merge: error: options.shard '1/99999999999' is not I/N; is this a "
         "results.json of this suite?")
+
+
+def test_a_copy_an_interruption_cut_off_never_replaces_one_that_finished(tmp_path, capsys):
+    """A cut-off CRASH (the worker stopped; no finished_at) was kept over a finished PASS of
+    the same case (an outside review): it says nothing of the backend."""
+    from records.results import Label
+
+    finished = shard_run(2)
+    case = finished.records[0].case_id
+    cut = replace(finished, complete=False, records=tuple(
+        replace(r, label=Label.CRASH, message="worker gw0 stopped while running this case",
+                finished_at="") if r.case_id == case else r for r in finished.records))
+    failed = replace(finished, records=tuple(
+        replace(r, label=Label.MISMATCH, finished_at="2026-01-01T01:00:00+00:00")
+        if r.case_id == case else r for r in finished.records))
+    for order, kept in (((cut, finished), Label.PASS), ((finished, cut), Label.PASS),
+                        ((cut, failed), Label.MISMATCH)):
+        paths = [write(tmp_path, f"s1-{kept.value}.json", shard_run(1)),
+                 write(tmp_path, "a.json", order[0]), write(tmp_path, "b.json", order[1]),
+                 write(tmp_path, f"s3-{kept.value}.json", shard_run(3))]
+        main(["merge", *paths, "-o", str(tmp_path / "m.json")])
+        capsys.readouterr()
+        assert load_results(tmp_path / "m.json").by_id()[case].label is kept

@@ -252,6 +252,12 @@ def test_the_resume_command_narrows_as_the_run_did():
     # as many workers as the run had: a resume with another -n is refused (its threads)
     xdist = replace(results, environment={**results.environment, "workers": 8})
     assert resume_command(xdist, "reports/x").startswith("pytest -n 8 conformance/ ")
+    # and its threads: a run under OMP_NUM_THREADS=1 on 2 cores was resumed with 2 (refused)
+    capped = replace(results, environment={**results.environment, "workers": 1,
+                                           "threads_per_worker": 1, "usable_cores": 2})
+    assert resume_command(capped, "reports/x").startswith("OMP_NUM_THREADS=1 pytest conformance/")
+    whole = replace(capped, environment={**capped.environment, "threads_per_worker": 2})
+    assert resume_command(whole, "reports/x").startswith("pytest conformance/")
     # a compile-only pass is resumed as one (--resume refuses another --phase)
     compile_only = replace(results, options={**results.options, "phase": "compile",
                                              "compile_cache": "warm"})
