@@ -299,7 +299,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the child's process group, and every process below the child that left it (a
     compiler started with a session of its own, which a group kill does not reach; found
     while the child lives, so not after the child died on its own)."""
-    strays = _descendants(proc.pid)
+    # only while the child lives: once it is reaped its pid may be another process's
+    strays = _descendants(proc.pid) if proc.poll() is None else []
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session and group
     except (ProcessLookupError, PermissionError):

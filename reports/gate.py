@@ -344,8 +344,8 @@ def decide(baseline: RunResults, candidate: RunResults,
             notes.append(Note("SHADOWED_EXPECTATIONS", (
                 f"{len(shadowed)} entr{'y' if len(shadowed) == 1 else 'ies'} of "
                 f"{expectations.source} match cases of the candidate but decide none, so "
-                f"their labels and reasons never apply (e.g. {_where(entry)}: {entry.case!r}, "
-                f"whose case {_where(winner)}: {winner.case!r} decides; {fix})")))
+                f"their labels and reasons apply to none of them (e.g. {_where(entry)}: "
+                f"{entry.case!r}, whose case {_where(winner)}: {winner.case!r} decides; {fix})")))
         if untriaged:
             first = untriaged[0]
             notes.append(Note("UNTRIAGED", f"{len(untriaged)} known failure(s) still read "

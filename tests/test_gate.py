@@ -135,7 +135,7 @@ def test_an_entry_that_an_earlier_glob_or_an_exact_id_shadows_is_named(tmp_path,
     assert gate(tmp_path, old, new, expectations=broad_first) == 1
     out = capsys.readouterr().out
     assert (f"  note: 1 entry of {tmp_path / 'known.toml'} match cases of the candidate but "
-            f"decide none, so their labels and reasons never apply (e.g. line 15: "
+            f"decide none, so their labels and reasons apply to none of them (e.g. line 15: "
             f"'{A.split('/')[0]}/*/fwd', whose case line 1: '{A.split('/')[0]}/*' decides; the "
             "first glob in the file decides a case: move the narrower one first)") in out
     exact_only = known(A, "CRASH") + "\n" + known(A.replace("/fwd", "/*"), "MISMATCH")
