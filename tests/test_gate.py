@@ -418,7 +418,8 @@ def test_json_decision_has_every_finding_with_labels_times_and_message(tmp_path,
 
 def test_junit_has_a_test_case_per_case_compared_failed_by_blocking_findings(tmp_path):
     old = run([record(A), record(B, Label.MISMATCH), record(C)])
-    new = run([record(A, Label.CRASH, message="worker died \x00\x1b[31m\nwith signal 11"),
+    new = run([record(A, Label.CRASH,
+                      message="worker died \x00\x1b[31m\nwith signal 11 \uffff\ufffe"),
                record(B), record(case_id(seq=1024))])
     assert gate(tmp_path, old, new, "--junit", str(tmp_path / "gate.xml")) == 1
     root = ET.parse(tmp_path / "gate.xml").getroot()  # parses: control characters escaped
@@ -429,7 +430,8 @@ def test_junit_has_a_test_case_per_case_compared_failed_by_blocking_findings(tmp
     failure = cases[A].find("failure")
     assert failure.get("type") == "REGRESSION"
     assert failure.get("message") == "REGRESSION: PASS -> CRASH — worker died \\x00\\x1b[31m"
-    assert failure.text == "worker died \\x00\\x1b[31m\nwith signal 11"
+    # U+FFFF and U+FFFE, which XML cannot hold at all, made the whole file unreadable
+    assert failure.text == "worker died \\x00\\x1b[31m\nwith signal 11 \\uffff\\ufffe"
     assert {p.get("name"): p.get("value") for p in cases[A].iter("property")}["label"] == "CRASH"
     assert cases[C].find("failure").get("type") == "MISSING"
     assert cases[B].find("failure") is None
