@@ -12,6 +12,7 @@ the store into results.json with the selection and how many cases were selected,
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 from pathlib import Path
 
@@ -410,7 +411,7 @@ def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
             raise pytest.UsageError(
                 f"--resume {where}: this command would measure another release: {difference}; "
                 f"resume with the release that started the run, or keep its cases as an "
-                f"incomplete report with flexconf recover {where}")
+                f"incomplete report with flexconf recover {shlex.quote(where)}")
 
 
 def _refuse_another_oracle(report_dir: Path) -> None:
@@ -429,7 +430,8 @@ def _refuse_another_oracle(report_dir: Path) -> None:
             raise pytest.UsageError(
                 f"--resume {where}: reference version {one_line(repr(judged_by))} judged its "
                 f"finished cases, this suite's is {REFERENCE_VERSION}; keep them as an "
-                f"incomplete report with flexconf recover {where}, or resume with the suite "
+                f"incomplete report with flexconf recover {shlex.quote(where)}, or resume with "
+                "the suite "
                 "that started the run")
 
 
@@ -448,7 +450,8 @@ def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
         f"--report-dir {where}: it holds the records of a run that stopped without writing its "
         f"results (started {one_line(killed.started_at) or 'at an unknown time'}, "
         f"{len(finished_ids(report_dir))} case(s) finished); keep them as an incomplete report "
-        f"with flexconf recover {where}, finish that run with --resume {where} and its "
+        f"with flexconf recover {shlex.quote(where)}, finish that run with --resume "
+        f"{shlex.quote(where)} and its "
         "options, or give this run another --report-dir")
 
 

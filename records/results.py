@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,8 +236,8 @@ def _unwritten_run_fix(path: Path) -> str | None:
         return None
     where = one_line(str(path.parent))
     return (f"{where} holds the records of a run that wrote no results.json (killed, or still "
-            f"going on): keep what finished with flexconf recover {where}, or finish it with "
-            f"--resume {where} and its options")
+            f"going on): keep what finished with flexconf recover {shlex.quote(where)}, or "
+            f"finish it with --resume {shlex.quote(where)} and its options")
 
 
 def write_results(results: RunResults, path: str | Path) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
+
+from records.text import one_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,7 +83,7 @@ def _no_records_here(report_dir: Path) -> str:
 
     if holds_a_run(report_dir.parent) and not report_dir.is_dir():
         return (f"{report_dir}: not a report directory; its directory holds a run's records: "
-                f"flexconf recover {report_dir.parent}")
+                f"flexconf recover {shlex.quote(one_line(str(report_dir.parent)))}")
     what = "a file, not a report directory" if report_dir.is_file() else (
         f"no run's records here ({records_dir(report_dir)}/{MANIFEST_NAME} is missing)")
     return f"{report_dir}: {what}; pass the --report-dir of the run"
@@ -92,7 +95,6 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
     worker recorded after the controller was killed."""
     from records.store import results_head, reported_run, set_aside_report
-    from records.text import one_line
 
     if set_aside_report(report_dir, manifest):
         raise ValueError(f"{report_dir}: its records are those of the run reported in "
@@ -114,4 +116,4 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
 
     raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
                      f"its end; nothing to recover: finish it with pytest {matrix_path()} "
-                     f"--resume {report_dir} and the run's options")
+                     f"--resume {shlex.quote(one_line(str(report_dir)))} and the run's options")

@@ -540,3 +540,20 @@ def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_pa
     smoke = matrix("smoke", "core")[0].id
     assert _matrix_of(smoke, ()) == "--matrix core --profile smoke"
     assert _matrix_of(smoke + "x", ()) is None
+
+
+def test_a_fix_that_names_a_directory_quotes_it_for_the_shell(tmp_path):
+    """'keep what finished with flexconf recover /tmp/my run;$(id)' ran id when pasted (an
+    outside trial); every printed command quotes the paths it names."""
+    import shlex
+
+    from records.files import UserFileError
+    from records.results import load_results
+
+    report = tmp_path / "my run;$(id)"
+    (report / "records").mkdir(parents=True)
+    (report / "records" / "run.json").write_text("{}")
+    with pytest.raises(UserFileError) as missing:
+        load_results(report / "results.json")
+    assert f"flexconf recover {shlex.quote(str(report))}, or finish it with --resume " \
+        f"{shlex.quote(str(report))} and its options" in str(missing.value)
