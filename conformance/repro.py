@@ -234,7 +234,8 @@ def _script(record: Record, backend: str, seed: int, runs: int, case_modules: li
 
 #: How every script begins: ``flexconf repro -o`` replaces a file only when it begins so.
 SCRIPT_HEAD = ("#!/usr/bin/env python3\n"
-               '"""Reproduction of one FlexAttention conformance case (written by `flexconf repro`).')
+               '"""Reproduction of one FlexAttention conformance case '
+               "(written by `flexconf repro`).")
 
 
 def _docstring_safe(text: str) -> str:
