@@ -44,16 +44,32 @@ def _settings() -> dict[str, tuple[Reader, Writer | None]]:
         "default device": (lambda: torch.get_default_device(),  # torch 2.3 and later
                            lambda value: torch.set_default_device(value)),
         "cudnn allow_tf32": _attribute(lambda: backends.cudnn, "allow_tf32"),
+    }
+    # the legacy switches before the fp32_precision ones: restore writes in this order, and
+    # writing a legacy switch moves the new settings, so these are set back last
+    for flag in ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                 "allow_bf16_reduced_precision_reduction"):
+        settings[f"cuda matmul {flag}"] = _attribute(lambda: backends.cuda.matmul, flag)
+    settings |= {
         "fp32_precision": _attribute(lambda: backends, "fp32_precision"),
         "cuda matmul fp32_precision": _attribute(lambda: backends.cuda.matmul, "fp32_precision"),
         "cudnn fp32_precision": _attribute(lambda: backends.cudnn, "fp32_precision"),
         "mkldnn matmul fp32_precision": _attribute(lambda: backends.mkldnn.matmul,
                                                    "fp32_precision"),
     }
-    for flag in ("allow_tf32", "allow_fp16_reduced_precision_reduction",
-                 "allow_bf16_reduced_precision_reduction"):
-        settings[f"cuda matmul {flag}"] = _attribute(lambda: backends.cuda.matmul, flag)
     return settings
+
+
+#: fp32_precision values that compute alike: "none" defers to the legacy switches, whose
+#: default is full float32 precision, "ieee"; writing any legacy switch, even to the value it
+#: had (as torch's own code saves and restores them), turns "none" into "ieee".
+_SAME_PRECISION = {"none": "ieee"}
+
+
+def _compared(name: str, value: Any) -> Any:
+    if name.endswith("fp32_precision") and isinstance(value, str):
+        return _SAME_PRECISION.get(value, value)
+    return value
 
 
 def snapshot() -> dict[str, Any]:
@@ -70,7 +86,7 @@ def snapshot() -> dict[str, Any]:
 def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """``default dtype torch.float32 -> torch.float64`` for each setting that differs."""
     return [f"{name} {before[name]} -> {after[name]}" for name in before
-            if name in after and after[name] != before[name]]
+            if name in after and _compared(name, after[name]) != _compared(name, before[name])]
 
 
 def restore(before: dict[str, Any]) -> list[str]:
@@ -80,10 +96,12 @@ def restore(before: dict[str, Any]) -> list[str]:
     for name, (_, write) in _settings().items():
         # only what reads differently now: writing a legacy switch that torch refuses to read
         # (the fp32_precision API was used) would move the new settings as well
-        if write is not None and name in before and name in now and now[name] != before[name]:
+        if write is not None and name in before and name in now \
+                and _compared(name, now[name]) != _compared(name, before[name]):
             try:
                 write(before[name])
             except Exception:  # noqa: BLE001 - reported below as not set back
                 continue
     after = snapshot()
-    return [name for name in before if name in after and after[name] != before[name]]
+    return [name for name in before
+            if name in after and _compared(name, after[name]) != _compared(name, before[name])]

@@ -328,3 +328,22 @@ class LeaksFp32Precision(LeaksDefaultDtype):
         out = real(*args)
         torch.backends.fp32_precision = "tf32"
         return out
+
+
+class SavesAndRestoresPrecision(CpuEager):
+    """Raises float32 matmul precision for its own calls and sets it back, through the legacy
+    switch, as torch's own code does: a correct backend. Writing the legacy switch turns the
+    fp32_precision settings from "none" into "ieee", which compute alike: it must PASS."""
+    name = "test-saves-and-restores-precision"
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+
+        def polite(*args):
+            before = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision("high")
+            try:
+                return real(*args)
+            finally:
+                torch.set_float32_matmul_precision(before)
+        return polite

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from cases.model import Case, Shape, Variant
 from conformance.backends.base import WorkerSlot
@@ -77,9 +78,13 @@ def test_a_global_setting_left_changed_is_its_cases_fault_and_is_set_back():
     assert after.label is Label.PASS and last.label is Label.PASS, after.message
 
 
+@pytest.mark.skipif(not hasattr(torch.backends, "fp32_precision"),
+                    reason="this torch has no fp32_precision API (it came in 2.9)")
 def test_settings_of_torchs_newer_precision_api_are_checked_and_set_back_too():
     """Once fp32_precision was set, torch refuses to read the legacy allow_tf32 switch: the
     snapshot raised, and every case of such a backend was a CRASH (an outside review)."""
+    polite = run_cases("tests.fault_backends:SavesAndRestoresPrecision", [FAULTY, HEALTHY])
+    assert [r.label for r in polite] == [Label.PASS, Label.PASS], [r.message for r in polite]
     warmed = run_cases("tests.fault_backends:SetsFp32PrecisionAtWarmUp", [FAULTY, HEALTHY])
     assert [r.label for r in warmed] == [Label.PASS, Label.PASS], [r.message for r in warmed]
     leak, after = run_cases("tests.fault_backends:LeaksFp32Precision", [FAULTY, HEALTHY])
