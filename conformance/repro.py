@@ -59,10 +59,16 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
                      _run_backend(options))
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    written = path.with_name(path.name + ".tmp")
-    written.write_text(script)
-    written.chmod(0o755)
-    written.replace(path)  # a link at ``path`` is replaced, never followed and overwritten
+    import os
+    import tempfile
+
+    # a new file of its own (O_EXCL: no link at a fixed temporary name is followed), then
+    # renamed: a link at ``path`` is replaced, never followed and overwritten
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w", encoding="utf-8") as f:
+        f.write(script)
+    os.chmod(temporary, 0o755)
+    os.replace(temporary, path)
     return path, backend
 
 

@@ -61,7 +61,7 @@ def read_json(path: str | Path, fix: str) -> Any:
     except ValueError as exc:  # an integer of more digits than int() takes
         raise UserFileError(f"{one_line(str(path))}: not JSON this suite writes "
                             f"({one_line(str(exc))[:80]})", fix) from None
-    problem = _shape_problem(data)
+    problem = shape_problem(data)
     if problem:
         raise UserFileError(f"{one_line(str(path))}: {problem}, which no file of this suite "
                             "holds", fix)
@@ -72,7 +72,7 @@ def read_json(path: str | Path, fix: str) -> Any:
 MAX_JSON_DEPTH, MAX_JSON_NUMBER = 64, 10 ** 300
 
 
-def _shape_problem(data: Any) -> str | None:
+def shape_problem(data: Any) -> str | None:
     """What makes parsed JSON unreadable by the readers after it (which recurse and convert to
     float): nesting deeper than MAX_JSON_DEPTH, an integer beyond MAX_JSON_NUMBER."""
     todo = [(data, 1)]

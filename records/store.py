@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterable
 
-from records.files import UserFileError, read_json, strict_json_text
+from records.files import UserFileError, read_json, shape_problem, strict_json_text
 from records.labels import Label
 from records.results import Record, RunResults, write_results
 from records.text import one_line
@@ -423,13 +423,16 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
     for path in sorted(records_dir(report_dir).glob("*.jsonl")):
         # a byte that is not UTF-8 (a disk fault) becomes U+FFFD: the line stays readable
         with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except (ValueError, RecursionError):  # torn, or not JSON at all
-                    continue
-                # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
-                yield event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
+            lines = f.readlines()
+        for number, line in enumerate(lines, 1):
+            try:
+                event = json.loads(line)
+            except (ValueError, RecursionError):
+                if number < len(lines):  # the last line may be torn by a kill: not damage
+                    yield {"event": DAMAGED_EVENT}
+                continue
+            # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
+            yield event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
 
 
 def recorded_selection(report_dir: str | Path) -> list[str] | None:
@@ -454,7 +457,7 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
             else:
                 damaged += 1
         elif kind == "started":
-            if isinstance(event.get("case_id"), str) and isinstance(event.get("case", {}), dict):
+            if _valid_start(event):
                 started[event["case_id"]] = event
             else:
                 damaged += 1
@@ -482,12 +485,19 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     return Merged(ordered, environment, unfinished, damaged)
 
 
+def _valid_start(event: dict) -> bool:
+    """Whether a ``started`` event holds what the CRASH record of a case it cut off needs."""
+    return (isinstance(event.get("case_id"), str) and bool(event["case_id"])
+            and isinstance(event.get("case", {}), dict) and not shape_problem(event)
+            and all(isinstance(event.get(key, ""), str) for key in ("worker", "started_at")))
+
+
 def _valid_record(data: Any) -> Record | None:
     """The record of a ``finished`` event where it is one a results file may hold (the
     schema's rules, on it alone); None otherwise."""
     from records.results import SCHEMA_NAME, SCHEMA_VERSION, ResultsError, validate_results_json
 
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or shape_problem(data):  # too deep, or a number no float holds
         return None
     try:
         validate_results_json({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
@@ -495,7 +505,7 @@ def _valid_record(data: Any) -> Record | None:
                                "options": {"backend": "", "profile": "", "seed": 0},
                                "records": [data]})
         return Record.from_json(data)
-    except (ResultsError, ValueError, TypeError, KeyError):
+    except (ResultsError, ValueError, TypeError, KeyError, RecursionError):
         return None
 
 
@@ -512,8 +522,11 @@ def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any
     from records.results import ResultsError, validate_results_json
 
     try:  # checked before anything is written: never a results.json that cannot be read
-        validate_results_json(json.loads(strict_json_text(results.to_json())),
-                              f"{report_dir}/records")
+        data = json.loads(strict_json_text(results.to_json()))
+        problem = shape_problem(data)
+        if problem:
+            raise ResultsError(f"{report_dir}/records: {problem}", "")
+        validate_results_json(data, f"{report_dir}/records")
     except ResultsError as exc:
         raise ResultsError(exc.problem, "the run's manifest or records hold what no results "
                            "file may (a hand edit, a disk fault); run it again") from None

@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
               file=log)
     for rec in update.added:
         print(f"added    {one_line(rec.case_id)} ({rec.label.value}): to triage", file=log)
+    for rec in update.fuzzed:
+        print(f"not added {one_line(rec.case_id)} ({rec.label.value}): a fuzzed case, which no "
+              "entry can name; rerun it from its spec (fuzz-failures/) and fix or report it",
+              file=log)
     if not (update.added or update.dropped):
         print(f"{path}: up to date", file=log)
     return 0

@@ -33,6 +33,7 @@ class Update:
     added: tuple[Record, ...]
     dropped: tuple[Expectation, ...]
     passing: frozenset[int] = frozenset()  # lines of dropped entries whose cases all pass
+    fuzzed: tuple[Record, ...] = ()  # failures of fuzzed variants: no entry can name them
 
 
 def toml_string(value: str) -> str:
@@ -81,7 +82,13 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     # are added below as new failures, in place of the entry); an entry for several
     # backends (a glob) cannot be judged from one backend's run
     dropped = [e for e in stale_expectations(expectations, results) if e.backend == backend]
-    added = uncovered_failures(expectations, results)
+    from reports.summary import is_fuzzed
+
+    uncovered = uncovered_failures(expectations, results)
+    # a fuzzed failure's id (fuzz/...) is no case of a matrix: an entry cannot name it (the
+    # parser refuses it), and a run of the matrix never meets it; it is listed, not written
+    fuzzed = tuple(r for r in uncovered if is_fuzzed(r.case_id))
+    added = [r for r in uncovered if not is_fuzzed(r.case_id)]
     _refuse_what_would_be_a_glob(backend, added)
     lines = (text if text.strip() else FILE_HEADER).splitlines(keepends=True)
     if dropped:
@@ -101,7 +108,7 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     parse_expectations(new_text, source)  # never write a file the suite cannot read back
     passing = frozenset(e.line for e in dropped if all(
         r.label is Label.PASS for r in decided_cases(expectations, e, results)))
-    return Update(new_text, tuple(added), tuple(dropped), passing)
+    return Update(new_text, tuple(added), tuple(dropped), passing, fuzzed)
 
 
 def _refuse_what_would_be_a_glob(backend: str, added) -> None:

@@ -65,7 +65,8 @@ def lacking_shards(results: RunResults) -> list[str] | None:
     given, counts = set(), set()
     for shard in merged:
         index, _, count = str(shard).partition("/")
-        if not (index.isdigit() and count.isdigit() and len(count) <= 6):
+        if not (f"{index}{count}".isascii() and index.isdecimal() and count.isdecimal()
+                and len(count) <= 6):  # '²' is a digit int() refuses
             return None
         given.add(int(index))
         counts.add(int(count))

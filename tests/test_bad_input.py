@@ -169,15 +169,24 @@ def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, 
         (report / name).unlink()
     (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
     store = next((report / "records").glob("*.jsonl"))
+    nested = {"event": "finished", "record": {"case_id": "zz/deep", "label": "PASS"}}
+    inner = nested["record"]
+    for _ in range(900):  # read by recursion: a RecursionError (a review)
+        inner["case"] = {}
+        inner = inner["case"]
     bad = ['[1, 2]', '5', '{"event": "finished", "record": "x"}', '{"event": "started"}',
            json.dumps({"event": "finished", "record": {"case_id": "zz/new", "label": "PASS",
-                                                         "compile_seconds": -1}})]
-    with open(store, "a") as f:
-        f.write("\n".join(bad) + "\n")
+                                                         "compile_seconds": -1}}),
+           json.dumps({"event": "finished", "record": {"case_id": "zz/big", "label": "PASS",
+                                                         "compiled_bytes": 10 ** 301}}),
+           json.dumps({"event": "started", "case_id": "zz/late", "started_at": 5}),
+           json.dumps(nested), "{not json", '{"event": "started", "case_id": "zz/torn"']
+    with open(store, "a") as f:  # the last line is torn, as a kill leaves it: no damage
+        f.write("\n".join(bad))
     assert main(["recover", str(report)]) == 0
     out = capsys.readouterr().out
     assert "recovered 2 finished of 2 selected cases" in out
-    assert f"skipped 5 damaged line(s) of {report / 'records'}/*.jsonl" in out
+    assert f"skipped 9 damaged line(s) of {report / 'records'}/*.jsonl" in out
     assert [r.case_id for r in load_results(report / "results.json").records] == \
         [c.id for c in CASES[:2]]
 

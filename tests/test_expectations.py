@@ -193,6 +193,21 @@ def test_update_never_writes_a_glob_from_a_doctored_results_file(tmp_path, capsy
     assert not known.exists()
 
 
+def test_update_lists_a_fuzzed_failure_without_refusing_the_run(tmp_path, capsys):
+    """A fuzzed failure's id (fuzz/...) is no case id: the update refused the whole run over it
+    (before: wrote an entry its own parser refused)."""
+    fuzzed = "fuzz/" + case_id("causal", seq=64)
+    path = tmp_path / "run.json"
+    write_results(run([record(A, Label.MISMATCH), record(fuzzed, Label.MISMATCH)]), path)
+    known = tmp_path / "known.toml"
+    assert main(["expectations", "update", str(path), "--expectations", str(known)]) == 0
+    out = capsys.readouterr().out
+    assert f"added    {A} (MISMATCH): to triage" in out
+    assert f"not added {fuzzed} (MISMATCH): a fuzzed case, which no entry can name" in out
+    text = known.read_text()
+    assert A in text and "fuzz/" not in text
+
+
 @pytest.mark.parametrize("change, says", [
     ({"complete": False}, "the run was interrupted (complete=false); finish it with --resume "
                           "REPORT_DIR, or update from a finished run"),

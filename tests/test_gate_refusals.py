@@ -256,7 +256,7 @@ def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
         "gate the merged file")
     # a doctored count: the gate listed range(1, count + 1), hours and gigabytes (outside trial)
     for doctored, says in ((["1/99999999999"], "['1/99999999999']"), (["1/x"], "['1/x']"),
-                           (["3/2"], "['3/2']")):
+                           (["3/2"], "['3/2']"), (["1/\u00b2"], "['1/\u00b2']")):
         with pytest.raises(GateInputError) as refused:
             check_comparable(whole, replace(lacking, options={**lacking.options,
                                                               "merged_shards": doctored}))
