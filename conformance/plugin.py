@@ -303,7 +303,7 @@ class ConformanceSession(RunLifecycle):
         if not self.options.resume:
             return set()
         if self._resumed_ids is None:
-            from records.store import finished_ids
+            from records.events import finished_ids
 
             self._resumed_ids = finished_ids(self.options.report_dir)
         return self._resumed_ids

@@ -209,7 +209,7 @@ class RunLifecycle:
         """A new run's case ids before sharding: this command's selection; under xdist, whose
         controller learns it only from workers that end, what its workers recorded in the
         store (a run stopped by a signal), else unknown."""
-        from records.store import recorded_selection
+        from records.events import recorded_selection
 
         if self.selected is not None:
             return self.selected
@@ -222,7 +222,7 @@ class RunLifecycle:
     def recorded_whole_run_ids(self) -> list[str] | None:
         """The resumed run's case ids before sharding, as it recorded them: in its manifest,
         or (a run under xdist killed before its end) in its workers' store files."""
-        from records.store import recorded_selection
+        from records.events import recorded_selection
 
         recorded = (self._manifest.selection or {}).get("case_ids")
         if recorded is not None:
@@ -267,7 +267,8 @@ class RunLifecycle:
         that have no finished record (in matrix order): none when it is complete."""
         from conformance.executor import now_iso
         from conformance.run_info import suite_version
-        from records.store import merge_records, write_run
+        from records.store import write_run
+        from records.events import merge_records
 
         report_dir = self.options.report_dir
         self.begin_fresh_run()  # an empty --shard part: its results.json still replaces
@@ -385,7 +386,7 @@ def _given(value) -> str:
 
 def _recorded_environments(report_dir: Path) -> list[dict]:
     """The environments the run's processes recorded in its store (one per worker)."""
-    from records.store import read_events
+    from records.events import read_events
 
     return [event["environment"] for event in read_events(report_dir)
             if isinstance(event, dict) and event.get("event") == "environment"
@@ -439,7 +440,8 @@ def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
     """UsageError, one line, before anything is moved, when ``report_dir`` holds the records
     of a run killed before it wrote its results: clearing them would lose what finished
     without a word. A run stopped by a signal wrote its results, and is set aside as usual."""
-    from records.store import finished_ids, unreported_run
+    from records.store import unreported_run
+    from records.events import finished_ids
     from records.text import one_line
 
     killed = unreported_run(report_dir)
@@ -464,7 +466,8 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
     the run after)."""
     from conformance.artifacts import ARTIFACTS_DIRNAME
     from conformance.kept_outputs import OUTPUTS_DIR
-    from records.store import MANIFEST_NAME, RECORDS_DIR, foreign_result_file, holds_a_run
+    from records.store import MANIFEST_NAME, foreign_result_file, holds_a_run
+    from records.events import RECORDS_DIR
     from records.text import one_line
 
     if holds_a_run(report_dir):

@@ -79,7 +79,7 @@ class Runner:
         from conformance.executor import Executor, Settings
         from conformance.kept_outputs import KeepPolicy
         from conformance.memory_gate import MemoryGate
-        from records.store import RecordWriter, records_dir
+        from records.events import RecordWriter, records_dir
         from conformance.reference_cache import ReferenceCache
 
         keep_torch_trace_to_itself()

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _recover(report_dir: Path) -> int:
     from records.results import load_results
-    from records.store import merge_records, read_manifest, recorded_selection, write_run
+    from records.store import read_manifest, write_run
+    from records.events import merge_records, recorded_selection
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
@@ -79,7 +80,8 @@ def _recover(report_dir: Path) -> int:
 def _no_records_here(report_dir: Path) -> str:
     """The one line for a path that holds no run's records: the directory to pass instead
     when the path is a file of a run's report directory (its results.json, say)."""
-    from records.store import MANIFEST_NAME, holds_a_run, records_dir
+    from records.store import MANIFEST_NAME, holds_a_run
+    from records.events import records_dir
 
     if holds_a_run(report_dir.parent) and not report_dir.is_dir():
         return (f"{report_dir}: not a report directory; its directory holds a run's records: "

@@ -54,7 +54,7 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
 def records_held(results: RunResults) -> str:
     """``5 of 8 selected cases have a record, 1 of them cut off (CRASH)``: how much of an
     unfinished run's selection is recorded, the cases its interruption cut off counted apart
-    (their CRASH record says only that the worker stopped; records/store.py); "" when the
+    (their CRASH record says only that the worker stopped; records/events.py); "" when the
     selected count is unknown."""
     selected = results.selected_count
     if not selected:

@@ -140,69 +140,6 @@ def test_a_named_file_that_is_a_directory_or_binary_is_one_line(tmp_path, option
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
-    records = tmp_path / "report" / "records"
-    records.mkdir(parents=True)
-    (records / "run.json").write_text('{"started_at": "2026-')  # torn by hand or a disk fault
-    proc = run([sys.executable, "-m", "conformance.cli", "recover", str(tmp_path / "report")])
-    assert proc.returncode == 2
-    assert _error_lines(proc) == [
-        f"flexconf recover: error: {records / 'run.json'}: not JSON (Unterminated string "
-        "starting at: line 1 column 16 (char 15)); this directory's run cannot be recovered "
-        "or resumed; run it again"]
-
-
-def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, capsys):
-    """A line that was JSON but no event (a list, a number, a record that is a string or has a
-    negative time, a started event without its case) was a traceback, or a results.json that
-    recover wrote and then could not read, with every good record lost (an outside trial)."""
-    import json
-
-    from conformance.cli import main
-    from records.results import load_results
-    from records.store import REPORTED_NAME, RESULT_FILES
-
-    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]))
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
-    report = tmp_path / "report"
-    for name in RESULT_FILES:  # as a kill -9 before the end leaves it
-        (report / name).unlink()
-    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
-    store = next((report / "records").glob("*.jsonl"))
-    nested = {"event": "finished", "record": {"case_id": "zz/deep", "label": "PASS"}}
-    inner = nested["record"]
-    for _ in range(900):  # read by recursion: a RecursionError (a review)
-        inner["case"] = {}
-        inner = inner["case"]
-    bad = ['[1, 2]', '5', '{"event": "finished", "record": "x"}', '{"event": "started"}',
-           json.dumps({"event": "finished", "record": {"case_id": "zz/new", "label": "PASS",
-                                                         "compile_seconds": -1}}),
-           json.dumps({"event": "finished", "record": {"case_id": "zz/big", "label": "PASS",
-                                                         "compiled_bytes": 10 ** 301}}),
-           json.dumps({"event": "started", "case_id": "zz/late", "started_at": 5}),
-           json.dumps(nested), "{not json", '{"event": "started", "case_id": "zz/torn"']
-    with open(store, "a") as f:  # the last line is torn, as a kill leaves it: no damage
-        f.write("\n".join(bad))
-    assert main(["recover", str(report)]) == 0
-    out = capsys.readouterr().out
-    assert "recovered 2 finished of 2 selected cases" in out
-    assert f"skipped 9 damaged line(s) of {report / 'records'}/*.jsonl" in out
-    assert [r.case_id for r in load_results(report / "results.json").records] == \
-        [c.id for c in CASES[:2]]
-
-    manifest = report / "records" / "run.json"
-    data = json.loads(manifest.read_text())
-    manifest.write_text(json.dumps({**data, "case_order": 5}))
-    for name in RESULT_FILES:
-        (report / name).unlink()
-    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
-    assert main(["recover", str(report)]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        f"flexconf recover: error: {manifest}: not a run manifest (its case_order is a int no "
-        "run writes there); this directory's run cannot be recovered or resumed; run it again"]
-    assert not (report / "results.json").exists()
-
-
 def test_a_run_lock_that_cannot_be_taken_is_one_line_and_sets_nothing_aside(tmp_path):
     """A lock path this user cannot open (another user's lock file in a shared directory; a
     directory stands in for it here, as root opens any file) is a usage error, not an
@@ -248,36 +185,6 @@ def test_report_merge_and_recover_do_not_write_into_a_directory_whose_run_goes_o
     assert main(["recover", str(report)]) == 2  # the stand-in manifest has no cases
     assert "nothing to recover" in capsys.readouterr().err
     assert run_in_progress(report) is None
-
-
-def test_recover_refuses_a_run_that_wrote_its_own_results_and_leaves_them(tmp_path, capsys):
-    """Recover on a finished run rewrote its results as an INCOMPLETE rendering of its store,
-    and the original was lost; on a run a signal stopped it would hide that --resume
-    finishes it. Both are refused, and the files stay as they are."""
-    from dataclasses import replace
-
-    from conformance.cli import main
-    from records.results import load_results, write_results
-    from records.store import RESULT_FILES
-
-    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
-    report = tmp_path / "report"
-    before = {name: (report / name).read_bytes() for name in RESULT_FILES}
-    assert main(["recover", str(report)]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        f"flexconf recover: error: {report}: its results.json already reports its run, "
-        "complete; nothing to recover (recover is for a run that was killed)"]
-    assert {name: (report / name).read_bytes() for name in RESULT_FILES} == before
-
-    stopped = replace(load_results(report / "results.json"), complete=False)
-    write_results(stopped, report / "results.json")  # what a SIGTERM leaves
-    assert main(["recover", str(report)]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        f"flexconf recover: error: {report}: its results.json already reports its run, "
-        f"stopped before its end; nothing to recover: finish it with pytest conformance/ "
-        f"--resume {report} and the run's options"]
-    assert load_results(report / "results.json") == stopped
 
 
 @pytest.mark.parametrize("kind", ["a file", "inside a file"])
@@ -549,20 +456,3 @@ def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_pa
     smoke = matrix("smoke", "core")[0].id
     assert _matrix_of(smoke, ()) == "--matrix core --profile smoke"
     assert _matrix_of(smoke + "x", ()) is None
-
-
-def test_a_fix_that_names_a_directory_quotes_it_for_the_shell(tmp_path):
-    """'keep what finished with flexconf recover /tmp/my run;$(id)' ran id when pasted (an
-    outside trial); every printed command quotes the paths it names."""
-    import shlex
-
-    from records.files import UserFileError
-    from records.results import load_results
-
-    report = tmp_path / "my run;$(id)"
-    (report / "records").mkdir(parents=True)
-    (report / "records" / "run.json").write_text("{}")
-    with pytest.raises(UserFileError) as missing:
-        load_results(report / "results.json")
-    assert f"flexconf recover {shlex.quote(str(report))}, or finish it with --resume " \
-        f"{shlex.quote(str(report))} and its options" in str(missing.value)

@@ -17,7 +17,8 @@ from conformance.backends import registry
 from conformance.backends.cpu import CpuInductor
 from conformance.case_file import load_case_file
 from conformance.protocol import Observation, label_of
-from records.store import RecordWriter, clear_records, merge_records
+from records.store import clear_records
+from records.events import RecordWriter, merge_records
 from conformance.reference_cache import ReferenceCache, cache_key
 from records.results import Label, Record
 

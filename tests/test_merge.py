@@ -443,7 +443,8 @@ def test_a_missing_part_whose_directory_holds_a_killed_run_says_recover_or_resum
 def test_recover_refuses_to_overwrite_another_runs_results_in_the_directory(tmp_path, capsys):
     """A merge written into a killed run's directory was overwritten by flexconf recover
     without a word."""
-    from records.store import RecordWriter, RunManifest, write_manifest
+    from records.store import RunManifest, write_manifest
+    from records.events import RecordWriter
 
     killed = tmp_path / "k2"
     write_manifest(killed, RunManifest("2026-01-01T09:00:00+00:00", "0.1.0",

@@ -125,8 +125,9 @@ def test_only_a_run_that_left_records_and_no_results_of_its_own_is_unreported(tm
     of a run killed before it wrote its results. A run a signal stopped wrote them
     (``complete: false``), as recover does, also when they are moved away since; an earlier
     run's results do not report this one; a run resumed is unreported until it ends."""
-    from records.store import (RecordWriter, RunManifest, merge_records, set_aside_results,
-                               unreported_run, write_manifest, write_run)
+    from records.events import RecordWriter, merge_records
+    from records.store import (RunManifest, set_aside_results, unreported_run, write_manifest,
+                               write_run)
 
     ids = ["full/a", "causal/a"]
     write_manifest(tmp_path, RunManifest("t1", "v", {}, ids))

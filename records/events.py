@@ -1,0 +1,177 @@
+"""The run's event log: each pytest worker appends JSON lines to
+``<report-dir>/records/<worker>.jsonl`` (``RecordWriter``), flushed and fsynced one by one
+(dEQP's rule: a crash never loses earlier results), and the log is read back
+(``read_events``) and merged into one record per case (``merge_records``).
+records/store.py owns the rest of the directory (the lock, the manifest, results set aside).
+
+    {"event": "environment", "environment": {...}}         once per worker
+    {"event": "selection", "case_ids": [...]}              once per worker of a new run: the
+                                                           whole run's, before sharding
+    {"event": "started", "case_id": ..., "case": {...}, "worker": ..., "started_at": ...}
+    {"event": "finished", "record": {...Record.to_json()...}}
+
+A case with a finished record takes it (the last one); a case started but never finished
+(its worker was killed, or the run interrupted) becomes CRASH. A line that is no such event
+(a hand edit, a disk fault) is skipped and counted, never a traceback; a torn last line, as a
+kill leaves it, is skipped without a count.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from records.files import shape_problem
+from records.labels import Label
+from records.results import Record
+
+RECORDS_DIR = "records"
+#: What ``read_events`` yields for a line of the store that is JSON but no event.
+DAMAGED_EVENT = "damaged"
+
+
+def records_dir(report_dir: str | Path) -> Path:
+    return Path(report_dir) / RECORDS_DIR
+
+
+def finished_ids(report_dir: str | Path) -> set[str]:
+    """The case ids with a finished record in the store (what ``--resume`` need not run)."""
+    records = (_valid_record(event.get("record")) for event in read_events(report_dir)
+               if event.get("event") == "finished")
+    return {record.case_id for record in records if record is not None}
+
+
+class RecordWriter:
+    """Appends one worker's events; every line is on disk before the call returns."""
+
+    def __init__(self, report_dir: str | Path, worker: str):
+        self.path = records_dir(report_dir) / f"{worker}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def environment(self, environment: dict[str, Any]) -> None:
+        self._write({"event": "environment", "environment": environment})
+
+    def selection(self, case_ids: list[str]) -> None:
+        """The case ids the whole run selected before sharding, as this worker collected
+        them: what a controller under xdist learns only at the end, kept for a resume of a
+        run killed before it."""
+        self._write({"event": "selection", "case_ids": list(case_ids)})
+
+    def started(self, case_id: str, case: dict[str, Any], worker: str, started_at: str) -> None:
+        """``case_id``: the id the record will have (a fuzzed example's ``fuzz/...``);
+        ``case``: the case's JSON spec."""
+        self._write({"event": "started", "case_id": case_id, "case": case,
+                     "worker": worker, "started_at": started_at})
+
+    def finished(self, record: Record) -> None:
+        self._write({"event": "finished", "record": record.to_json()})
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, event: dict) -> None:
+        self._file.write(json.dumps(event) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+
+@dataclass(frozen=True)
+class Merged:
+    records: list[Record]  # in case order, then unknown ids sorted
+    environment: dict[str, Any] | None  # the first worker's
+    unfinished: list[str]  # case ids started but never finished (now CRASH records)
+    damaged: int = 0  # lines of the store that are no event of this suite (skipped)
+
+
+def read_events(report_dir: str | Path) -> Iterable[dict]:
+    """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
+    for path in sorted(records_dir(report_dir).glob("*.jsonl")):
+        # a byte that is not UTF-8 (a disk fault) becomes U+FFFD: the line stays readable
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+        for number, line in enumerate(lines, 1):
+            try:
+                event = json.loads(line)
+            except (ValueError, RecursionError):
+                if number < len(lines):  # the last line may be torn by a kill: not damage
+                    yield {"event": DAMAGED_EVENT}
+                continue
+            # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
+            yield event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
+
+
+def recorded_selection(report_dir: str | Path) -> list[str] | None:
+    """The whole run's case ids as its first worker recorded them (a ``selection`` event);
+    None when no worker did (a run without xdist records them in its manifest)."""
+    for event in read_events(report_dir):
+        if event.get("event") == "selection" and isinstance(event.get("case_ids"), list):
+            return [str(cid) for cid in event["case_ids"]]
+    return None
+
+
+def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
+    started: dict[str, dict] = {}
+    finished: dict[str, Record] = {}
+    environment = None
+    damaged = 0
+    for event in read_events(report_dir):
+        kind = event.get("event")
+        if kind == "environment" and environment is None:
+            if isinstance(event.get("environment"), dict):
+                environment = event["environment"]
+            else:
+                damaged += 1
+        elif kind == "started":
+            if _valid_start(event):
+                started[event["case_id"]] = event
+            else:
+                damaged += 1
+        elif kind == DAMAGED_EVENT:
+            damaged += 1
+        elif kind == "finished":
+            record = _valid_record(event.get("record"))
+            if record is None:  # a hand edit or a disk fault: the other records are kept
+                damaged += 1
+                continue
+            previous = finished.get(record.case_id)
+            if previous is None or record.finished_at >= previous.finished_at:
+                finished[record.case_id] = record
+    unfinished = [cid for cid in started if cid not in finished]
+    for cid in unfinished:
+        event = started[cid]
+        finished[cid] = Record(
+            case_id=cid, label=Label.CRASH, case=event.get("case", {}),
+            message=(f"worker {event.get('worker', '?')} stopped while running this case "
+                     "(killed, crashed or interrupted); no result was recorded"),
+            worker=event.get("worker", ""), started_at=event.get("started_at", ""))
+    position = {cid: i for i, cid in enumerate(case_order)}
+    ordered = sorted(finished.values(),
+                     key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
+    return Merged(ordered, environment, unfinished, damaged)
+
+
+def _valid_start(event: dict) -> bool:
+    """Whether a ``started`` event holds what the CRASH record of a case it cut off needs."""
+    return (isinstance(event.get("case_id"), str) and bool(event["case_id"])
+            and isinstance(event.get("case", {}), dict) and not shape_problem(event)
+            and all(isinstance(event.get(key, ""), str) for key in ("worker", "started_at")))
+
+
+def _valid_record(data: Any) -> Record | None:
+    """The record of a ``finished`` event where it is one a results file may hold (the
+    schema's rules, on it alone); None otherwise."""
+    from records.results import SCHEMA_NAME, SCHEMA_VERSION, ResultsError, validate_results_json
+
+    if not isinstance(data, dict) or shape_problem(data):  # too deep, or a number no float holds
+        return None
+    try:
+        validate_results_json({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
+                               "suite_version": "", "complete": False, "environment": {},
+                               "options": {"backend": "", "profile": "", "seed": 0},
+                               "records": [data]})
+        return Record.from_json(data)
+    except (ResultsError, ValueError, TypeError, KeyError, RecursionError):
+        return None
