@@ -28,7 +28,8 @@ from records.labels import Label
 from records.results import Record
 
 RECORDS_DIR = "records"
-#: What ``read_events`` yields for a line of the store that is JSON but no event.
+#: What ``read_events`` yields for a line of the store that is no event: not JSON (the torn
+#: last line aside), or JSON that is no object.
 DAMAGED_EVENT = "damaged"
 
 
