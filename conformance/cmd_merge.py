@@ -52,14 +52,16 @@ def run(args: argparse.Namespace) -> int:
     for note in merged.notes:
         print(f"note: {note}", file=sys.stderr)
     if merged.duplicates:
-        copies = merged.results.options["merged_duplicates"]
-        differ = [cid for cid, kept in copies.items() if len({c["label"] for c in kept}) > 1]
+        from reports.merge_facts import disagreeing, duplicated_cases
+
+        copies = duplicated_cases(merged.results)
+        differ = list(disagreeing(copies))
         print(f"duplicated: {len(merged.duplicates)} cases are in more than one file (the first "
               "finished failing copy is kept, else the first finished one)"
               f"{f', {len(differ)} with different labels' if differ else ''}:", file=sys.stderr)
         shown = differ + [cid for cid in merged.duplicates if cid not in set(differ)]
         for case_id in shown[:SHOW]:
-            print(f"  {case_id}: " + ", ".join(f"{one_line(c['file'])} ({c['label']})"
+            print(f"  {case_id}: " + ", ".join(f"{one_line(c.file)} ({c.label})"
                                                for c in copies[case_id]), file=sys.stderr)
         _more(len(merged.duplicates))
     if merged.missing_shards:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import options as opts
+from conformance.resume_checks import resumable_run
 
 
 class RunLifecycle:
@@ -46,7 +46,7 @@ class RunLifecycle:
             last_run = report_dir / "previous" / "results.json"
         self.schedule = self._cost_model(last_run)
         if self.options.resume:
-            self._manifest = _resumable_run(self.options, self._recorded_options(), self.backend,
+            self._manifest = resumable_run(self.options, self._recorded_options(), self.backend,
                                             worker_count(self.config))
             self._started_at = self._manifest.started_at
             set_aside_results(report_dir, resuming=self._manifest)
@@ -102,7 +102,7 @@ class RunLifecycle:
         from records.text import one_line
 
         report_dir = self.options.report_dir
-        if not report_dir.is_dir():  # a missing --resume directory: _resumable_run names it
+        if not report_dir.is_dir():  # a missing --resume directory: resumable_run names it
             return
         try:
             self._run_lock = hold_run_lock(
@@ -322,120 +322,6 @@ def _outside_resumed_run(selected: list[str] | None, shard: set[str] | None,
 
 
 #: Options a resumed run must share with the run it finishes (they change what a label means).
-_RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
-                "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase",
-                "shard", "expectations")
-
-
-def _resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: int):
-    """The manifest of the interrupted run in ``--resume``'s directory; UsageError, one line,
-    when there is none, or its options, oracle, release or threads per worker differ."""
-    from records.files import UserFileError
-    from records.store import read_manifest
-
-    try:
-        manifest = read_manifest(options.report_dir)
-    except UserFileError as exc:
-        raise pytest.UsageError(f"--resume: {exc}") from None
-    if manifest is None:
-        raise pytest.UsageError(f"--resume {options.report_dir}: no run's records there "
-                                "(records/run.json is missing); run without --resume")
-    from records.store import set_aside_report
-
-    if set_aside_report(options.report_dir, manifest):
-        raise pytest.UsageError(
-            f"--resume {options.report_dir}: its records are those of the run reported in "
-            f"{options.report_dir / 'previous'}/ (a later run stopped before its first case "
-            "and set it aside); nothing to resume: run without --resume")
-    for key in _RESUME_SAME:
-        before, now = manifest.options.get(key), recorded.get(key)
-        if before != now:
-            raise pytest.UsageError(
-                f"--resume {options.report_dir}: the run had {key} {_given(before)}, this one "
-                f"{_given(now)}; resume with the run's own options")
-    _refuse_another_oracle(options.report_dir)
-    _refuse_another_release(options.report_dir, backend, options.backend)
-    _refuse_another_layout(options.report_dir, workers)
-    return manifest
-
-
-def _refuse_another_layout(report_dir: Path, workers: int) -> None:
-    """UsageError, one line, when this command's workers would get another number of threads
-    than the run's did (another -n, or a machine with other cores): compile and run times
-    measured with 2 threads and with 1 would stand side by side in one results file, and a
-    gate would compare them as one run's."""
-    from conformance.backends.base import WorkerSlot, threads_per_worker
-    from records.text import one_line
-
-    now = threads_per_worker(WorkerSlot(0, workers))
-    for environment in _recorded_environments(report_dir):
-        before, count = environment.get("threads_per_worker"), environment.get("workers")
-        if isinstance(before, int) and before != now:
-            raise pytest.UsageError(
-                f"--resume {one_line(str(report_dir))}: the run measured its cases with {before} "
-                f"thread(s) per worker (-n {count}), this command would with {now} (-n "
-                f"{workers}); resume with -n {count} on the run's machine (and "
-                f"OMP_NUM_THREADS={before} if the run had it), so one results file holds "
-                "comparable times")
-
-
-def _given(value) -> str:
-    """An option's value as a resume refusal shows it: None is an option not given."""
-    return "none (not given)" if value is None else repr(value)
-
-
-def _recorded_environments(report_dir: Path) -> list[dict]:
-    """The environments the run's processes recorded in its store (one per worker)."""
-    from records.events import read_events
-
-    return [event["environment"] for event in read_events(report_dir)
-            if isinstance(event, dict) and event.get("event") == "environment"
-            and isinstance(event.get("environment"), dict)]
-
-
-def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
-    """UsageError, one line, when this command would measure another release than the run's
-    finished cases did (records/release.py: torch, the compiler stack, a plugin's code): one
-    results file would hold two releases, under the first one's name."""
-    from conformance.backends.registry import BackendError, environment_of
-    from records.release import release_difference, release_of
-    from records.text import one_line
-
-    try:
-        now = release_of(environment_of(backend, spec))
-    except BackendError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    for environment in _recorded_environments(report_dir):
-        difference = release_difference(release_of(environment), now)
-        if difference:
-            where = one_line(str(report_dir))
-            raise pytest.UsageError(
-                f"--resume {where}: this command would measure another release: {difference}; "
-                f"resume with the release that started the run, or keep its cases as an "
-                f"incomplete report with flexconf recover {shlex.quote(where)}")
-
-
-def _refuse_another_oracle(report_dir: Path) -> None:
-    """UsageError, one line, when another version of the oracle judged the run's finished
-    cases (records/results.py REFERENCE_VERSION_KEY): one results file would hold the
-    verdicts of two oracles. Records that name no version (written before it was recorded)
-    are not checked."""
-    from records.results import REFERENCE_VERSION_KEY
-    from records.text import one_line
-    from reference.golden import REFERENCE_VERSION
-
-    for environment in _recorded_environments(report_dir):
-        judged_by = environment.get(REFERENCE_VERSION_KEY)
-        if judged_by is not None and judged_by != REFERENCE_VERSION:
-            where = one_line(str(report_dir))
-            raise pytest.UsageError(
-                f"--resume {where}: reference version {one_line(repr(judged_by))} judged its "
-                f"finished cases, this suite's is {REFERENCE_VERSION}; keep them as an "
-                f"incomplete report with flexconf recover {shlex.quote(where)}, or resume with "
-                "the suite "
-                "that started the run")
-
-
 def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
     """UsageError, one line, before anything is moved, when ``report_dir`` holds the records
     of a run killed before it wrote its results: clearing them would lose what finished
@@ -491,7 +377,7 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
 
 def _check_writable(report_dir: Path, flag: str) -> None:
     """UsageError, one line, unless ``report_dir`` is (or, for --report-dir, can be made) a
-    writable directory; a missing --resume directory is left for _resumable_run to name."""
+    writable directory; a missing --resume directory is left for resumable_run to name."""
     from records.files import directory_problem
     from records.text import one_line
 

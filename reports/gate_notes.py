@@ -69,16 +69,14 @@ def merge_duplicate_notes(baseline: RunResults, candidate: RunResults) -> list[N
     """A note per run merged from files that held some cases twice, flagged where copies
     disagree (the merge kept the failing copy: a flaky case, or a retried part that a reader
     should look at)."""
-    from reports.merge_facts import duplicated_cases, duplicates_note
+    from reports.merge_facts import disagreeing, duplicated_cases, duplicates_note
 
     notes = []
     for side, run in (("baseline", baseline), ("candidate", candidate)):
         note = duplicates_note(run)
         if note:
-            disagree = any(len({c.label for c in copies}) > 1
-                           for copies in duplicated_cases(run).values())
             notes.append(Note("MERGE_DUPLICATES", f"the {side} is a merge: {note}",
-                              flagged=disagree))
+                              flagged=bool(disagreeing(duplicated_cases(run)))))
     return notes
 
 

@@ -36,14 +36,19 @@ def duplicated_cases(results: RunResults) -> dict[str, list[Copy]]:
     return cases
 
 
+def disagreeing(cases: dict[str, list[Copy]]) -> dict[str, list[Copy]]:
+    """The duplicated cases whose copies have different labels (a flaky case, or a retried
+    part), in the order given."""
+    return {cid: copies for cid, copies in cases.items() if len({c.label for c in copies}) > 1}
+
+
 def duplicates_note(results: RunResults) -> str | None:
     """One sentence on the merge's duplicated cases, those whose copies disagree first; None
     when there were none."""
     cases = duplicated_cases(results)
     if not cases:
         return None
-    disagree = {cid: copies for cid, copies in cases.items()
-                if len({c.label for c in copies}) > 1}
+    disagree = disagreeing(cases)
     shown_id, shown = next(iter(disagree.items())) if disagree else next(iter(cases.items()))
     copies = ", ".join(f"{c.label} in {one_line(c.file)}" for c in shown)
     which = (f"{len(disagree)} of them with different labels, e.g. {shown_id}: {copies}"

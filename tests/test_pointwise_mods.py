@@ -5,7 +5,6 @@ them and on every variant of the suite; the old broadcast evaluation got them wr
 what a mask depends on is read off the mask."""
 from __future__ import annotations
 
-import functools
 import math
 import subprocess
 import sys
@@ -24,8 +23,7 @@ from cases.composed import And, Atom, Not, Or, composed
 from cases.custom import defining_module
 from cases.inputs import Inputs, make_inputs
 from cases.model import Case, Shape
-from cases.pointwise import (INDEX_NAMES, PointwiseModError, check_mods, evaluate_mask,
-                             evaluate_score, mask_dependence)
+from cases.pointwise import INDEX_NAMES, evaluate_mask, evaluate_score, mask_dependence
 from cases.variants import Mods, build_mods, registered_variants
 from conformance import compat
 from reference.golden import golden_attention
@@ -230,73 +228,6 @@ def test_a_dependence_that_cancels_is_still_counted_and_that_is_only_conservativ
     assert varying_dimensions(times_zero, Shape(1, 3, 3, 8, 8, 8)) == {"q_idx", "kv_idx"}
 
 
-def test_a_mask_that_is_not_one_bool_per_point_is_refused_in_one_line():
-    with pytest.raises(PointwiseModError) as err:
-        check_mods(lambda b, h, q_idx, kv_idx: torch.stack((q_idx, kv_idx)) >= 0, None,
-                   "odd_mask")
-    assert ("variant 'odd_mask': its mask_mod cannot be evaluated point by point under "
-            "torch.vmap (TypeError: it returned shape (2,) per point, not a 0-d tensor);"
-            ) in str(err.value)
-    with pytest.raises(PointwiseModError) as err:  # vmap's advice did not apply to it
-        check_mods(lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx).int(), None, "odd_mask")
-    assert str(err.value) == (
-        "variant 'odd_mask': its mask_mod returned a torch.int32 tensor, and flex_attention "
-        "needs a bool one per point; return a comparison (or .bool() of the value)")
-
-
-class _Packer:
-    def __init__(self, doc: torch.Tensor):
-        self.doc = doc
-
-    def same_document(self, b, h, q_idx, kv_idx):
-        return self.doc[q_idx] == self.doc[kv_idx]
-
-
-class _DocumentMask(torch.nn.Module):
-    def __init__(self, doc: torch.Tensor):
-        super().__init__()
-        self.register_buffer("doc", doc)
-
-    def forward(self, b, h, q_idx, kv_idx):
-        return self.doc[q_idx] == self.doc[kv_idx]
-
-
-def _logged(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-    return wrapper
-
-
-@_logged
-def _logged_causal(b, h, q_idx, kv_idx):
-    return kv_idx <= q_idx
-
-
-@pytest.mark.parametrize("mask_mod, name, counted", [
-    (_Packer(torch.arange(8) // 3).same_document, "_Packer.same_document",
-     "counted 5 positional parameters, a score_mod's"),
-    (_DocumentMask(torch.arange(8) // 3), "_DocumentMask", "Expected 4 or 5 positional args, "
-                                                           "got 2"),
-    (_logged_causal, "_logged_causal", "Expected 4 or 5 positional args, got 0"),
-])
-def test_a_mask_that_create_block_mask_refuses_is_the_mods_fault_not_the_backends(
-        mask_mod, name, counted):
-    """A bound method, an nn.Module and a decorated function were accepted here and by the
-    golden, then create_block_mask refused them in the backend's child: RUNTIME_ERROR, a
-    traceback, on every backend (an outside trial). flex_attention refuses them too."""
-    with pytest.raises(AssertionError):
-        create_block_mask(mask_mod, None, None, 8, 8, device="cpu")
-    with pytest.raises(PointwiseModError) as err:
-        check_mods(mask_mod, None, "mine")
-    assert str(err.value) == (
-        f"variant 'mine': its mask_mod {name} is refused by flex_attention's create_block_mask "
-        f"({counted}): it counts a mask_mod's positional parameters from its code and needs "
-        "exactly 4; pass a plain function, e.g. lambda b, h, q_idx, kv_idx: mod(b, h, q_idx, "
-        "kv_idx)")
-    check_mods(lambda b, h, q_idx, kv_idx: mask_mod(b, h, q_idx, kv_idx), None, "mine")
-
-
 def test_per_batch_head_is_accepted_ignored_and_deprecated():
     with pytest.warns(DeprecationWarning, match=r"per_batch_head=True\) is deprecated and ignored"):
         mods = Mods(lambda b, h, q_idx, kv_idx: h == 0, None, per_batch_head=True)
@@ -490,27 +421,3 @@ def test_a_mod_whose_bare_except_swallows_the_rules_question_still_gets_the_rule
     asked_before = evaluate_score(adds_a_table_entry, score, *grid)
     assert torch.equal(asked_first, asked_before)
     assert torch.equal(asked_first[0, :, 0, 0], table[1])  # the entries, not the except branch
-
-
-def _raises_its_own_error(b, h, q_idx, kv_idx):
-    raise ValueError("window must be positive")
-
-
-@pytest.mark.parametrize("mask_mod, score_mod, says", [
-    (lambda q_idx, kv_idx: kv_idx <= q_idx, None,
-     "its mask_mod takes (q_idx, kv_idx), and flex_attention calls mask_mod(b, h, q_idx, "
-     "kv_idx); give it those 4 arguments"),
-    (None, lambda score, q_idx, kv_idx: score,
-     "its score_mod takes (score, q_idx, kv_idx), and flex_attention calls score_mod(score, b, "
-     "h, q_idx, kv_idx); give it those 5 arguments"),
-    (_raises_its_own_error, None,
-     "its mask_mod raised ValueError: window must be positive at the point b = h = q_idx = "
-     "kv_idx = 0, where eager flex_attention calls it too; fix the mod"),
-])
-def test_a_mod_with_the_wrong_signature_or_an_error_of_its_own_is_told_its_own_fix(
-        mask_mod, score_mod, says):
-    """Both used to get vmap's advice (torch.where instead of a Python if), which does not
-    apply to them."""
-    with pytest.raises(PointwiseModError) as err:
-        check_mods(mask_mod, score_mod, "mine")
-    assert str(err.value) == f"variant 'mine': {says}"
