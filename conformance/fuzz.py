@@ -19,6 +19,7 @@ from hypothesis import seed as hypothesis_seed
 from cases.composed import composed
 from cases.model import DTYPES, MODES, Case, Shape, file_stem
 from conformance import fuzz_grammar
+from records.files import write_text_atomic
 from records.results import Label, Record
 
 FAILURES_DIR = "fuzz-failures"
@@ -125,6 +126,5 @@ def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int
     spec = {"cases": [record.case],
             "fuzz": {"label": record.label.value, "message": record.message,
                      "backend": backend, "seed": seed}}
-    path.write_text(json.dumps(spec, indent=1) + "\n")
-    return path
+    return write_text_atomic(path, json.dumps(spec, indent=1) + "\n")
 

@@ -17,6 +17,7 @@ import json
 import shlex
 from pathlib import Path
 
+from records.files import write_text_atomic
 from records.results import Record, load_results
 
 SUITE_PACKAGES = ("cases", "reference", "conformance", "records", "reports")
@@ -59,17 +60,8 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
                      _run_backend(options))
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    import os
-    import tempfile
-
-    # a new file of its own (O_EXCL: no link at a fixed temporary name is followed), then
-    # renamed: a link at ``path`` is replaced, never followed and overwritten
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as f:
-        f.write(script)
-    os.chmod(temporary, 0o755)
-    os.replace(temporary, path)
-    return path, backend
+    # a link at ``path`` is replaced, never followed and overwritten (records/files.py)
+    return write_text_atomic(path, script, mode=0o755), backend
 
 
 def embedded_sources(roots: list[str]) -> dict[str, str]:

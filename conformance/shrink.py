@@ -17,6 +17,7 @@ from typing import Callable
 
 from cases import composed
 from cases.model import Case, Shape, Variant
+from records.files import write_text_atomic
 from records.results import Label, Record
 
 #: Length-like parameters of the catalog's variants (scaled with the sequence length). A case
@@ -268,5 +269,5 @@ def write_outcome(result: ShrinkResult, out_dir: Path, environment: dict, option
     results_path, spec_path = out_dir / "results.json", out_dir / "smallest.json"
     write_results(RunResults(environment, options, tuple(result.tried), suite_version(),
                              complete=not result.out_of_budget), results_path)
-    spec_path.write_text(json.dumps({"cases": [result.smallest.case]}, indent=1) + "\n")
+    write_text_atomic(spec_path, json.dumps({"cases": [result.smallest.case]}, indent=1) + "\n")
     return {"results": results_path, "spec": spec_path}

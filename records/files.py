@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,38 @@ def output_file_problem(given: str | Path) -> str | None:
     if path.exists() and not os.access(path, os.W_OK):
         return "it is not writable"
     return None
+
+
+def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
+                      errors: str = "strict", mode: int | None = None) -> Path:
+    """Write ``text`` to ``path`` whole or not at all, the one way every file of a run or a
+    command is written (results, reports, manifests, the gate's outputs, expectations, case
+    files, repro scripts): into a new file of its own beside ``path`` (O_EXCL: no link at a
+    temporary name is followed, and two writers never share one), then renamed over ``path``.
+    A reader, or a kill mid-write, never sees half a file, and a link at ``path`` is replaced,
+    never written through. The file gets a new file's permissions (0o666 less the umask), or
+    ``mode``; a temporary file that could not be finished is removed."""
+    path = Path(path)
+    while True:
+        temporary = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.tmp")
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(handle, "w", encoding=encoding, errors=errors) as f:
+            f.write(text)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    return path
 
 
 def strict_json_text(data: Any, indent: int | None = 1) -> str:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records.files import UserFileError, read_json, strict_json_text
+from records.files import UserFileError, read_json, strict_json_text, write_text_atomic
 from records.labels import Label, label_names
 from records.text import clean_json, clean_text, one_line
 
@@ -244,6 +244,4 @@ def write_results(results: RunResults, path: str | Path) -> None:
     """Write atomically (temporary file + rename) so a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(strict_json_text(results.to_json()) + "\n", encoding="ascii")
-    tmp.replace(path)
+    write_text_atomic(path, strict_json_text(results.to_json()) + "\n", encoding="ascii")

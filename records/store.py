@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from records.events import Merged, read_events, records_dir
-from records.files import UserFileError, read_json, shape_problem, strict_json_text
+from records.files import (UserFileError, read_json, shape_problem, strict_json_text,
+                           write_text_atomic)
 from records.results import RunResults, write_results
 from records.text import one_line
 
@@ -136,9 +137,7 @@ def holds_a_run(report_dir: str | Path) -> bool:
 def write_manifest(report_dir: str | Path, manifest: RunManifest) -> None:
     path = records_dir(report_dir) / MANIFEST_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(manifest.to_json()), encoding="ascii")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(manifest.to_json()), encoding="ascii")
 
 
 def read_manifest(report_dir: str | Path) -> RunManifest | None:

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports.expectations_update import update_expectations
-    from records.files import read_text
+    from records.files import read_text, write_text_atomic
     from records.results import load_results
 
     from records.text import one_line
@@ -37,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(update.text, end="")
     else:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(update.text, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, update.text)
     log = sys.stderr if args.dry_run else sys.stdout  # keep a dry run's stdout a valid file
     for entry in update.dropped:
         now = "passes now" if entry.line in update.passing else "fails otherwise now"

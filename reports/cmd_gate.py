@@ -89,6 +89,7 @@ def _judge(args: argparse.Namespace) -> int:
     from reports.gate import check_comparable, decide, gate_markdown, gate_text
     from reports.gate_json import gate_json, write_json
     from reports.junit import gate_junit
+    from records.files import write_text_atomic
     from records.results import load_results
 
     check_confirm_arguments(args)
@@ -104,14 +105,13 @@ def _judge(args: argparse.Namespace) -> int:
     decision = _confirm(args, decision, baseline, candidate)
     sys.stdout.write(gate_text(decision, args.baseline, args.candidate))
     if args.markdown:
-        Path(args.markdown).write_text(gate_markdown(decision, args.baseline, args.candidate),
-                                       encoding="utf-8")
+        write_text_atomic(args.markdown, gate_markdown(decision, args.baseline, args.candidate))
     if args.json:
         write_json(gate_json(decision, baseline, candidate, args.baseline, args.candidate),
                    args.json)
     if args.junit:
-        Path(args.junit).write_text(gate_junit(decision, candidate, args.baseline,
-                                               args.candidate), encoding="utf-8")
+        write_text_atomic(args.junit, gate_junit(decision, candidate, args.baseline,
+                                                 args.candidate))
     return decision.exit_code
 
 
@@ -273,8 +273,9 @@ def _confirm(args, decision, baseline, candidate):
 def _write_refusal(args: argparse.Namespace, error: str) -> None:
     from reports.gate_json import refusal_json, write_json
     from reports.junit import gate_refusal_junit
+    from records.files import write_text_atomic
 
     if args.json:
         write_json(refusal_json(error, args.baseline, args.candidate), args.json)
     if args.junit:
-        Path(args.junit).write_text(gate_refusal_junit(error), encoding="utf-8")
+        write_text_atomic(args.junit, gate_refusal_junit(error))

@@ -29,7 +29,7 @@ from typing import Any
 from records.text import first_line
 from reports.gate import Finding, GateDecision, finding_counts, headline
 from reports.timing import stage_json
-from records.files import strict_json_text
+from records.files import strict_json_text, write_text_atomic
 from records.results import Record, RunResults
 from records.selection import selection_of
 
@@ -72,7 +72,7 @@ def refusal_json(error: str, baseline_name: str, candidate_name: str) -> dict[st
 
 
 def write_json(data: dict[str, Any], path: str | Path) -> None:
-    Path(path).write_text(strict_json_text(data) + "\n", encoding="utf-8")
+    write_text_atomic(path, strict_json_text(data) + "\n")
 
 
 def _run(run: RunResults, name: str, verdict: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from reports.formatting import (breakdown_text, environment_facts, fmt_seconds, 
                                 metrics_items, REPORT_TITLE, run_title, truncate)
 from reports.matrix import build_matrix, seq_text
 from reports.merge_facts import duplicates_note
+from records.files import write_text_atomic
 from records.results import Label, Record, RunResults
 from reports.summary import (comparison_line, conforms, known_text, label_counts,
                              non_passing, rerun_command, summary_markdown, verdict_line,
@@ -223,7 +224,5 @@ def foreign_report_file(out_dir: str | Path) -> Path | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     # records are clean text (records/text.py); backslashreplace is the last line of defence
-    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
-    tmp.replace(path)
+    write_text_atomic(path, text, errors="backslashreplace")

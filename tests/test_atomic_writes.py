@@ -1,0 +1,67 @@
+"""Every file a run or a command writes is written whole or not at all, through one writer
+(records/files.write_text_atomic): a link at the output's path is replaced, never written
+through; a write that fails leaves the old file as it was and no temporary file behind."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from records.files import write_text_atomic
+from tests.test_gate import A, gate
+from tests.test_report_doctored import record, run
+
+
+def _leftovers(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_link_at_the_output_is_replaced_and_its_target_left_alone(tmp_path):
+    target = tmp_path / "someone-elses.txt"
+    target.write_text("theirs")
+    target.chmod(0o600)
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    write_text_atomic(link, "mine\n")
+    assert not link.is_symlink() and link.read_text() == "mine\n"
+    assert target.read_text() == "theirs" and target.stat().st_mode & 0o777 == 0o600
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_new_file_gets_the_umask_permissions_or_the_mode_asked_for(tmp_path):
+    old = os.umask(0o027)
+    try:
+        plain = write_text_atomic(tmp_path / "plain.md", "x")
+        script = write_text_atomic(tmp_path / "repro.py", "x", mode=0o755)
+    finally:
+        os.umask(old)
+    assert plain.stat().st_mode & 0o777 == 0o640  # mkstemp would have made it 0o600
+    assert script.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_write_that_fails_keeps_the_old_file_and_leaves_nothing(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text("old\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_text_atomic(path, "caf\u00e9", encoding="ascii")
+    assert path.read_text() == "old\n" and _leftovers(tmp_path) == []
+
+
+def test_the_gates_outputs_replace_links_instead_of_writing_through_them(tmp_path):
+    """`gate --json/--markdown/--junit` wrote through a link the user gave, into its target
+    (an outside trial); repro and merge already replaced it."""
+    outputs = {flag: tmp_path / f"gate{suffix}" for flag, suffix in
+               (("--json", ".json"), ("--markdown", ".md"), ("--junit", ".xml"))}
+    targets = {}
+    for flag, path in outputs.items():
+        targets[flag] = tmp_path / f"target-of-{path.name}"
+        targets[flag].write_text("untouched")
+        path.symlink_to(targets[flag])
+    both = run([record(A)])
+    extra = [arg for flag, path in outputs.items() for arg in (flag, str(path))]
+    assert gate(tmp_path, both, both, *extra) == 0
+    for flag, path in outputs.items():
+        assert not path.is_symlink() and "MAY SHIP" in path.read_text().upper().replace(
+            "_", " "), flag
+        assert targets[flag].read_text() == "untouched", flag
+    assert _leftovers(tmp_path) == []
