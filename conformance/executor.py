@@ -32,6 +32,7 @@ from conformance.protocol import CaseRequest, Observation
 from conformance.reference_cache import ReferenceCache
 from conformance.supervisor import Budgets, ChildSupervisor
 from records.results import Label, Record
+from records.text import first_line
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class Executor:
         try:
             obs = self.supervisor.run(request)
             record = self._decide(case, obs, reference, started_at)
-            return self._with_artifacts(record)
+            return self._with_artifacts(self._with_warm_up_problem(record))
         finally:
             output_path.unlink(missing_ok=True)
             if s.compile_cache == "cold" and cache_dir is not None:
@@ -156,6 +157,17 @@ class Executor:
         golden, baseline = outcome
         return keep_outputs(self.settings.keep, case, self.settings.seed, record,
                             decision.observed, golden, baseline)
+
+    def _with_warm_up_problem(self, record: Record) -> Record:
+        """A failed case's message with what went wrong in its child's warm-up (it raised, or
+        the backend changed torch's settings, which were set back) as its second line: the
+        child's log said it, and nothing else did, while it may explain the failure."""
+        problem = self.supervisor.warm_up_problem
+        if not problem or record.label in (Label.PASS, Label.UNSUPPORTED, Label.COMPILED):
+            return record
+        first, _, rest = record.message.partition("\n")
+        line = f"(the warm-up of this case's backend child: {first_line(problem, 300)})"
+        return replace(record, message="\n".join(part for part in (first, line, rest) if part))
 
     def _with_artifacts(self, record: Record) -> Record:
         """File the case's compile artefacts (and the child's log of it) under the report

@@ -72,6 +72,9 @@ class ChildSupervisor:
         self.artifact_dir: Path | None = None  # the current (or last) child's
         self._artifacts_before: dict[Path, int] = {}
         self._request_log: tuple[Path | None, int] = (None, 0)
+        #: what the current (or last) child's warm-up raised, or the torch settings its
+        #: backend's import or warm-up changed (set back), as its ReadyEvent said; None: clean
+        self.warm_up_problem: str | None = None
 
     # -- public ---------------------------------------------------------------------------
     def run(self, request: CaseRequest) -> Observation:
@@ -122,6 +125,7 @@ class ChildSupervisor:
     # -- internals ------------------------------------------------------------------------
     def _start(self) -> Observation | None:
         self._started += 1
+        self.warm_up_problem = None
         self._log_path = self.workdir / f"child-{self._started}.log"
         # a child that fails to start charges its warm-up artefacts and log to the case
         self._artifacts_before, self._request_log = {}, (self._log_path, 0)
@@ -158,6 +162,7 @@ class ChildSupervisor:
                 phase = event.phase
                 deadline = time.monotonic() + self.budgets.of(phase)[0]
             elif isinstance(event, ReadyEvent):
+                self.warm_up_problem = event.warm_up_error
                 return None
 
     def _follow(self, phase: Phase, log_offset: int) -> Observation:

@@ -95,6 +95,24 @@ class CompileError(_Faulty):
         raise RuntimeError("injected compiler failure: lowering not implemented")
 
 
+class CompileErrorAfterFailedWarmUp(CompileError):
+    """Its warm-up raises (and the child goes on: a broken compiler shows in the cases)."""
+    name = "test-compile-error-after-failed-warm-up"
+
+    def warm_up(self):
+        super().warm_up()
+        raise RuntimeError("injected warm-up failure: libnrt.so.1 not found")
+
+
+class CompileErrorAfterWarmUpLeak(CompileError):
+    """Its warm-up leaves the default dtype at float64 (the child sets it back)."""
+    name = "test-compile-error-after-warm-up-leak"
+
+    def warm_up(self):
+        super().warm_up()
+        torch.set_default_dtype(torch.float64)
+
+
 class RuntimeFault(_Faulty):
     name = "test-runtime-error"
     phase = "run"

@@ -94,6 +94,25 @@ def test_settings_of_torchs_newer_precision_api_are_checked_and_set_back_too():
     assert after.label is Label.PASS, after.message
 
 
+@pytest.mark.parametrize("backend, said", [
+    ("CompileErrorAfterFailedWarmUp", "RuntimeError: injected warm-up failure: libnrt.so.1 not "
+                                      "found"),
+    ("CompileErrorAfterWarmUpLeak", "changed torch's global settings: default dtype "
+                                    "torch.float32 -> torch.float64"),
+])
+def test_a_failed_case_says_what_went_wrong_in_its_childs_warm_up(backend, said):
+    """A warm-up that raised, or changed torch's settings (set back), was said only in the
+    child's log; a failure it may explain now says it on its second line."""
+    failed, passed = run_cases(f"tests.fault_backends:{backend}", [FAULTY, HEALTHY])
+    assert failed.label is Label.COMPILE_ERROR, failed.message
+    lines = failed.message.splitlines()
+    assert lines[0] == ("compile: RuntimeError: injected compiler failure: lowering not "
+                        "implemented"), lines
+    assert lines[1] == f"(the warm-up of this case's backend child: {said})", lines
+    assert len(lines) > 2  # the traceback still follows
+    assert passed.label is Label.PASS and "warm-up" not in passed.message, passed.message
+
+
 def test_a_setting_a_case_module_makes_when_imported_is_not_the_backends_leak():
     """A case module setting a torch switch at import failed every case as the backend's
     RUNTIME_ERROR (the child imported it after the settings' snapshot)."""
