@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from cases import torch_state
 from cases.model import Shape, Variant
 
 MaskMod = Callable[..., torch.Tensor]
@@ -73,7 +74,15 @@ def build_mods(variant: Variant, shape: Shape, device: torch.device | str = "cpu
             f"unknown variant {variant.name!r}; known: {', '.join(registered_variants())}"
             " (custom variants: pass --cases-module)"
         ) from None
+    before = torch_state.snapshot()
     mods = build(variant, shape, torch.device(device))
+    changed = torch_state.changes(before, torch_state.snapshot())
+    if changed:  # the reference and the backend would each build under other settings
+        torch_state.restore(before)
+        raise ValueError(f"the builder of variant {variant.name!r} left torch's global "
+                         f"settings changed: {'; '.join(changed)}; a builder sets back what it "
+                         "changes (or sets them when its case module is imported, where they "
+                         "hold for every case)")
     if not isinstance(mods, Mods):
         raise TypeError(f"the builder of variant {variant.name!r} returned "
                         f"{type(mods).__name__}; return cases.variants.Mods(mask_mod, score_mod) "

@@ -92,7 +92,7 @@ def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None
     """Run one case; emits phase events and exactly one ``DoneEvent`` or ``ErrorEvent`` (the
     error carries the seconds of the phases that finished). ``fatal``: why this child can
     run no case (a FatalSetupError at warm-up)."""
-    from conformance import torch_state
+    from cases import torch_state
 
     timings: dict[str, Any] = {}
     if fatal:
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = int(os.environ.get("FLEXCONF_NUM_THREADS", "0"))
     if threads > 0:
         torch.set_num_threads(threads)
-    from conformance import torch_state
+    from cases import torch_state
     from conformance.backends.registry import load_backend
 
     from conformance.backends.base import FatalSetupError

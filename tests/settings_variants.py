@@ -22,3 +22,14 @@ CASE = Case(Variant("settings_causal"), Shape(1, 2, 2, 64, 64, 16))
 
 def cases(profile: str) -> list[Case]:
     return [CASE]
+
+
+@builder("settings_leaking_builder")
+def _settings_leaking_builder(variant, shape, device):
+    """Makes its table in float64 by switching the default dtype, and forgets to switch back."""
+    torch.set_default_dtype(torch.float64)
+    table = torch.zeros(shape.Hq)
+    return Mods(None, lambda score, b, h, q_idx, kv_idx: score + table[h])
+
+
+LEAKING_CASE = Case(Variant("settings_leaking_builder"), Shape(1, 2, 2, 64, 64, 16))

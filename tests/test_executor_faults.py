@@ -129,6 +129,31 @@ def test_a_setting_a_case_module_makes_when_imported_is_not_the_backends_leak():
     assert first.label is Label.PASS and second.label is Label.PASS, first.message
 
 
+def test_a_setting_a_variants_builder_leaves_changed_is_the_cases_fault_not_the_backends():
+    """A builder that switched the default dtype and never back was the backend's
+    RUNTIME_ERROR ("the backend left torch's global settings changed"), and in the worker it
+    changed the dtype every later reference was computed in."""
+    from tests import settings_variants
+
+    spec = "cpu-eager"
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
+                        Settings(cases_modules=("tests.settings_variants",)),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        leaking, after = (executor.execute(case) for case in
+                          (settings_variants.LEAKING_CASE, settings_variants.CASE))
+    finally:
+        executor.close()
+    assert leaking.label is Label.HARNESS_ERROR, leaking.message
+    assert leaking.message.splitlines()[0].endswith(
+        "the builder of variant 'settings_leaking_builder' left torch's global settings "
+        "changed: default dtype torch.float32 -> torch.float64; a builder sets back what it "
+        "changes (or sets them when its case module is imported, where they hold for every "
+        "case)"), leaking.message
+    assert torch.get_default_dtype() is torch.float32  # the worker's, where references run
+    assert after.label is Label.PASS, after.message
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

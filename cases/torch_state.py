@@ -6,7 +6,9 @@ CUDA reduced-precision switches. The child takes them before each case and compa
 (docs/backends.md), labelled on the case that made it, and undone, so the next case runs as
 it would alone (a default dtype left at float64 made a later case's captured bias table
 float64 in the child and float32 in the reference: a false MISMATCH on an innocent case, an
-outside trial).
+outside trial). A variant's builder is checked the same way around each build
+(cases/variants.build_mods), so what a case module changes there is the case's fault, named
+as such, never the backend's.
 
 Every read and write is guarded: a setting this torch lacks is left out, and one whose read
 raises (torch refuses the legacy TF32 switches once the fp32_precision API was used) is left
