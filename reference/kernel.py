@@ -221,11 +221,18 @@ def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor)
         scores.mul_(chunk.scale)
     if mods.score_mod is None:
         return scores
+    ours = scores.untyped_storage().data_ptr()
     modded = modded_scores(chunk, mods, scores)
     scores = modded.to(q.dtype).contiguous()
-    # The softmax works on the scores in place; under autograd the mod's own output may be
-    # what its backward saved (torch.tanh(score) returned as is): it gets a copy.
-    if scores.requires_grad and scores.data_ptr() == modded.data_ptr():
+    # The softmax works on the scores in place. Where neither the cast nor .contiguous() made
+    # a copy, two outputs get one: under autograd, the mod's own output, which may be what its
+    # backward saved (torch.tanh(score) returned as is); and a view of memory the chunk does
+    # not own, a captured tensor the mod returned as is (vmap expands it; with every dimension
+    # of size 1, one head, row and key, it stays that view), whose values would be overwritten
+    # for every later chunk and case (an outside audit: a false MISMATCH).
+    if scores.data_ptr() == modded.data_ptr() and (
+            scores.requires_grad
+            or (modded._is_view() and modded.untyped_storage().data_ptr() != ours)):
         scores = scores.clone()
     return scores
 

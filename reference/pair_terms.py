@@ -142,5 +142,5 @@ def _modded_and_slope(chunk, mods: Mods, scores: torch.Tensor):
     step = scores.abs().clamp_min(1.0).mul_(2.0 ** -20)
     above = modded_scores(chunk, mods, scores + step).to(scores.dtype)
     below = modded_scores(chunk, mods, scores - step).to(scores.dtype)
-    slope = above.sub_(below).div_(step.mul_(2.0))
+    slope = (above - below).div_(step.mul_(2.0))  # not in place: above may be a captured tensor
     return modded, slope.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)

@@ -345,3 +345,29 @@ def test_a_row_with_a_nan_score_stays_nan_and_the_others_match_a_dense_evaluatio
     torch.testing.assert_close(lse[0][:, rows], dense_lse[:, rows], rtol=1e-13, atol=1e-13)
     assert torch.isfinite(base[0][:, rows]).all()
 
+
+
+@pytest.mark.parametrize("value", [0.5, -math.inf])
+@pytest.mark.parametrize("skv", [1, 40])
+def test_a_score_mod_that_returns_a_captured_tensor_keeps_it_and_gets_its_answer(value, skv):
+    """A mod that returns a captured 0-d tensor as is (a learned constant logit): where a
+    chunk is one head by one row by one kept key, its output was a view of that tensor, and
+    the softmax's in-place passes overwrote it (0.5 became 1.0, -inf became 0), so every later
+    batch got another answer: a false MISMATCH on a correct backend (an outside audit). The
+    float64 golden, the float32 baseline and the gradients' pass each keep it, and each
+    batch's one key gets the score ``value``: lse = value and out = its v (0 where -inf)."""
+    shape = Shape(3, 1, 1, 1, skv, 8)
+    case = Case(v.full(), shape, "bf16", "fwd+lse")
+    inputs = make_inputs(case, 0)
+    key = 0 if skv == 1 else 7
+    for dtype in (torch.float64, torch.float32):
+        captured = torch.tensor(value, dtype=dtype)
+        mods = Mods(None if skv == 1 else (lambda b, h, q_idx, kv_idx: kv_idx == key),
+                    lambda score, b, h, q_idx, kv_idx: captured)
+        out, lse = chunked_attention(case, inputs, mods, dtype)
+        assert captured.item() == value, dtype
+        torch.testing.assert_close(lse, torch.full_like(lse, value))
+        want = inputs.v[:, :, key:key + 1].to(dtype) if value > -math.inf else torch.zeros_like(out)
+        torch.testing.assert_close(out, want)
+        kernel_module.chunked_gradients(case, inputs, mods, torch.ones_like(out), dtype)
+        assert captured.item() == value, dtype
