@@ -3,7 +3,11 @@
 Computed in the parent (never in the child), on ``device`` (cpu, or cuda for float64 on a GPU),
 and returned on the CPU. The cache key covers everything the numbers depend on: the case id,
 the seed, the torch version, the reference version and the source of the modules that define
-the inputs, the variants and the reference itself (an edit to any of them is a new key). The
+the inputs, the variants and the reference itself, and of the module that defines the case's
+variant with every module of the user's own that it imports, directly or not (an edit to any of
+them is a new key; conformance/source_closure.py follows the imports). Data a case module reads
+from a file or the environment is not in the key: after changing it, run with
+``--reference-cache none`` or clear the cache directory. The
 cache directory is bounded: after each write the least recently used entries are removed
 until it fits ``max_bytes``. Entries are written atomically, so workers can share it.
 """
@@ -15,16 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-#: Modules whose source defines the reference numbers (part of the cache key): every suite
-#: module that reference.golden and cases.inputs import, directly or not (a test checks;
-#: reference.heap only sets malloc's thresholds, and is keyed all the same). The module that
-#: defines the case's variant (a custom case module, say) is added per case.
-_KEY_MODULES = ("cases.inputs", "cases.variants", "cases.composed", "cases.model",
-                "cases.pointwise", "cases.score_addend", "cases.score_dtype", "reference.golden",
-                "reference.kernel",
-                "reference.chunk_plan", "reference.heap", "reference.row_noise", "reference.underflow_noise",
-                "reference.partial_sums", "reference.row_sizes", "reference.pair_terms",
-                "reference.overflow_rows", "records.errors")
+#: Where the modules whose source defines the reference numbers start (the cache key covers
+#: them and every local module they import, directly or not: conformance/source_closure.py).
+#: The module that defines the case's variant (a custom case module, say) is added per case.
+_KEY_ROOTS = ("reference.golden", "cases.inputs", "cases.variants", "cases.composed")
 
 
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
@@ -102,10 +100,17 @@ def cache_key(case_id: str, seed: int, device: str, variant_module: str | None =
 
     from reference.golden import REFERENCE_VERSION
 
-    modules = _KEY_MODULES + ((variant_module,) if variant_module else ())
+    modules = keyed_modules(variant_module)
     text = "|".join([case_id, f"seed={seed}", f"device={device}", f"torch={torch.__version__}",
                      f"reference={REFERENCE_VERSION}", _source_digest(modules)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def keyed_modules(variant_module: str | None = None) -> tuple[str, ...]:
+    """The modules whose source is part of a case's cache key (see _KEY_ROOTS)."""
+    from conformance.source_closure import local_closure
+
+    return local_closure(_KEY_ROOTS + ((variant_module,) if variant_module else ()))
 
 
 def _variant_module(case) -> str | None:
@@ -119,10 +124,9 @@ def _variant_module(case) -> str | None:
 
 @lru_cache(maxsize=8)
 def _source_digest(modules: tuple[str, ...]) -> str:
-    import importlib
+    from conformance.source_closure import source_of
 
     digest = hashlib.sha256()
-    for name in dict.fromkeys(modules):
-        module = importlib.import_module(name)
-        digest.update(Path(module.__file__).read_bytes())
+    for name in modules:
+        digest.update(name.encode() + b"\0" + source_of(name).read_bytes())
     return digest.hexdigest()

@@ -17,10 +17,10 @@ import json
 import shlex
 from pathlib import Path
 
+from conformance.source_closure import SUITE_PACKAGES, imported_names, is_module
 from records.files import write_text_atomic
 from records.results import Record, load_results
 
-SUITE_PACKAGES = ("cases", "reference", "conformance", "records", "reports")
 #: The modules the runtime needs whatever the backend; the backend's module is added.
 ROOTS = ("conformance.repro_runtime", "conformance.child", "conformance.decision",
          "conformance.reference_cache", "conformance.backends.registry", "reference.verdict",
@@ -82,24 +82,7 @@ def embedded_sources(roots: list[str]) -> dict[str, str]:
 
 
 def _suite_imports(source: str) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.append(node.module)
-            for alias in node.names:  # `from cases import composed`: a submodule
-                candidate = f"{node.module}.{alias.name}"
-                if node.module.partition(".")[0] in SUITE_PACKAGES and _is_module(candidate):
-                    found.append(candidate)
-    return [name for name in found if name.partition(".")[0] in SUITE_PACKAGES]
-
-
-def _is_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    return [name for name in imported_names(source) if name.partition(".")[0] in SUITE_PACKAGES]
 
 
 def _module_source(name: str) -> str:
@@ -137,7 +120,7 @@ def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:
         raise ValueError(f"unknown backend {spec!r}; name the backend the script runs on: "
                          f"{', '.join(names)} (or package.module:object)")
     module = target.partition(":")[0]
-    if not _is_module(module):
+    if not is_module(module):
         where = (f"PYTHONPATH={shlex.quote(recorded_root)}, where the run imported it from"
                  if recorded_root else "e.g. PYTHONPATH=. for tests.*")
         raise ValueError(f"backend {spec!r}: cannot import {module!r} here, so the script "

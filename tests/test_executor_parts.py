@@ -234,9 +234,42 @@ def test_the_reference_cache_key_covers_every_module_the_golden_and_the_inputs_i
         if name not in reached:
             reached.add(name)
             pending += _suite_imports(_module_source(name))
-    packages = {name for name in reached if "." not in name}  # an __init__ imported for a module
-    assert reached - packages <= set(reference_cache._KEY_MODULES), \
-        sorted(reached - packages - set(reference_cache._KEY_MODULES))
+    assert reached <= set(reference_cache.keyed_modules()), \
+        sorted(reached - set(reference_cache.keyed_modules()))
+    assert "cases.torch_state" in reached  # which a hand-kept list of the key once missed
+
+
+def test_the_cache_key_covers_the_helpers_a_case_module_imports_and_an_edit_is_a_new_key(
+        tmp_path):
+    """A case module's bias table came from a helper module it imports: the key hashed only the
+    case module, so after an edit of the helper the cache served the old golden, a false
+    MISMATCH on a correct backend (an outside audit)."""
+    package = tmp_path / "userpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tables.py").write_text("SCALE = 1.0\n")
+    (tmp_path / "sibling_tables.py").write_text("OFFSET = 0.0\n")
+    (package / "my_cases.py").write_text(
+        "import json\nimport torch\nimport sibling_tables\nfrom .tables import SCALE\n"
+        "from cases.variants import Mods, builder\n")
+    script = ("import sys; from conformance.reference_cache import cache_key, keyed_modules; "
+              "print(cache_key('x/b1-h1x1-s8x8-d8', 0, 'cpu', 'userpkg.my_cases')); "
+              "print(' '.join(keyed_modules('userpkg.my_cases')))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+
+    def key_and_modules():
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        return out[0], set(out[1].split())
+
+    key, modules = key_and_modules()
+    assert {"userpkg", "userpkg.my_cases", "userpkg.tables", "sibling_tables"} <= modules
+    assert not {"json", "torch"} & modules  # installed: not the user's source
+    assert key_and_modules()[0] == key  # the same sources: the same key
+    (package / "tables.py").write_text("SCALE = 3.0\n")
+    edited, _ = key_and_modules()
+    (tmp_path / "sibling_tables.py").write_text("OFFSET = 1.0\n")
+    assert len({key, edited, key_and_modules()[0]}) == 3
 
 
 def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path):
