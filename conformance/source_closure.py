@@ -42,8 +42,9 @@ def imported_names(source: str, package: str = "") -> list[str]:
 
 
 def local_closure(roots: tuple[str, ...]) -> tuple[str, ...]:
-    """``roots`` and every local module they import, directly or not, with the packages
-    above them (their ``__init__`` runs too), sorted."""
+    """``roots`` (wherever they are installed: a case module a package installed registers
+    through an entry point is keyed all the same) and every local module they import,
+    directly or not, with the packages above them (their ``__init__`` runs too), sorted."""
     return _closure(tuple(roots))
 
 
@@ -53,7 +54,7 @@ def _closure(roots: tuple[str, ...]) -> tuple[str, ...]:
     pending = list(roots)
     while pending:
         name = pending.pop()
-        if name in reached or not is_local(name):
+        if name in reached or (name not in roots and not is_local(name)):
             continue
         origin = _origin(name)
         if origin is None:

@@ -332,3 +332,20 @@ def test_settings_defaults_are_the_options_defaults():
     assert settings.run_timeout == opts.default_value("--run-timeout")
     assert settings.timed_runs == opts.default_value("--timed-runs")
     assert settings.seed == opts.default_value("--seed")
+
+
+def test_a_case_module_installed_in_site_packages_is_keyed_itself(monkeypatch):
+    """A case module an installed package registers lies in site-packages: it is keyed (as
+    before the imports were followed), though what it imports from installed packages is not."""
+    from conformance import source_closure
+
+    installed = source_closure._installed
+    monkeypatch.setattr(source_closure, "_installed",
+                        lambda path: "tests" in path.parts or installed(path))
+    source_closure._closure.cache_clear()
+    try:
+        modules = source_closure.local_closure(("tests.settings_variants",))
+    finally:
+        source_closure._closure.cache_clear()
+    assert "tests.settings_variants" in modules and "cases.variants" in modules
+    assert "tests" not in modules  # its package, installed, is not followed
