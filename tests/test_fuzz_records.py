@@ -125,3 +125,4 @@ def test_an_unsupported_reason_that_never_answers_fails_the_fuzzing_in_one_line(
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert ("fuzzing on test-hangs-in-unsupported-reason-on-composed: setup: its "
             "unsupported_reason did not return within 1 s (the run budget)") in proc.stdout
+    assert "During handling of the above exception" not in proc.stdout  # said once
