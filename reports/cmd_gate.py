@@ -5,7 +5,7 @@
 [--junit OUT.xml] [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
-``--json`` and ``--junit`` then record the refusal). Where the gate writes is checked first
+``--json``, ``--junit`` and ``--markdown`` then record the refusal). Where the gate writes is checked first
 (missing directories made): a path it cannot write is bad input before anything is judged.
 """
 from __future__ import annotations
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     from reports.expectations import load_expectations
-    from reports.gate import check_comparable, decide, gate_markdown, gate_text
+    from reports.gate import check_comparable, decide, gate_text
+    from reports.gate_markdown import gate_markdown
     from reports.gate_json import gate_json, write_json
     from reports.junit import gate_junit
     from records.files import write_text_atomic
@@ -272,9 +273,13 @@ def _confirm(args, decision, baseline, candidate):
 
 def _write_refusal(args: argparse.Namespace, error: str) -> None:
     from reports.gate_json import refusal_json, write_json
+    from reports.gate_markdown import gate_refusal_markdown
     from reports.junit import gate_refusal_junit
     from records.files import write_text_atomic
 
+    if args.markdown:
+        write_text_atomic(args.markdown,
+                          gate_refusal_markdown(error, args.baseline, args.candidate))
     if args.json:
         write_json(refusal_json(error, args.baseline, args.candidate), args.json)
     if args.junit:

@@ -20,7 +20,6 @@ block, findings dismissed as noise do not).
 from __future__ import annotations
 
 import shlex
-from collections import Counter
 from dataclasses import dataclass, replace
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
@@ -31,7 +30,6 @@ from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
                                 merge_duplicate_notes, run_times_not_gated)
 from records.text import one_line
-from reports.markdown import md_code, md_table, md_text
 from records.results import Label, Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
 from reports.summary import is_fuzzed, rerun_command, verdict_line
@@ -39,9 +37,6 @@ from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
 TEXT_ROWS_PER_KIND = 15
-#: Rows per listed kind (NEW, KNOWN) in the Markdown (a PR comment has a size limit; what
-#: blocks and the good news are always listed whole)
-MARKDOWN_LISTED_ROWS = 30
 MESSAGE_CHARS = 160  # of a failure's first line in a text row
 #: the most failing cases one printed rerun command names (more: the first ones)
 RERUN_CASES = 20
@@ -464,34 +459,3 @@ def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -
                              "(--markdown or --json FILE lists all)")
     lines += [f"  note: {note.text}" for note in decision.notes if not note.flagged]
     return "\n".join(one_line(line) for line in lines) + "\n"
-
-
-def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
-    """The same, as markdown for a pull-request comment: every finding, but at most
-    MARKDOWN_LISTED_ROWS of each listed kind."""
-    def text(value: str) -> str:
-        return md_text(value)
-
-    mark = "✅" if decision.may_ship else "❌"
-    lines = [f"## Release gate: {mark} {text(headline(decision))}", "",
-             text(finding_counts(decision)), "",
-             f"- baseline {md_code(baseline_name)}: {text(decision.baseline_verdict)}",
-             f"- candidate {md_code(candidate_name)}: "
-             f"{text(decision.candidate_verdict)}", ""]
-    lines += [f"- **{note.kind}**: {text(note.text)}" for note in decision.notes if note.flagged]
-    if decision.findings:
-        if lines[-1].startswith("- **"):
-            lines.append("")
-        shown, rows = Counter(), []
-        for f in decision.findings:
-            shown[f.kind] += 1
-            if f.category != "listed" or shown[f.kind] <= MARKDOWN_LISTED_ROWS:
-                rows.append([f.category, f.kind, md_code(f.subject),
-                             text(f.detail + f.confirmation_suffix), text(f.why)])
-        lines += md_table(["", "finding", "case", "detail", "why"], rows)
-        lines.append("")
-        lines += [f"... and {n - MARKDOWN_LISTED_ROWS} more {kind} (the gate's --json lists "
-                  "them all)" for kind, n in shown.items()
-                  if kind in LISTED_KINDS and n > MARKDOWN_LISTED_ROWS]
-    lines += [f"- {text(note.text)}" for note in decision.notes if not note.flagged]
-    return "\n".join(lines).rstrip() + "\n"

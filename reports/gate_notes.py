@@ -20,7 +20,7 @@ class Note:
     #          TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS
+    #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS, TIMED_RUNS_CHANGE
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -96,7 +96,10 @@ def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
 
 def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
     """A flagged note per budget (``--compile-timeout``, ``--run-timeout``) that changed: the
-    timeout labels of the two runs were reached under different limits."""
+    timeout labels of the two runs were reached under different limits; and one when
+    ``--timed-runs`` changed: run times are medians of different numbers of calls, and each
+    case's output was checked on a different number of calls (``flexconf merge`` refuses
+    such parts outright; a gate may still compare them, but nobody should miss it)."""
     notes = []
     for key in BUDGETS:
         before, after = baseline.options.get(key), candidate.options.get(key)
@@ -104,7 +107,23 @@ def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
             notes.append(Note("BUDGET_CHANGE", f"{key} changed: {_budget(before)} (baseline) -> "
                               f"{_budget(after)} (candidate); timeouts and passes were judged "
                               "under different limits", flagged=True))
+    before, after = baseline.options.get("timed_runs"), candidate.options.get("timed_runs")
+    if before != after and None not in (before, after):  # runs older than the option: unknown
+        notes.append(Note("TIMED_RUNS_CHANGE", f"timed_runs changed: {_count(before)} (baseline) "
+                          f"-> {_count(after)} (candidate); run times are medians over different "
+                          "numbers of calls, and each case's output was checked on "
+                          f"{'fewer' if _fewer(after, before) else 'other numbers of'} calls; "
+                          "gate runs made with the same --timed-runs", flagged=True))
     return notes
+
+
+def _count(value) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "unknown"
+
+
+def _fewer(after, before) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in (after, before)) \
+        and after < before
 
 
 def _budget(value) -> str:

@@ -125,7 +125,7 @@ def test_the_rerun_command_names_at_most_20_failing_cases(tmp_path, capsys):
 
 
 def test_the_markdown_lists_at_most_30_of_a_listed_kind(tmp_path):
-    from reports.gate import MARKDOWN_LISTED_ROWS
+    from reports.gate_markdown import MARKDOWN_LISTED_ROWS
 
     failing = run([record(case_id(seq=64 * (i + 1)), Label.MISMATCH)
                    for i in range(MARKDOWN_LISTED_ROWS + 5)])
@@ -341,6 +341,23 @@ def test_a_budget_change_is_flagged_not_refused(tmp_path, capsys):
     assert "BUDGET_CHANGE" not in capsys.readouterr().out
 
 
+def test_a_change_of_timed_runs_is_flagged_and_a_run_older_than_the_option_is_not(tmp_path,
+                                                                                  capsys):
+    """A candidate timed on 1 call against a baseline on 3 gave RUN_TIME findings and no word
+    of why (an outside trial); merge refuses such parts."""
+    old = run([record(A), record(B)])
+    old = replace(old, options={**old.options, "timed_runs": 3})
+    new = replace(old, options={**old.options, "timed_runs": 1})
+    assert gate(tmp_path, old, new) == 0
+    assert ("  ! TIMED_RUNS_CHANGE: timed_runs changed: 3 (baseline) -> 1 (candidate); run "
+            "times are medians over different numbers of calls, and each case's output was "
+            "checked on fewer calls; gate runs made with the same --timed-runs") \
+        in capsys.readouterr().out.splitlines()
+    older = replace(old, options={k: v for k, v in old.options.items() if k != "timed_runs"})
+    assert gate(tmp_path, older, old) == 0
+    assert "TIMED_RUNS_CHANGE" not in capsys.readouterr().out
+
+
 def test_json_decision_has_every_finding_with_labels_times_and_message(tmp_path, capsys):
     old = run([record(A, compile_seconds=4.0), record(B), record(C)])
     new = run([record(A, Label.MISMATCH, compile_seconds=6.0, message="error ratio 3.2\nrow 7"),
@@ -390,17 +407,23 @@ def test_junit_has_a_test_case_per_case_compared_failed_by_blocking_findings(tmp
     assert props["verdict"] == "MAY_NOT_SHIP"
 
 
-def test_a_refusal_is_recorded_in_json_and_junit(tmp_path, capsys):
+def test_a_refusal_is_recorded_in_json_junit_and_markdown(tmp_path, capsys):
+    """--markdown kept the last verdict after a refusal: a CI job posting it would post a
+    stale MAY NOT SHIP as current (an outside trial)."""
     old = selected(run([record(A)]))
     new = selected(run([record(A)]), matrix="extended")
+    (tmp_path / "g.md").write_text("## Release gate: ❌ MAY NOT SHIP: 14 blocking findings\n")
     assert gate(tmp_path, old, new, "--json", str(tmp_path / "g.json"),
-                "--junit", str(tmp_path / "g.xml")) == 2
+                "--junit", str(tmp_path / "g.xml"), "--markdown", str(tmp_path / "g.md")) == 2
     err = capsys.readouterr().err.strip()
     data = json.loads((tmp_path / "g.json").read_text())
     assert (data["verdict"], data["exit_code"], data["findings"]) == ("REFUSED", 2, [])
     assert err == f"flexconf gate: error: {data['error']}"
     error = ET.parse(tmp_path / "g.xml").getroot().find("testsuite/testcase/error")
     assert error.get("type") == "REFUSED" and error.get("message") == data["error"]
+    markdown = (tmp_path / "g.md").read_text().splitlines()
+    assert markdown[0] == "## Release gate: ⛔ REFUSED" and "MAY NOT SHIP" not in markdown
+    assert "matrix 'extended' differs from the baseline" in markdown[2]
 
 
 def test_an_infinite_budget_turns_the_compile_time_rule_off(tmp_path, capsys):
