@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.merge import merge_runs
-    from records.files import output_file_problem
+    from records.files import output_file_problem, parent_problem
     from records.results import load_results, write_results
     from records.store import refuse_if_run_going_on
     from records.text import one_line
@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     runs = [(path, load_results(path)) for path in args.inputs]
     merged = merge_runs(runs)
     unfinished = {source: run for source, run in runs if source in merged.incomplete}
+    problem = parent_problem(args.output)
+    if problem:
+        raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
+                         "write, e.g. -o results.json")
     write_results(merged.results, args.output)
     results = merged.results
     counts: dict[str, int] = {}

@@ -20,7 +20,7 @@ def run(args) -> int:
     from conformance.kept_outputs import outputs_path
     from conformance.repro import write_repro
     from conformance.run_info import shell_command
-    from records.files import output_file_problem
+    from records.files import output_file_problem, parent_problem
     from records.text import one_line
 
     problem = output_file_problem(args.output)
@@ -28,6 +28,10 @@ def run(args) -> int:
         raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
                          "write, e.g. -o repro.py")
     _refuse_a_file_of_another_kind(args.output)
+    problem = parent_problem(args.output)
+    if problem:
+        raise ValueError(f"-o {one_line(args.output)}: {problem}; give a path this user can "
+                         "write, e.g. -o repro.py")
     path, backend = write_repro(args.results, args.case_id, args.output, args.backend,
                                 args.cases_module)
     # a module:object backend is not embedded: the script imports it from where it was found

@@ -143,6 +143,18 @@ def output_file_problem(given: str | Path) -> str | None:
     return None
 
 
+def parent_problem(given: str | Path) -> str | None:
+    """Make the missing directories above the file ``given``; why they cannot be made, as the
+    words after its name in a one-line error (what output_file_problem passed may still be
+    refused: /sys and /proc, even to root), or None once they are there."""
+    parent = Path(given).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"its directory {one_line(str(parent))}: it cannot be made ({exc.strerror or exc})"
+    return None
+
+
 def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
                       errors: str = "strict", mode: int | None = None) -> Path:
     """Write ``text`` to ``path`` whole or not at all, the one way every file of a run or a

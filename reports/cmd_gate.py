@@ -120,10 +120,10 @@ def prepare_outputs(args: argparse.Namespace) -> None:
     """Make the missing directories of the files the gate writes (as ``flexconf merge -o``
     does); ValueError, one line (exit 2), for one it cannot write, before the verdict is
     printed or a case is measured again."""
-    from records.files import output_file_problem
+    from records.files import output_file_problem, parent_problem
     from records.text import one_line
 
-    written: dict[Path, str] = {}
+    written: dict[Path, tuple[str, str]] = {}
     for flag, attribute, example in OUTPUTS:
         path = getattr(args, attribute)
         if not path:
@@ -132,13 +132,16 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         if problem:
             raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
                              f"write, e.g. {flag} {example}")
-        clash = _read_by(Path(path), args) or written.get(Path(path).resolve())
+        clash = _read_by(Path(path), args) or written.get(Path(path).resolve(), ("",))[0]
         if clash:
             raise ValueError(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
                              f"would overwrite; give another path, e.g. {flag} {example}")
-        written[Path(path).resolve()] = flag
-    for path in written:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        written[Path(path).resolve()] = (flag, example)
+    for path, (flag, example) in written.items():
+        problem = parent_problem(path)
+        if problem:
+            raise ValueError(f"{flag} {one_line(str(path))}: {problem}; give a path this user "
+                             f"can write, e.g. {flag} {example}")
 
 
 def prepare_confirm_dir(args: argparse.Namespace) -> None:

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 
 from reports.compare import grew
-from reports.formatting import fmt_seconds
+from reports.formatting import precise_seconds
 
 KINDS = {"compile": "COMPILE_TIME", "run": "RUN_TIME"}
 STATUSES = ("confirmed", "dismissed", "unmeasured", "unconfirmed")
@@ -49,7 +49,7 @@ class TimeRule:
         if self.grew(before, after):
             return f"x{ratio:.2f} >= x{self.factor:g}"
         if ratio >= self.factor:
-            return f"x{ratio:.2f}, but +{fmt_seconds(after - before)} s <= {self.slack_seconds:g} s slack"
+            return f"x{ratio:.2f}, but +{_seconds(after - before)} s <= {self.slack_seconds:g} s slack"
         return f"x{ratio:.2f} < x{self.factor:g}"
 
 
@@ -63,8 +63,8 @@ class StageGrowth:
 
     @property
     def text(self) -> str:
-        return (f"stage that grew most: {self.stage} {fmt_seconds(self.before)} s -> "
-                f"{fmt_seconds(self.after)} s")
+        return (f"stage that grew most: {self.stage} {_seconds(self.before)} s -> "
+                f"{_seconds(self.after)} s")
 
 
 def stage_growth(before: dict[str, float] | None,
@@ -99,9 +99,9 @@ class Figures:
         """``median 0.61 s (0.55-0.66 over 3)``; ``no figure (CRASH)`` when none."""
         if not self.seconds:
             return f"no figure ({'; '.join(self.failures) or 'no rerun'})"
-        spread = f"{fmt_seconds(min(self.seconds))}-{fmt_seconds(max(self.seconds))}"
+        spread = f"{_seconds(min(self.seconds))}-{_seconds(max(self.seconds))}"
         missed = f", {len(self.failures)} without a figure" if self.failures else ""
-        return (f"median {fmt_seconds(self.median)} s ({spread} over "
+        return (f"median {_seconds(self.median)} s ({spread} over "
                 f"{len(self.seconds)}{missed})")
 
     def to_json(self) -> dict:
@@ -145,7 +145,7 @@ class Confirmation:
         if self.baseline is not None:
             parts.append(f"baseline {self.baseline.text}")
         if self.baseline is None or self.baseline.median is None:
-            parts.append(f"baseline as recorded {fmt_seconds(self.recorded_baseline)} s")
+            parts.append(f"baseline as recorded {_seconds(self.recorded_baseline)} s")
         line = f"{head}, measured again x{self.repeats}: " + ", ".join(p for p in parts if p)
         after, before = self.candidate.median if self.candidate else None, self.compared_baseline
         if after is not None and before is not None:
@@ -204,3 +204,9 @@ def stage_json(stage: StageGrowth | None) -> dict | None:
     if stage is None:
         return None
     return {"stage": stage.stage, "old_seconds": stage.before, "new_seconds": stage.after}
+
+
+def _seconds(value: float | None) -> str:
+    """Seconds with the digits the figure needs (0.0140, not 0.01: a sub-second run time's
+    figures must support the ratio printed beside them); ``-`` when unknown."""
+    return "-" if value is None else precise_seconds(value)

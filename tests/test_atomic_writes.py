@@ -4,12 +4,17 @@ through; a write that fails leaves the old file as it was and no temporary file 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from conformance.cli import main
 from records.files import write_text_atomic
 from tests.test_gate import A, gate
 from tests.test_report_doctored import record, run
+
+
+RELEASES = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
 def _leftovers(directory) -> list[str]:
@@ -65,3 +70,25 @@ def test_the_gates_outputs_replace_links_instead_of_writing_through_them(tmp_pat
             "_", " "), flag
         assert targets[flag].read_text() == "untouched", flag
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux's /sys")
+@pytest.mark.parametrize("command, flag, example", [
+    (["gate", "--baseline", str(RELEASES / "cpu-inductor-smoke-torch2.13.0.json"),
+      "--candidate", str(RELEASES / "cpu-inductor-smoke-torch2.14.1.json"), "--confirm", "0",
+      "--json"], "--json", "gate.json"),
+    (["merge", str(RELEASES / "cpu-inductor-smoke-torch2.13.0.json"), "-o"], "-o",
+     "results.json"),
+    (["repro", str(RELEASES / "cpu-inductor-smoke-torch2.13.0.json"),
+      "full/b1-h8x8-s512x512-d128/bf16/fwd", "-o"], "-o", "repro.py"),
+])
+def test_an_output_directory_that_cannot_be_made_is_one_line_naming_it(capsys, command, flag,
+                                                                         example):
+    """/sys passes the permission check (even root may not make a directory there): the
+    commands printed "[Errno 1] Operation not permitted: '/sys/x'" (an outside trial)."""
+    assert main([*command, "/sys/x/out"]) == 2
+    err = capsys.readouterr().err.strip()
+    # as root, the directory's mkdir refused; as another user, the permission check did
+    assert err.startswith(f"flexconf {command[0]}: error: {flag} /sys/x/out: its directory "
+                          "/sys/x: it cannot be made (") and len(err.splitlines()) == 1, err
+    assert err.endswith(f"); give a path this user can write, e.g. {flag} {example}"), err

@@ -93,6 +93,20 @@ def test_a_finding_the_reruns_do_not_reproduce_is_dismissed_and_does_not_block(t
            "candidate with /py/candidate, baseline with /py/baseline; 1 dismissed" in text
 
 
+def test_sub_second_figures_keep_the_digits_their_ratio_needs():
+    """Run times of 0.0140 s and 0.0310 s were printed as 0.01 s and 0.03 s beside a ratio of
+    x0.45 that those figures do not give (an outside trial)."""
+    from reports.timing import Confirmation, Figures, TimeRule
+
+    candidate = Figures("/py/new", (0.014031, 0.0139, 0.0142))
+    baseline = Figures("/py/old", (0.031035, 0.0305, 0.0320))
+    assert candidate.text == "median 0.0140 s (0.0139-0.0142 over 3)"
+    line = Confirmation("dismissed", TimeRule("run", 1.25, 0.01), 3, candidate, baseline).text
+    assert line == ("dismissed as noise, measured again x3: candidate median 0.0140 s "
+                    "(0.0139-0.0142 over 3), baseline median 0.0310 s (0.0305-0.0320 over 3): "
+                    "x0.45 < x1.25")
+
+
 def test_a_slowdown_the_reruns_reproduce_is_confirmed_and_blocks(tmp_path):
     old = run([record(A, compile_seconds=4.0)])
     new = run([record(A, compile_seconds=6.0)])
