@@ -219,15 +219,19 @@ def _breakdown(stages: dict | None) -> dict[str, float] | None:
 
 def _performance(case: Case, run_seconds: float) -> dict[str, float] | None:
     from cases.density import attention_flops, mask_density
+    from cases.variants import build_mods
 
     try:
         density = mask_density(case)
+        score_mod = build_mods(case.variant, case.shape).score_mod is not None
     except Exception:  # noqa: BLE001 - a figure we cannot compute is left out, never a failure
         return None
     flops = attention_flops(case, density.visible_pairs)
     return {"density": round(density.density, 6), "block_density": round(density.block_density, 6),
             "visible_pairs": density.visible_pairs, "flops": flops,
-            "gflops_per_second": flops / run_seconds / 1e9}
+            "gflops_per_second": flops / run_seconds / 1e9,
+            # its time holds the score mod's cost too: not the mask's alone (DENSE)
+            "score_mod": float(score_mod)}
 
 
 def _mask_dependence(case: Case) -> frozenset[str]:

@@ -11,7 +11,11 @@ so 2.8x by the first measure). DENSE therefore judges the same ratio against the
 a case is flagged when it costs more than ``DENSE_THRESHOLD`` times what skipping the empty
 tiles would cost, while its mask leaves tiles to skip (block density under
 ``SKIPPABLE_BLOCK_DENSITY``) and the ``full`` case runs long enough to measure the difference
-(``MIN_JUDGED_SECONDS``: below it a call's fixed overhead dominates).
+(``MIN_JUDGED_SECONDS``: below it a call's fixed overhead dominates). A case with a score mod
+is not judged: its time holds the mod's own cost, which no case of the matrix isolates
+(softcap at S1024 on cpu-inductor costs 2.25x the full case, while causal, its mask alone,
+skips its tiles: the flag blamed the mask for the mod). Its efficiency is still shown.
+Results written before the record said whether a case has a score mod are judged as before.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class CasePerformance:
     block_density: float
     efficiency: float | None  # None for the full variant, or without a full case to compare
     full_seconds: float | None = None  # the full case's run time at the same shape
+    score_mod: bool | None = None  # whether the case has a score mod (None: not recorded)
 
     @property
     def tile_efficiency(self) -> float | None:
@@ -49,7 +54,7 @@ class CasePerformance:
     @property
     def dense(self) -> bool:
         tiles = self.tile_efficiency
-        return (tiles is not None and tiles > DENSE_THRESHOLD
+        return (tiles is not None and tiles > DENSE_THRESHOLD and not self.score_mod
                 and self.block_density < SKIPPABLE_BLOCK_DENSITY
                 and (self.full_seconds or 0.0) >= MIN_JUDGED_SECONDS)
 
@@ -79,9 +84,11 @@ def case_performance(records: tuple[Record, ...] | list[Record]) -> list[CasePer
         efficiency = None
         if variant != "full" and base and density > 0:
             efficiency = (r.run_seconds / base) / density
+        score_mod = perf.get("score_mod")
         rows.append(CasePerformance(r.case_id, variant, r.run_seconds,
                                     float(perf.get("gflops_per_second", 0.0)), density,
-                                    float(perf.get("block_density", 1.0)), efficiency, base))
+                                    float(perf.get("block_density", 1.0)), efficiency, base,
+                                    None if score_mod is None else bool(score_mod)))
     return rows
 
 

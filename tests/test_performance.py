@@ -50,11 +50,12 @@ def test_flops_count_visible_pairs_and_the_backward():
     assert attention_flops(backward, 1000) == 3.5 * 4 * 16 * 1000
 
 
-def _record(variant: str, run_seconds: float, density: float, block_density: float) -> Record:
+def _record(variant: str, run_seconds: float, density: float, block_density: float,
+            **more: float) -> Record:
     case = Case(Variant(variant), Shape(1, 8, 8, 4096, 4096, 64))
     return Record(case_id=case.id, label=Label.PASS, case=case.to_json(), run_seconds=run_seconds,
                   performance={"density": density, "block_density": block_density,
-                               "gflops_per_second": 10.0})
+                               "gflops_per_second": 10.0, **more})
 
 
 def test_a_masked_case_that_costs_as_much_as_full_is_flagged_dense():
@@ -67,6 +68,18 @@ def test_a_masked_case_that_costs_as_much_as_full_is_flagged_dense():
     assert rows["softcap"].efficiency == pytest.approx(1.0) and not rows["softcap"].dense
     summary = {v.variant: v for v in variant_performance(list(rows.values()))}
     assert summary["document"].dense_cases == 1 and summary["causal"].dense_cases == 0
+
+
+def test_a_case_with_a_score_mod_is_not_judged_dense_its_time_holds_the_mods_cost():
+    """softcap at S1024 cost 2.25x full on cpu-inductor while causal, its mask alone, skipped
+    its tiles: DENSE blamed the mask for the mod (an outside trial). Results that do not say
+    whether a case has a score mod are judged as before."""
+    records = [_record("full", 1.0, 1.0, 1.0), _record("causal", 0.55, 0.5, 0.56, score_mod=0),
+               _record("softcap", 2.25, 0.5, 0.56, score_mod=1),
+               _record("alibi", 2.25, 0.5, 0.56)]
+    rows = {row.variant: row for row in case_performance(records)}
+    assert rows["softcap"].efficiency == pytest.approx(4.5) and not rows["softcap"].dense
+    assert rows["alibi"].dense and not rows["causal"].dense
 
 
 def test_a_kernel_that_skips_empty_tiles_is_not_dense_though_tiles_exceed_the_density():
@@ -101,13 +114,15 @@ def test_a_tiny_case_cannot_be_dense_its_mask_leaves_no_tile_to_skip():
 
 def test_records_carry_density_and_throughput_and_the_report_shows_them(tmp_path):
     shape = Shape(1, 2, 2, 256, 256, 16)
-    cases = [Case(Variant("full"), shape), Case(Variant("causal"), shape)]
-    full, causal = execute("cpu-eager", cases)
-    assert (full.label, causal.label) == (Label.PASS, Label.PASS)
+    cases = [Case(Variant("full"), shape), Case(Variant("causal"), shape),
+             Case(Variant("alibi"), shape)]
+    full, causal, alibi = execute("cpu-eager", cases)
+    assert (full.label, causal.label, alibi.label) == (Label.PASS,) * 3
     assert causal.performance["density"] == pytest.approx(mask_density(cases[1]).density)
     assert causal.performance["block_density"] == pytest.approx(0.75)
     expected = attention_flops(cases[1], causal.performance["visible_pairs"]) / causal.run_seconds
     assert causal.performance["gflops_per_second"] == pytest.approx(expected / 1e9, rel=1e-3)
+    assert [r.performance["score_mod"] for r in (full, causal, alibi)] == [0.0, 0.0, 1.0]
     write_report(RunResults({}, {"backend": "cpu-eager", "profile": "smoke", "seed": 0},
                             (full, causal, _record("document", 10.0, 0.09, 0.1),
                              _record("full", 1.0, 1.0, 1.0)), "t"), tmp_path)
