@@ -135,12 +135,27 @@ def _modded_and_slope(chunk, mods: Mods, scores: torch.Tensor):
             slope = torch.autograd.grad(modded, leaf, torch.ones_like(modded),
                                         allow_unused=True)[0] if modded.requires_grad else None
         modded = modded.detach()
-        return modded, torch.zeros_like(modded) if slope is None else slope
+        if slope is None:
+            return modded, torch.zeros_like(modded)
+        # A value the mod made finite with a slope autograd could not: torch.where's branch
+        # not taken (score / d.sqrt() where d = 0) gives 0 * inf = NaN in the backward. The
+        # slope is the branch taken's, as the central difference finds it (an outside audit:
+        # NaN limits made a correct fp32 backend a MISMATCH).
+        lost = ~torch.isfinite(slope) & torch.isfinite(modded)
+        if bool(lost.any()):
+            slope = torch.where(lost, _central_difference(chunk, mods, scores), slope)
+        return modded, slope
     except RuntimeError:  # autograd's, or the mod's own, which the evaluation below raises again
         pass
     modded = modded_scores(chunk, mods, scores.clone()).to(scores.dtype)
+    return modded, _central_difference(chunk, mods, scores)
+
+
+def _central_difference(chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
+    """d modded / d score by a central difference, a step of 2^-20 of each score's size;
+    0 where it is not finite."""
     step = scores.abs().clamp_min(1.0).mul_(2.0 ** -20)
     above = modded_scores(chunk, mods, scores + step).to(scores.dtype)
     below = modded_scores(chunk, mods, scores - step).to(scores.dtype)
     slope = (above - below).div_(step.mul_(2.0))  # not in place: above may be a captured tensor
-    return modded, slope.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return slope.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)

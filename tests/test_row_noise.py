@@ -17,6 +17,7 @@ from cases.pointwise import evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods
 from reference import chunk_plan, row_noise, row_sizes
 from reference.kernel import chunked_attention
+from tests.where_variants import NAMES as WHERE_NAMES  # registers its variants
 
 
 def dense_magnitudes(case: Case, inputs, mods: Mods, grad_out, out, lse) -> dict:
@@ -168,3 +169,29 @@ def test_the_chunked_magnitudes_equal_a_dense_evaluation_of_the_formula(monkeypa
                                    rtol=1e-6, atol=0.0)
     forward_only = row_noise.float32_rounding_magnitudes(case, inputs, mods, out, lse)
     assert list(forward_only) == ["out"] and torch.equal(forward_only["out"], got["out"])
+
+
+@pytest.mark.parametrize("name", WHERE_NAMES)
+def test_a_mod_whose_autograd_slope_is_nan_where_its_value_is_finite_gets_finite_limits(name):
+    """torch.where's branch not taken gave autograd 0 * inf = NaN at visible pairs: every
+    noise limit was NaN, and eager flex_attention's correct fp32 output a MISMATCH (an outside
+    audit). The slope there is the branch taken's; a wrong output is still caught."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from cases.model import Variant
+    from reference.golden import reference_pair
+    from reference.verdict import judge
+
+    case = Case(Variant(name), Shape(1, 2, 2, 64, 64, 16), "fp32")
+    inputs = make_inputs(case, 0)
+    mods = build_mods(case.variant, case.shape)
+    block_mask = create_block_mask(mods.mask_mod, None, None, 64, 64, "cpu")
+    observed = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
+                              block_mask=block_mask)
+    golden, baseline = reference_pair(case, inputs)
+    assert torch.isfinite(golden.row_noise["out"]).all()
+    verdict = judge(case, golden, baseline.out, observed)
+    assert verdict.passed, verdict.metrics
+    wrong = observed.clone()
+    wrong[0, 1] *= 1.01  # one head 1% off
+    assert not judge(case, golden, baseline.out, wrong).passed

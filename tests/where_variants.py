@@ -1,0 +1,42 @@
+"""Score mods whose value is finite everywhere while autograd's slope is not at some points:
+torch.where's branch not taken has an infinite or NaN derivative there, and the backward
+multiplies it by 0 (tests/test_row_noise.py; an outside audit found the NaN slope made every
+noise limit NaN and a correct fp32 backend a MISMATCH)."""
+from __future__ import annotations
+
+import torch
+
+from cases.model import Case, Shape, Variant
+from cases.variants import Mods, builder
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+@builder("where_distance_damped")
+def _distance_damped(variant, shape, device):
+    """Distant keys' scores divided by the square root of their distance; the diagonal
+    (distance 0, where 1 / sqrt(0) is inf) kept as is."""
+    def damped(score, b, h, q_idx, kv_idx):
+        distance = (q_idx - kv_idx).to(score.dtype)
+        return torch.where(distance > 0, score / distance.sqrt(), score)
+
+    return Mods(_causal, damped)
+
+
+@builder("where_sqrt_positive")
+def _sqrt_positive(variant, shape, device):
+    """2 sqrt(score) for positive scores, the score itself otherwise (sqrt of a negative is
+    NaN in the branch not taken)."""
+    def sqrt_positive(score, b, h, q_idx, kv_idx):
+        return torch.where(score > 0, 2 * torch.sqrt(score), score)
+
+    return Mods(_causal, sqrt_positive)
+
+
+NAMES = ("where_distance_damped", "where_sqrt_positive")
+
+
+def cases(profile: str) -> list[Case]:
+    return [Case(Variant(name), Shape(1, 2, 2, 64, 64, 16), "fp32") for name in NAMES]
