@@ -11,6 +11,9 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           score mod raises somewhere on the grid (where eager flex_attention applies it:
           masked points too), and the backend failed with an error before its first call
           returned ─▶ HARNESS_ERROR (the case's fault: a table indexed out of bounds)
+    the golden itself is NaN somewhere (the case's mods make a score +inf or NaN at a visible
+          pair, or the score mod's gradient NaN): flex_attention's answer is undefined there,
+          for every backend alike ─▶ HARNESS_ERROR (the case's fault)
 """
 from __future__ import annotations
 
@@ -60,6 +63,12 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
         return Decision(Label.HARNESS_ERROR,
                         f"the reference computation failed: {one_line(reference)}")
     golden, baseline = reference
+    undefined = _undefined_answer(golden)
+    if undefined:
+        return Decision(Label.HARNESS_ERROR, (
+            f"the case's own mods make flex_attention's answer NaN ({undefined}): a score of "
+            "+inf or NaN at a visible pair, or a score mod whose gradient is NaN there; no "
+            "backend can be judged on it; fix the variant, not the backend"))
     try:
         results = load_output(obs.output_path)
     except Exception as exc:  # noqa: BLE001
@@ -87,6 +96,23 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
         return Decision(Label.PASS, "", metrics, observed)
     calls = _calls_text(metrics["failing_calls"], results.calls) if differing else ""
     return Decision(Label.MISMATCH, calls + verdict.summary, metrics, observed)
+
+
+def _undefined_answer(golden) -> str:
+    """Where the float64 golden is NaN ("out: 496 of 1024 values; dq: ..."), "" where it is
+    not. Inputs are finite and a fully masked row is 0 (lse -inf), so only the mods make it.
+    Gradients count only where no other right answer exists (a row a mod hides by overflow
+    has one: reference/overflow_rows.py)."""
+    import torch
+
+    parts = {"out": golden.out, "lse": golden.lse}
+    other = golden.masked_overflow
+    for name, grad in (golden.grads or {}).items():
+        if other is None or other.grads is None or torch.isnan(other.grads[name]).any():
+            parts[name] = grad
+    found = [f"{name}: {int(torch.isnan(t).sum())} of {t.numel()} values"
+             for name, t in parts.items() if t is not None and bool(torch.isnan(t).any())]
+    return "; ".join(found)
 
 
 #: Backend labels that the case's own mods, failing in the reference too, explain: the same

@@ -102,3 +102,49 @@ def test_a_mod_with_the_wrong_signature_or_an_error_of_its_own_is_told_its_own_f
     with pytest.raises(PointwiseModError) as err:
         check_mods(mask_mod, score_mod, "mine")
     assert str(err.value) == f"variant 'mine': {says}"
+
+
+def test_a_case_whose_defined_answer_is_nan_is_the_cases_fault_not_the_backends():
+    """flex_attention's answer is NaN where a mod puts +inf at a visible pair: every backend,
+    eager flex_attention itself included, was a MISMATCH, whose message blamed it (an
+    outside audit). Such a case is the case's HARNESS_ERROR, whatever the backend computed."""
+    from cases.model import Case, Shape, Variant
+    from conformance.backends.base import WorkerSlot
+    from conformance.backends.registry import load_backend
+    from conformance.executor import Executor, Settings
+    from conformance.reference_cache import ReferenceCache
+    from records.results import Label
+    from tests import where_variants  # the worker computes the reference: it needs the builder
+
+    assert "where_first_key_forced" not in where_variants.NAMES  # the finite-answer ones
+    case = Case(Variant("where_first_key_forced"), Shape(1, 2, 2, 16, 16, 16), "fp32")
+    executor = Executor(load_backend("cpu-eager"), "cpu-eager", WorkerSlot(0, 1),
+                        Settings(cases_modules=("tests.where_variants",)),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        record = executor.execute(case)
+    finally:
+        executor.close()
+    assert record.label is Label.HARNESS_ERROR, record.message
+    assert record.message.startswith("the case's own mods make flex_attention's answer NaN "
+                                     "(out: 512 of 512 values): a score of +inf"), record.message
+    assert record.message.endswith("no backend can be judged on it; fix the variant, not the "
+                                   "backend")
+
+
+def test_gradients_that_are_nan_by_definition_make_the_answer_undefined_too():
+    """dQ of a torch.where mod whose branch not taken has an infinite derivative is NaN under
+    flex_attention (and in a dense float64 autograd): no backend could pass it."""
+    from cases.inputs import make_grad_output, make_inputs
+    from cases.model import Case, Shape, Variant
+    from conformance.decision import _undefined_answer
+    from reference.golden import reference_pair
+    from tests import where_variants  # noqa: F401  (registers the variant)
+
+    case = Case(Variant(where_variants.NAMES[0]), Shape(1, 2, 2, 16, 16, 16), "fp32", "fwd+bwd")
+    golden, _ = reference_pair(case, make_inputs(case, 0), make_grad_output(case, 0))
+    assert torch.isfinite(golden.out).all()
+    undefined = _undefined_answer(golden)
+    assert undefined.startswith("dq: ") and "dv" not in undefined, undefined
+    forward = Case(case.variant, case.shape, "fp32", "fwd")
+    assert _undefined_answer(reference_pair(forward, make_inputs(forward, 0))[0]) == ""

@@ -35,6 +35,16 @@ def _sqrt_positive(variant, shape, device):
     return Mods(_causal, sqrt_positive)
 
 
+@builder("where_first_key_forced")
+def _first_key_forced(variant, shape, device):
+    """Forces attention onto key 0 with a score of +inf: flex_attention's answer is NaN in
+    every row that sees it (inf - inf in the softmax)."""
+    def forced(score, b, h, q_idx, kv_idx):
+        return torch.where(kv_idx == 0, float("inf"), score)
+
+    return Mods(_causal, forced)
+
+
 NAMES = ("where_distance_damped", "where_sqrt_positive")
 
 
