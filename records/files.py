@@ -144,14 +144,25 @@ def output_file_problem(given: str | Path) -> str | None:
 
 
 def parent_problem(given: str | Path) -> str | None:
-    """Make the missing directories above the file ``given``; why they cannot be made, as the
-    words after its name in a one-line error (what output_file_problem passed may still be
-    refused: /sys and /proc, even to root), or None once they are there."""
-    parent = Path(given).parent
+    """Make the missing directories above the file ``given`` and try making a file there;
+    why either fails, as the words after its name in a one-line error (what
+    output_file_problem passed may still be refused: /sys and /proc, even to root), or None.
+    An output that exists and is no regular file (/dev/null) is written into, not beside."""
+    path = Path(given)
+    if path.exists() and not path.is_file():
+        return None if os.access(path, os.W_OK) else "it is not writable"
+    parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"its directory {one_line(str(parent))}: it cannot be made ({exc.strerror or exc})"
+    probe = parent / f".flexconf-{secrets.token_hex(6)}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        return (f"its directory {one_line(str(parent))}: a file cannot be made there "
+                f"({exc.strerror or exc})")
     return None
 
 
@@ -162,11 +173,20 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
     files, repro scripts): into a new file of its own beside ``path`` (O_EXCL: no link at a
     temporary name is followed, and two writers never share one), then renamed over ``path``.
     A reader, or a kill mid-write, never sees half a file, and a link at ``path`` is replaced,
-    never written through. The file gets a new file's permissions (0o666 less the umask), or
-    ``mode``; a temporary file that could not be finished is removed."""
+    never written through. A regular file there keeps its permissions; a new one gets a new
+    file's (0o666 less the umask); ``mode`` overrides both. What is not a regular file, itself
+    or through a link (``/dev/null``, ``/dev/stdout``, a FIFO), is written into as it is:
+    replacing it would destroy a device as root. A temporary file that could not be finished
+    is removed; one a kill leaves is named ``.flexconf-*.tmp``."""
     path = Path(path)
-    while True:
-        temporary = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.tmp")
+    if path.exists() and not path.is_file():  # a device or a pipe, maybe through a link
+        with open(path, "w", encoding=encoding, errors=errors) as f:
+            f.write(text)
+        return path
+    if mode is None and path.is_file() and not path.is_symlink():
+        mode = path.stat().st_mode & 0o7777
+    while True:  # a short name of its own: any legal name of the output fits beside it
+        temporary = path.with_name(f".flexconf-{secrets.token_hex(6)}.tmp")
         try:
             handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break

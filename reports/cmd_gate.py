@@ -76,11 +76,13 @@ OUTPUTS = (("--markdown", "markdown", "gate.md"), ("--json", "json", "gate.json"
 
 
 def run(args: argparse.Namespace) -> int:
-    prepare_outputs(args)  # before judging: no refusal can be recorded where this fails
+    usable, problems = prepare_outputs(args)  # before judging or measuring anything again
     try:
+        if problems:
+            raise ValueError(problems[0])
         return _judge(args)
     except ValueError as exc:  # bad input: the files say why, then the caller prints it (exit 2)
-        _write_refusal(args, str(exc))
+        _write_refusal(args, str(exc), usable)
         raise
 
 
@@ -116,32 +118,34 @@ def _judge(args: argparse.Namespace) -> int:
     return decision.exit_code
 
 
-def prepare_outputs(args: argparse.Namespace) -> None:
+def prepare_outputs(args: argparse.Namespace) -> tuple[set[str], list[str]]:
     """Make the missing directories of the files the gate writes (as ``flexconf merge -o``
-    does); ValueError, one line (exit 2), for one it cannot write, before the verdict is
-    printed or a case is measured again."""
+    does), before the verdict is printed or a case is measured again. Returns the outputs
+    (argparse attributes) that can be written, and one line (exit 2) per one that cannot:
+    the first is the gate's refusal, which the others record, so none keeps a verdict of
+    an earlier gate there."""
     from records.files import output_file_problem, parent_problem
     from records.text import one_line
 
-    written: dict[Path, tuple[str, str]] = {}
+    usable: set[str] = set()
+    problems: list[str] = []
+    written: dict[Path, str] = {}
     for flag, attribute, example in OUTPUTS:
         path = getattr(args, attribute)
         if not path:
             continue
-        problem = output_file_problem(path)
+        fix = f"give a path this user can write, e.g. {flag} {example}"
+        problem = output_file_problem(path) or parent_problem(path)  # as typed: a link is
+        clash = _read_by(Path(path), args) or written.get(Path(path).resolve())  # replaced
         if problem:
-            raise ValueError(f"{flag} {one_line(path)}: {problem}; give a path this user can "
-                             f"write, e.g. {flag} {example}")
-        clash = _read_by(Path(path), args) or written.get(Path(path).resolve(), ("",))[0]
-        if clash:
-            raise ValueError(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
-                             f"would overwrite; give another path, e.g. {flag} {example}")
-        written[Path(path).resolve()] = (flag, example)
-    for path, (flag, example) in written.items():
-        problem = parent_problem(path)
-        if problem:
-            raise ValueError(f"{flag} {one_line(str(path))}: {problem}; give a path this user "
-                             f"can write, e.g. {flag} {example}")
+            problems.append(f"{flag} {one_line(path)}: {problem}; {fix}")
+        elif clash:
+            problems.append(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
+                            f"would overwrite; give another path, e.g. {flag} {example}")
+        else:
+            usable.add(attribute)
+            written[Path(path).resolve()] = flag
+    return usable, problems
 
 
 def prepare_confirm_dir(args: argparse.Namespace) -> None:
@@ -274,16 +278,16 @@ def _confirm(args, decision, baseline, candidate):
     return confirm_decision(decision, measured)
 
 
-def _write_refusal(args: argparse.Namespace, error: str) -> None:
+def _write_refusal(args: argparse.Namespace, error: str, usable: set[str]) -> None:
     from reports.gate_json import refusal_json, write_json
     from reports.gate_markdown import gate_refusal_markdown
     from reports.junit import gate_refusal_junit
     from records.files import write_text_atomic
 
-    if args.markdown:
+    if "markdown" in usable:
         write_text_atomic(args.markdown,
                           gate_refusal_markdown(error, args.baseline, args.candidate))
-    if args.json:
+    if "json" in usable:
         write_json(refusal_json(error, args.baseline, args.candidate), args.json)
-    if args.junit:
+    if "junit" in usable:
         write_text_atomic(args.junit, gate_refusal_junit(error))

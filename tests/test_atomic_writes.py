@@ -92,3 +92,40 @@ def test_an_output_directory_that_cannot_be_made_is_one_line_naming_it(capsys, c
     assert err.startswith(f"flexconf {command[0]}: error: {flag} /sys/x/out: its directory "
                           "/sys/x: it cannot be made (") and len(err.splitlines()) == 1, err
     assert err.endswith(f"); give a path this user can write, e.g. {flag} {example}"), err
+
+
+def test_a_device_or_pipe_is_written_into_and_a_regular_file_keeps_its_mode(tmp_path):
+    """The atomic writer replaced /dev/null (as root, `gate --junit /dev/null`) and a FIFO
+    with regular files, and gave a private 0600 file the umask's 0644 (a review)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_text_atomic(fifo, "through\n")
+        assert os.read(reader, 100) == b"through\n"
+    finally:
+        os.close(reader)
+    assert fifo.is_fifo()
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    write_text_atomic(link, "x")
+    assert link.is_symlink() and Path("/dev/null").is_char_device()
+    private = tmp_path / "gate.json"
+    private.write_text("{}")
+    private.chmod(0o600)
+    write_text_atomic(private, "{}\n")
+    assert private.stat().st_mode & 0o777 == 0o600
+    long_name = tmp_path / ("\u00e9" * 120 + ".json")  # 245 bytes: legal, near the limit
+    assert write_text_atomic(long_name, "x").read_text() == "x"
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_refusal_of_one_output_is_recorded_in_the_others(tmp_path):
+    """An output refused before judging (here: it would overwrite the candidate) left a
+    --markdown of an earlier gate saying MAY SHIP (a review)."""
+    both = run([record(A)])
+    markdown = tmp_path / "gate.md"
+    markdown.write_text("## Release gate: \u2705 MAY SHIP (yesterday)\n")
+    assert gate(tmp_path, both, both, "--markdown", str(markdown),
+                "--json", str(tmp_path / "new.json")) == 2
+    assert markdown.read_text().startswith("## Release gate: \u26d4 REFUSED")

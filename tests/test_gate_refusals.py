@@ -218,7 +218,8 @@ def test_an_output_that_is_an_input_or_another_output_is_bad_input_and_nothing_i
                  str(tmp_path / "g")]) == 2
     assert "--junit " + str(tmp_path / "g") + ": it is the --json file" in capsys.readouterr().err
     assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
-    assert not (tmp_path / "g").exists()
+    # the first of the two outputs records the refusal: no earlier verdict stays there
+    assert json.loads((tmp_path / "g").read_text())["verdict"] == "REFUSED"
 
 
 def test_a_run_gated_against_itself_is_bad_input_not_may_ship(tmp_path, capsys):
