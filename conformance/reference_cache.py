@@ -100,7 +100,7 @@ def cache_key(case_id: str, seed: int, device: str, variant_module: str | None =
 
     from reference.golden import REFERENCE_VERSION
 
-    modules = keyed_modules(variant_module)
+    modules = keyed_sources(variant_module)
     text = "|".join([case_id, f"seed={seed}", f"device={device}", f"torch={torch.__version__}",
                      f"reference={REFERENCE_VERSION}", _source_digest(modules)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -108,9 +108,15 @@ def cache_key(case_id: str, seed: int, device: str, variant_module: str | None =
 
 def keyed_modules(variant_module: str | None = None) -> tuple[str, ...]:
     """The modules whose source is part of a case's cache key (see _KEY_ROOTS)."""
+    return tuple(name for name, _ in keyed_sources(variant_module))
+
+
+def keyed_sources(variant_module: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(module, its source file) of each module of a case's cache key, in name order."""
     from conformance.source_closure import local_closure
 
-    return local_closure(_KEY_ROOTS + ((variant_module,) if variant_module else ()))
+    closure = local_closure(_KEY_ROOTS + ((variant_module,) if variant_module else ()))
+    return tuple((name, str(path)) for name, path in closure.items())
 
 
 def _variant_module(case) -> str | None:
@@ -123,10 +129,8 @@ def _variant_module(case) -> str | None:
 
 
 @lru_cache(maxsize=8)
-def _source_digest(modules: tuple[str, ...]) -> str:
-    from conformance.source_closure import source_of
-
+def _source_digest(sources: tuple[tuple[str, str], ...]) -> str:
     digest = hashlib.sha256()
-    for name in modules:
-        digest.update(name.encode() + b"\0" + source_of(name).read_bytes())
+    for name, path in sources:
+        digest.update(name.encode() + b"\0" + Path(path).read_bytes())
     return digest.hexdigest()

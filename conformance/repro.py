@@ -17,7 +17,7 @@ import json
 import shlex
 from pathlib import Path
 
-from conformance.source_closure import SUITE_PACKAGES, imported_names, is_module
+from conformance.source_closure import SUITE_DIR, SUITE_PACKAGES, find_source, imported_names
 from records.files import write_text_atomic
 from records.results import Record, load_results
 
@@ -82,7 +82,15 @@ def embedded_sources(roots: list[str]) -> dict[str, str]:
 
 
 def _suite_imports(source: str) -> list[str]:
-    return [name for name in imported_names(source) if name.partition(".")[0] in SUITE_PACKAGES]
+    names = imported_names(source, "", lambda name: find_source(name, (SUITE_DIR,)) is not None)
+    return [name for name in names if name.partition(".")[0] in SUITE_PACKAGES]
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _module_source(name: str) -> str:
@@ -120,7 +128,7 @@ def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:
         raise ValueError(f"unknown backend {spec!r}; name the backend the script runs on: "
                          f"{', '.join(names)} (or package.module:object)")
     module = target.partition(":")[0]
-    if not is_module(module):
+    if not _is_module(module):
         where = (f"PYTHONPATH={shlex.quote(recorded_root)}, where the run imported it from"
                  if recorded_root else "e.g. PYTHONPATH=. for tests.*")
         raise ValueError(f"backend {spec!r}: cannot import {module!r} here, so the script "

@@ -1,9 +1,18 @@
 """The source files a computation runs through, found by following imports from its modules:
 each module they import, directly or not (imports inside functions and relative imports too),
-that is this suite's code or the user's own, i.e. a ``.py`` file outside the interpreter's
-installed paths (the standard library, site-packages). What the reference cache's key covers
-(conformance/reference_cache.py: a case module's helper with its bias tables is part of its
-golden) and what a repro script embeds (conformance/repro.py: the suite's modules only).
+that is this suite's code or lies beside the modules it starts from. What the reference
+cache's key covers (conformance/reference_cache.py: a case module's helper with its bias tables
+is part of its golden) and what a repro script embeds (conformance/repro.py: the suite's
+modules only).
+
+Where a module is looked for: in the suite's own directory, and in the directory each starting
+module was found in (its ``sys.path`` entry: for ``mycases.my_cases`` at
+``/work/mycases/my_cases.py``, ``/work``), as ``a/b/c.py`` or ``a/b/c/__init__.py`` (a folder
+without ``__init__.py`` too). Only files are read, never imported: following a case module's
+imports runs none of their code (a package that starts a device when imported), and torch,
+wherever it is installed (a source checkout too), is not walked, unless the starting module
+lies in torch's own directory. A starting module in site-packages is followed within its own
+package only.
 
 Static: an import the source does not spell out (``importlib.import_module(name)``) and data a
 module reads (a file, an environment variable) are not followed."""
@@ -12,20 +21,30 @@ from __future__ import annotations
 import ast
 import importlib.util
 import site
+import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 #: The suite's own packages: always followed, wherever they are installed.
 SUITE_PACKAGES = ("cases", "reference", "conformance", "records", "reports")
+#: The directory that holds the suite's packages.
+SUITE_DIR = Path(__file__).resolve().parents[1]
 
 
-def imported_names(source: str, package: str = "") -> list[str]:
+def imported_names(source: str, package: str = "",
+                   is_module: Callable[[str], bool] = lambda name: False) -> list[str]:
     """The modules ``source`` imports, absolute names, in order: ``import a.b``, ``from a
-    import b`` (a.b too, where a is local code and a.b a module of it) and relative imports
-    resolved against ``package``, the importing module's package."""
+    import b`` (a.b too, where ``is_module`` says it is one) and relative imports resolved
+    against ``package``, the importing module's package. Source that does not parse imports
+    nothing."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
     found: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -36,68 +55,94 @@ def imported_names(source: str, package: str = "") -> list[str]:
                 found.append(base)
             for alias in node.names:  # `from cases import composed`: a submodule
                 candidate = f"{base}.{alias.name}" if base else alias.name
-                if alias.name != "*" and is_local(base or candidate) and is_module(candidate):
+                if alias.name != "*" and is_module(candidate):
                     found.append(candidate)
     return found
 
 
-def local_closure(roots: tuple[str, ...]) -> tuple[str, ...]:
-    """``roots`` (wherever they are installed: a case module a package installed registers
-    through an entry point is keyed all the same) and every local module they import,
-    directly or not, with the packages above them (their ``__init__`` runs too), sorted."""
-    return _closure(tuple(roots))
+def local_closure(roots: tuple[str, ...]) -> dict[str, Path]:
+    """Module name -> source file of ``roots`` (imported modules: ``__main__`` too) and of
+    every module they import, directly or not, where the module docstring says, with the
+    packages above them (their ``__init__`` runs too), in name order."""
+    return dict(_closure(tuple(roots)))
 
 
 @lru_cache(maxsize=64)
-def _closure(roots: tuple[str, ...]) -> tuple[str, ...]:
-    reached: set[str] = set()
-    pending = list(roots)
+def _closure(roots: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
+    starts = {name: path for name in roots if (path := _loaded_origin(name)) is not None}
+    where = _search_dirs(starts)
+    reached: dict[str, Path] = {}
+    pending = list(starts)
     while pending:
         name = pending.pop()
-        if name in reached or (name not in roots and not is_local(name)):
+        if name in reached:
             continue
-        origin = _origin(name)
-        if origin is None:
+        path = starts.get(name) or find_source(name, where(name))
+        if path is None:
             continue
-        reached.add(name)
-        package = name if origin.name == "__init__.py" else name.rpartition(".")[0]
-        pending += imported_names(origin.read_text(encoding="utf-8"), package)
+        reached[name] = path
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        pending += imported_names(_read(path), package,
+                                  lambda module: find_source(module, where(module)) is not None)
         if "." in name:
             pending.append(name.rpartition(".")[0])
-    return tuple(sorted(reached))
+    return tuple(sorted(reached.items()))
 
 
-def is_local(name: str) -> bool:
-    """Whether module ``name`` is the suite's or the user's own source (see the module)."""
-    top = name.partition(".")[0]
-    if top in SUITE_PACKAGES:
-        return True
-    origin = _origin(top)
-    return origin is not None and not _installed(origin)
+def find_source(name: str, directories: tuple[Path, ...]) -> Path | None:
+    """The file of module ``name`` under the first of ``directories`` that has it, without
+    importing anything; None where none has it."""
+    parts = name.split(".")
+    for directory in directories:
+        stem = directory.joinpath(*parts)
+        for path in (stem.with_name(parts[-1] + ".py"), stem / "__init__.py"):
+            if path.is_file():
+                return path
+    return None
 
 
-def source_of(name: str) -> Path | None:
-    """The ``.py`` file of module ``name``; None where it has none (built in, compiled, a
-    namespace package) or cannot be found."""
-    return _origin(name)
+def _search_dirs(starts: dict[str, Path]) -> Callable[[str], tuple[Path, ...]]:
+    """Where a module of a given name is looked for: the suite's packages in the suite's
+    directory; others in the directory of each starting module that is not installed, and
+    in that of an installed one for the names of its own top-level package."""
+    free, own = [], {}
+    for name, path in starts.items():
+        top = name.partition(".")[0]
+        if top in SUITE_PACKAGES:
+            continue
+        depth = name.count(".") + (path.name == "__init__.py")
+        directory = path.parents[depth] if name != "__main__" else path.parent
+        if _installed(directory):
+            own.setdefault(top, directory)
+        elif directory not in free:
+            free.append(directory)
+
+    def where(name: str) -> tuple[Path, ...]:
+        top = name.partition(".")[0]
+        if top in SUITE_PACKAGES:
+            return (SUITE_DIR,)
+        return tuple(free) + ((own[top],) if top in own else ())
+    return where
 
 
-def _origin(name: str) -> Path | None:
+def _loaded_origin(name: str) -> Path | None:
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            return None
+        file = spec.origin if spec is not None else None
+    return Path(file).resolve() if file and str(file).endswith(".py") else None
+
+
+def _read(path: Path) -> str:
+    """The source as Python reads it (its coding line honoured); "" where it cannot be."""
     try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError, AttributeError):
-        return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
-
-
-def is_module(name: str) -> bool:
-    """Whether ``name`` can be imported here (a module or a package)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError, AttributeError):
-        return False
+        return importlib.util.decode_source(path.read_bytes())
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+        return ""
 
 
 def _absolute(module: str, level: int, package: str) -> str | None:
@@ -117,9 +162,12 @@ def _installed_roots() -> tuple[Path, ...]:
     except AttributeError:  # some virtualenvs' site module
         pass
     paths.add(site.getusersitepackages())
+    torch_spec = importlib.util.find_spec("torch")  # a source checkout of torch is not ours
+    if torch_spec is not None and torch_spec.origin:
+        paths.add(str(Path(torch_spec.origin).parents[1]))
     return tuple(Path(p).resolve() for p in paths if p)
 
 
 def _installed(path: Path) -> bool:
     path = path.resolve()
-    return any(path.is_relative_to(root) for root in _installed_roots())
+    return any(path == root or path.is_relative_to(root) for root in _installed_roots())

@@ -221,57 +221,6 @@ def test_reference_cache_stores_reuses_and_stays_bounded(tmp_path):
     assert len(list(tmp_path.glob("*.pt"))) == 1
 
 
-def test_the_reference_cache_key_covers_every_module_the_golden_and_the_inputs_import():
-    """An edit to any suite module that the reference numbers run through (followed import by
-    import from reference.golden and cases.inputs, as `flexconf repro` follows them) is a new
-    cache key: a module missing from the key would serve stale goldens after the edit."""
-    from conformance import reference_cache
-    from conformance.repro import _module_source, _suite_imports
-
-    reached, pending = set(), ["reference.golden", "cases.inputs"]
-    while pending:
-        name = pending.pop()
-        if name not in reached:
-            reached.add(name)
-            pending += _suite_imports(_module_source(name))
-    assert reached <= set(reference_cache.keyed_modules()), \
-        sorted(reached - set(reference_cache.keyed_modules()))
-    assert "cases.torch_state" in reached  # which a hand-kept list of the key once missed
-
-
-def test_the_cache_key_covers_the_helpers_a_case_module_imports_and_an_edit_is_a_new_key(
-        tmp_path):
-    """A case module's bias table came from a helper module it imports: the key hashed only the
-    case module, so after an edit of the helper the cache served the old golden, a false
-    MISMATCH on a correct backend (an outside audit)."""
-    package = tmp_path / "userpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "tables.py").write_text("SCALE = 1.0\n")
-    (tmp_path / "sibling_tables.py").write_text("OFFSET = 0.0\n")
-    (package / "my_cases.py").write_text(
-        "import json\nimport torch\nimport sibling_tables\nfrom .tables import SCALE\n"
-        "from cases.variants import Mods, builder\n")
-    script = ("import sys; from conformance.reference_cache import cache_key, keyed_modules; "
-              "print(cache_key('x/b1-h1x1-s8x8-d8', 0, 'cpu', 'userpkg.my_cases')); "
-              "print(' '.join(keyed_modules('userpkg.my_cases')))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-
-    def key_and_modules():
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                             text=True, check=True).stdout.split("\n")
-        return out[0], set(out[1].split())
-
-    key, modules = key_and_modules()
-    assert {"userpkg", "userpkg.my_cases", "userpkg.tables", "sibling_tables"} <= modules
-    assert not {"json", "torch"} & modules  # installed: not the user's source
-    assert key_and_modules()[0] == key  # the same sources: the same key
-    (package / "tables.py").write_text("SCALE = 3.0\n")
-    edited, _ = key_and_modules()
-    (tmp_path / "sibling_tables.py").write_text("OFFSET = 1.0\n")
-    assert len({key, edited, key_and_modules()[0]}) == 3
-
-
 def test_a_restarted_worker_takes_the_dead_workers_slot_not_a_live_one(tmp_path):
     from conformance.backends.base import WorkerSlot
     from conformance.runner import claim_slot, worker_slot
@@ -332,20 +281,3 @@ def test_settings_defaults_are_the_options_defaults():
     assert settings.run_timeout == opts.default_value("--run-timeout")
     assert settings.timed_runs == opts.default_value("--timed-runs")
     assert settings.seed == opts.default_value("--seed")
-
-
-def test_a_case_module_installed_in_site_packages_is_keyed_itself(monkeypatch):
-    """A case module an installed package registers lies in site-packages: it is keyed (as
-    before the imports were followed), though what it imports from installed packages is not."""
-    from conformance import source_closure
-
-    installed = source_closure._installed
-    monkeypatch.setattr(source_closure, "_installed",
-                        lambda path: "tests" in path.parts or installed(path))
-    source_closure._closure.cache_clear()
-    try:
-        modules = source_closure.local_closure(("tests.settings_variants",))
-    finally:
-        source_closure._closure.cache_clear()
-    assert "tests.settings_variants" in modules and "cases.variants" in modules
-    assert "tests" not in modules  # its package, installed, is not followed
