@@ -222,7 +222,7 @@ def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor)
     if mods.score_mod is None:
         return scores
     ours = scores.untyped_storage().data_ptr()
-    modded = modded_scores(chunk, mods, scores)
+    modded, aliases = _mod_output(chunk, mods, scores)
     scores = modded.to(q.dtype).contiguous()
     # The softmax works on the scores in place. Where neither the cast nor .contiguous() made
     # a copy, two outputs get one: under autograd, the mod's own output, which may be what its
@@ -232,7 +232,7 @@ def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor)
     # for every later chunk and case (an outside audit: a false MISMATCH).
     if scores.data_ptr() == modded.data_ptr() and (
             scores.requires_grad
-            or (modded._is_view() and modded.untyped_storage().data_ptr() != ours)):
+            or (aliases and modded.untyped_storage().data_ptr() != ours)):
         scores = scores.clone()
     return scores
 
@@ -240,8 +240,16 @@ def chunk_scores(chunk: Chunk, mods: Mods, q: torch.Tensor, k_sel: torch.Tensor)
 def modded_scores(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> torch.Tensor:
     """The score mod of ``chunk`` on its scores ([Hq, n, m] over its kept keys), point by
     point (cases/pointwise.py)."""
-    return evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
-                          chunk.q_idx, _kept_key_indices(chunk), chunk.traced_dtype)[0]
+    return _mod_output(chunk, mods, scores)[0]
+
+
+def _mod_output(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """modded_scores, and whether vmap returned a view (of a captured tensor the mod returned
+    as is, or of the scores themselves), not a tensor of its own: an operation's result
+    (tanh(score), score + bias) is not one, and needs no copy."""
+    out = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
+                         chunk.q_idx, _kept_key_indices(chunk), chunk.traced_dtype)
+    return out[0], out._is_view()
 
 
 def _kept_key_indices(chunk: Chunk) -> torch.Tensor:
