@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     module, parsers = None, {}
     for name, (module_name, help_text) in COMMANDS.items():
-        parsers[name] = cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # no abbreviations: a script that splits options by name (release_gate.sh) must see
+        # every option spelled out, and a prefix must never become another option
+        parsers[name] = cmd_parser = sub.add_parser(name, help=help_text, description=help_text,
+                                                    allow_abbrev=False)
         if name == chosen:
             module = importlib.import_module(module_name)
             module.add_arguments(cmd_parser)

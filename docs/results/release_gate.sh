@@ -17,7 +17,16 @@ shift 2
 both=() confirming=()
 while (($#)); do
   case $1 in
-    --confirm|--confirm-max-cases|--confirm-dir|--baseline-python|--candidate-python)
+    --json|--json=*|--markdown|--markdown=*|--junit|--junit=*)
+      echo "release_gate.sh: $1: the script writes gate-unconfirmed.* and gate-confirmed.* in" \
+           "docs/results itself; leave $1 out" >&2; exit 2 ;;
+    --confirm=0|--confirm=0.0)
+      echo "release_gate.sh: --confirm 0: the first gate is the unconfirmed one already;" \
+           "leave --confirm 0 out" >&2; exit 2 ;;
+    --confirm) [ "${2-}" = 0 ] && { echo "release_gate.sh: --confirm 0: the first gate is" \
+           "the unconfirmed one already; leave --confirm 0 out" >&2; exit 2; }
+      confirming+=("$1" "${2-}"); shift; (($#)) && shift ;;
+    --confirm-max-cases|--confirm-dir|--baseline-python|--candidate-python)
       confirming+=("$1" "${2-}"); shift; (($#)) && shift ;;
     --confirm=*|--confirm-max-cases=*|--confirm-dir=*|--baseline-python=*|--candidate-python=*)
       confirming+=("$1"); shift ;;
