@@ -34,6 +34,9 @@ from conformance.supervisor import Budgets, ChildSupervisor
 from records.results import Label, Record
 from records.text import first_line
 
+#: The labels of a case that did not fail: no artefacts kept for it, no warm-up problem told.
+_NOT_FAILED = (Label.PASS, Label.UNSUPPORTED, Label.COMPILED)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -163,7 +166,7 @@ class Executor:
         the backend changed torch's settings, which were set back) as its second line: the
         child's log said it, and nothing else did, while it may explain the failure."""
         problem = self.supervisor.warm_up_problem
-        if not problem or record.label in (Label.PASS, Label.UNSUPPORTED, Label.COMPILED):
+        if not problem or record.label in _NOT_FAILED:
             return record
         first, _, rest = record.message.partition("\n")
         line = f"(the warm-up of this case's backend child: {first_line(problem, 300)})"
@@ -174,8 +177,7 @@ class Executor:
         directory when the case failed or all are kept; the child's copies go either way."""
         s = self.settings
         produced = self.supervisor.case_artifacts()
-        keep = s.keep_artifacts or record.label not in (Label.PASS, Label.UNSUPPORTED,
-                                                         Label.COMPILED)
+        keep = s.keep_artifacts or record.label not in _NOT_FAILED
         where = None
         if produced and keep and s.artifacts_dir:
             where = file_case_artifacts(record.case_id, produced, self.supervisor.artifact_dir,
