@@ -39,7 +39,9 @@ new=$out/cpu-inductor-smoke-torch2.14.1.json
 written=("$old" "$new" "$out"/gate-unconfirmed.{json,txt} "$out"/gate-confirmed.{json,txt})
 kept=$(mktemp -d) || exit 2
 trap 'rm -rf "$kept"' EXIT
-for f in "${written[@]}"; do [ -e "$f" ] && cp -p "$f" "$kept/"; done
+for f in "${written[@]}"; do  # a copy that fails stops the script before it changes a file
+  if [ -e "$f" ]; then cp -p "$f" "$kept/" || exit 2; fi
+done
 refused() {  # bad input: every file here back as it was
   for f in "${written[@]}"; do
     if [ -e "$kept/${f##*/}" ]; then cp -p "$kept/${f##*/}" "$f"; else rm -f "$f"; fi
