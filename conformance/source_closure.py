@@ -111,7 +111,9 @@ def _search_dirs(starts: dict[str, Path]) -> Callable[[str], tuple[Path, ...]]:
         if top in SUITE_PACKAGES:
             continue
         depth = name.count(".") + (path.name == "__init__.py")
-        directory = path.parents[depth] if name != "__main__" else path.parent
+        if depth >= len(path.parents):  # a file loaded under a name its path does not have
+            continue
+        directory = path.parents[depth]
         if _installed(directory):
             own.setdefault(top, directory)
         elif directory not in free:
