@@ -5,8 +5,9 @@
 [--junit OUT.xml] [--strict-expectations]`.
 
 Exit status: 0 the candidate may ship, 1 it may not, 2 bad input (the message says which;
-``--json``, ``--junit`` and ``--markdown`` then record the refusal). Where the gate writes is checked first
-(missing directories made): a path it cannot write is bad input before anything is judged.
+``--json``, ``--junit`` and ``--markdown`` then record the refusal, each that can be written).
+Where the gate writes is checked first (missing directories made): a path it cannot write is
+bad input before anything is judged.
 """
 from __future__ import annotations
 

@@ -49,7 +49,8 @@ class TimeRule:
         if self.grew(before, after):
             return f"x{ratio:.2f} >= x{self.factor:g}"
         if ratio >= self.factor:
-            return f"x{ratio:.2f}, but +{_seconds(after - before)} s <= {self.slack_seconds:g} s slack"
+            return (f"x{ratio:.2f}, but +{_seconds(after - before)} s <= "
+                    f"{self.slack_seconds:g} s slack")
         return f"x{ratio:.2f} < x{self.factor:g}"
 
 
