@@ -301,6 +301,12 @@ class RunLifecycle:
         self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        if not complete and results.records:  # what was recorded stays: the rest can follow
+            from conformance.run_info import matrix_path
+            from reports.summary import resume_command
+
+            self.summary_lines.append(
+                f"finish it: {resume_command(results, report_dir, matrix_path())}")
         from conformance.kept_outputs import summary_lines
 
         self.summary_lines.extend(summary_lines(results.records, report_dir))

@@ -70,6 +70,9 @@ def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
     assert "INCOMPLETE" in (report / "index.html").read_text()
     assert "INCOMPLETE" in (report / "summary.md").read_text()
     assert json.loads((report / "previous" / "results.json").read_text())["suite_version"] == "old"
+    # what to type next, printed where the run stopped (it was only in docs/execution.md)
+    finish = [line for line in output.splitlines() if line.startswith("finish it: ")]
+    assert len(finish) == 1 and f"--resume {report}" in finish[0], output[-3000:]
 
 
 @pytest.mark.slow
