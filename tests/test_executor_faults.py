@@ -117,15 +117,10 @@ def test_a_setting_a_case_module_makes_when_imported_is_not_the_backends_leak():
     """A case module setting a torch switch at import failed every case as the backend's
     RUNTIME_ERROR (the child imported it after the settings' snapshot)."""
     from tests import settings_variants
+    from tests.test_backends_cpu import execute
 
-    spec = "cpu-eager"
-    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
-                        Settings(cases_modules=("tests.settings_variants",)),
-                        ReferenceCache(None, 0), worker="test")
-    try:
-        first, second = (executor.execute(settings_variants.CASE) for _ in range(2))
-    finally:
-        executor.close()
+    first, second = execute("cpu-eager", [settings_variants.CASE] * 2,
+                            cases_modules=("tests.settings_variants",))
     assert first.label is Label.PASS and second.label is Label.PASS, first.message
 
 
@@ -134,16 +129,10 @@ def test_a_setting_a_variants_builder_leaves_changed_is_the_cases_fault_not_the_
     RUNTIME_ERROR ("the backend left torch's global settings changed"), and in the worker it
     changed the dtype every later reference was computed in."""
     from tests import settings_variants
+    from tests.test_backends_cpu import execute
 
-    spec = "cpu-eager"
-    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
-                        Settings(cases_modules=("tests.settings_variants",)),
-                        ReferenceCache(None, 0), worker="test")
-    try:
-        leaking, after = (executor.execute(case) for case in
-                          (settings_variants.LEAKING_CASE, settings_variants.CASE))
-    finally:
-        executor.close()
+    leaking, after = execute("cpu-eager", [settings_variants.LEAKING_CASE, settings_variants.CASE],
+                             cases_modules=("tests.settings_variants",))
     assert leaking.label is Label.HARNESS_ERROR, leaking.message
     assert leaking.message.splitlines()[0].endswith(
         "the builder of variant 'settings_leaking_builder' left torch's global settings "

@@ -109,22 +109,13 @@ def test_a_case_whose_defined_answer_is_nan_is_the_cases_fault_not_the_backends(
     eager flex_attention itself included, was a MISMATCH, whose message blamed it (an
     outside audit). Such a case is the case's HARNESS_ERROR, whatever the backend computed."""
     from cases.model import Case, Shape, Variant
-    from conformance.backends.base import WorkerSlot
-    from conformance.backends.registry import load_backend
-    from conformance.executor import Executor, Settings
-    from conformance.reference_cache import ReferenceCache
     from records.results import Label
     from tests import where_variants  # the worker computes the reference: it needs the builder
+    from tests.test_backends_cpu import execute
 
     assert "where_first_key_forced" not in where_variants.NAMES  # the finite-answer ones
     case = Case(Variant("where_first_key_forced"), Shape(1, 2, 2, 16, 16, 16), "fp32")
-    executor = Executor(load_backend("cpu-eager"), "cpu-eager", WorkerSlot(0, 1),
-                        Settings(cases_modules=("tests.where_variants",)),
-                        ReferenceCache(None, 0), worker="test")
-    try:
-        record = executor.execute(case)
-    finally:
-        executor.close()
+    [record] = execute("cpu-eager", [case], cases_modules=("tests.where_variants",))
     assert record.label is Label.HARNESS_ERROR, record.message
     assert record.message.startswith("the case's own mods make flex_attention's answer NaN "
                                      "(out: 512 of 512 values): a score of +inf"), record.message
