@@ -13,6 +13,7 @@ import json
 import math
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,8 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
     file's (0o666 less the umask); ``mode`` overrides both. What is not a regular file, itself
     or through a link (``/dev/null``, ``/dev/stdout``, a FIFO), is written into as it is:
     replacing it would destroy a device as root. A temporary file that could not be finished
-    is removed; one a kill leaves is named ``.flexconf-*.tmp``."""
+    is removed; one a kill leaves (``.flexconf-PID-*.tmp``) is removed by the next write into
+    its directory (``_remove_abandoned_temporaries``)."""
     path = Path(path)
     if path.exists() and not path.is_file():  # a device or a pipe, maybe through a link
         with open(path, "w", encoding=encoding, errors=errors) as f:
@@ -185,8 +187,9 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
         return path
     if mode is None and path.is_file() and not path.is_symlink():
         mode = path.stat().st_mode & 0o7777
+    _remove_abandoned_temporaries(path.parent)
     while True:  # a short name of its own: any legal name of the output fits beside it
-        temporary = path.with_name(f".flexconf-{secrets.token_hex(6)}.tmp")
+        temporary = path.with_name(f"{_TEMPORARY_PREFIX}{os.getpid()}-{secrets.token_hex(6)}.tmp")
         try:
             handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
@@ -205,6 +208,47 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
             pass
         raise
     return path
+
+
+#: write_text_atomic's temporary files: the prefix, then the writer's pid, a dash and a random
+#: part, then ".tmp".
+_TEMPORARY_PREFIX = ".flexconf-"
+#: A temporary file older than this whose writer is gone is abandoned (kill -9 mid-write). The
+#: age keeps a writer on another host (a shared file system, where its pid means nothing
+#: here) safe: any write of this suite ends within seconds.
+_ABANDONED_AFTER_SECONDS = 60.0
+
+
+def _remove_abandoned_temporaries(directory: Path) -> None:
+    """Remove write_text_atomic's temporary files in ``directory`` that a killed writer left:
+    its pid runs no process here and the file is older than _ABANDONED_AFTER_SECONDS. Best
+    effort: what cannot be listed or removed stays."""
+    try:
+        entries = [e for e in os.scandir(directory)
+                   if e.name.startswith(_TEMPORARY_PREFIX) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        pid = entry.name[len(_TEMPORARY_PREFIX):].split("-", 1)[0]
+        try:
+            if (not pid.isdigit() or _process_exists(int(pid))
+                    or now - entry.stat(follow_symlinks=False).st_mtime
+                    < _ABANDONED_AFTER_SECONDS):
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # none, or no pid at all
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def strict_json_text(data: Any, indent: int | None = 1) -> str:

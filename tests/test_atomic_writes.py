@@ -129,3 +129,49 @@ def test_a_refusal_of_one_output_is_recorded_in_the_others(tmp_path):
     assert gate(tmp_path, both, both, "--markdown", str(markdown),
                 "--json", str(tmp_path / "new.json")) == 2
     assert markdown.read_text().startswith("## Release gate: \u26d4 REFUSED")
+
+
+def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # a writer killed between writing its temporary file and renaming it
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import os, time\n"
+        "os.replace = lambda *args: time.sleep(600)\n"
+        "from records.files import write_text_atomic\n"
+        f"write_text_atomic({str(tmp_path / 'results.json')!r}, 'half')\n")],
+        cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 120
+    while not _leftovers(tmp_path):
+        assert writer.poll() is None and time.monotonic() < deadline, "no temporary file"
+        time.sleep(0.05)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    [abandoned] = _leftovers(tmp_path)
+    assert abandoned.startswith(f".flexconf-{writer.pid}-")
+    live = tmp_path / f".flexconf-{os.getpid()}-0123456789ab.tmp"  # a writer still at work
+    live.write_text("x")
+    long_ago = time.time() - 3600
+    for name in (abandoned, live.name):
+        os.utime(tmp_path / name, (long_ago, long_ago))
+
+    write_text_atomic(tmp_path / "summary.md", "next\n")
+    assert _leftovers(tmp_path) == [live.name]
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_dead_writers_temporary_file_is_kept_while_it_is_young(tmp_path):
+    # on a file system shared between hosts a writer's pid means nothing here: only the age
+    # of its file says it was abandoned
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    young = tmp_path / f".flexconf-{gone.stdout.strip()}-0123456789ab.tmp"
+    young.write_text("x")
+    write_text_atomic(tmp_path / "summary.md", "next\n")
+    assert _leftovers(tmp_path) == [young.name]
