@@ -28,7 +28,7 @@ from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, deci
 from records.text import first_line
 from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
-                                merge_duplicate_notes, run_times_not_gated)
+                                merge_duplicate_notes, order_notes, run_times_not_gated)
 from records.text import one_line
 from records.results import Label, Record, RunResults
 from records.selection import DEFINITION, first_difference, selection_of
@@ -253,7 +253,8 @@ def decide(baseline: RunResults, candidate: RunResults,
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")
     findings: list[Finding] = []
-    notes = budget_notes(baseline, candidate) + backend_notes(baseline, candidate) \
+    notes = order_notes(baseline, candidate) + budget_notes(baseline, candidate) \
+        + backend_notes(baseline, candidate) \
         + cold_cache_hit_notes(baseline, candidate) + merge_duplicate_notes(baseline, candidate)
     regressed = {c.case_id for c in comparison.regressions}
     for change in comparison.regressions:

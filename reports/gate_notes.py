@@ -5,6 +5,7 @@ expectations, the machines and the seeds where it finds them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from records.results import RunResults
 from reports.compare import slower_cases
@@ -20,7 +21,8 @@ class Note:
     #          TIMES_NOT_GATED,
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
-    #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS, TIMED_RUNS_CHANGE
+    #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS, TIMED_RUNS_CHANGE,
+    #          ORDER
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 
@@ -92,6 +94,35 @@ def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
         f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "
         f"as --backend {requested[0]} (baseline) and --backend {requested[1]} (candidate): the "
         "same name need not be the same code"), flagged=True)]
+
+
+def order_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
+    """A flagged note when the candidate started before the baseline: gating yesterday's run
+    against today's is sometimes meant (a baseline measured again), but --baseline and
+    --candidate given the wrong way round read every finding backwards: a regression as a fix,
+    a slower compiler as a faster one."""
+    before, after = _started(baseline), _started(candidate)
+    if before is None or after is None or after >= before:
+        return []
+    return [Note("ORDER", (
+        f"the candidate started before the baseline ({candidate.started_at} against "
+        f"{baseline.started_at}{_torch_versions(baseline, candidate)}): if --baseline and "
+        "--candidate are swapped, every finding reads backwards"), flagged=True)]
+
+
+def _started(run: RunResults) -> datetime | None:
+    try:
+        started = datetime.fromisoformat(run.started_at)
+    except (TypeError, ValueError):
+        return None
+    return started if started.tzinfo is not None else None  # comparable with any other
+
+
+def _torch_versions(baseline: RunResults, candidate: RunResults) -> str:
+    versions = [run.environment.get("torch") for run in (baseline, candidate)]
+    if all(isinstance(v, str) for v in versions) and versions[0] != versions[1]:
+        return f"; torch {versions[1]} against {versions[0]}"
+    return ""
 
 
 def budget_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
