@@ -445,18 +445,21 @@ def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -
     if decision.findings:
         width = min(max(len(one_line(f.subject)) for f in decision.findings), 72)
         lines.append("")
-        shown: dict[str, int] = {}
+        # counted per category too: dismissed time findings listed after confirmed ones of
+        # their kind are never hidden in the count of the blocking ones
+        shown: dict[tuple[str, str], int] = {}
         for f in decision.findings:
-            shown[f.kind] = shown.get(f.kind, 0) + 1
-            if shown[f.kind] <= TEXT_ROWS_PER_KIND:
+            key = (f.category, f.kind)
+            shown[key] = shown.get(key, 0) + 1
+            if shown[key] <= TEXT_ROWS_PER_KIND:
                 why = f" — {f.why}" if f.why else ""
                 lines.append(f"  {_MARKS[f.category]} {f.kind:<18} {one_line(f.subject):<{width}}"
                              f"  {f.detail}{why}")
                 if f.confirmation is not None and f.confirmation.status != "unconfirmed":
                     lines.append(f"      {f.confirmation.text}")
-        for kind, n in shown.items():
+        for (category, kind), n in shown.items():
             if n > TEXT_ROWS_PER_KIND:
-                lines.append(f"  ... and {n - TEXT_ROWS_PER_KIND} more {kind} "
-                             "(--markdown or --json FILE lists all)")
+                lines.append(f"  ... and {n - TEXT_ROWS_PER_KIND} more {kind} ({category}; "
+                             "--markdown or --json FILE lists all)")
     lines += [f"  note: {note.text}" for note in decision.notes if not note.flagged]
     return "\n".join(one_line(line) for line in lines) + "\n"

@@ -467,3 +467,33 @@ def test_a_rerun_runs_from_an_absolute_report_dir_and_must_record_its_sides_rele
     assert seen["path"].startswith("/opt/sdk/bin" + os.pathsep)
     assert said == ("the rerun ran another release than the candidate (torch '9.9.9' where the "
                     "run recorded '2.13.0')")
+
+
+def test_the_text_table_counts_dismissed_findings_apart_from_confirmed_ones(tmp_path,
+                                                                           monkeypatch):
+    """Dismissed time findings come after the confirmed ones of their kind: counted with them,
+    they were the rows cut, under a "more COMPILE_TIME" that read as more blocking ones."""
+    import reports.gate
+
+    monkeypatch.setattr(reports.gate, "TEXT_ROWS_PER_KIND", 2)
+    ids = [case_id(seq=64 * (i + 1)) for i in range(6)]
+    old = run([record(c, compile_seconds=4.0) for c in ids])
+    new = run([record(c, compile_seconds=8.0) for c in ids])
+    slow = set(ids[:3])  # the reruns confirm these and dismiss the rest
+
+    def rerun(side: Side, case_ids, report_dir: Path):
+        seconds = {c: 8.0 if side.name == "candidate" and c in slow else 4.0 for c in case_ids}
+        records = [replace(record(c, compile_seconds=seconds[c]), run_seconds=1.0)
+                   for c in case_ids]
+        return RunResults({}, side.results.options, tuple(records), "0.1.0")
+
+    decision = decide(old, new)
+    sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
+    measured = remeasure(sides, flagged_cases(decision), 1, tmp_path, rerun=rerun)
+    text = gate_text(confirm_decision(decision, measured), "old.json", "new.json")
+    assert text.startswith("gate: MAY NOT SHIP: 3 blocking findings (blocking: 3 COMPILE_TIME; "
+                           "dismissed: 3 COMPILE_TIME)")
+    rows = [line[:4] for line in text.splitlines() if line.startswith(("  x ", "  ~ "))]
+    assert rows == ["  x "] * 2 + ["  ~ "] * 2
+    assert "  ... and 1 more COMPILE_TIME (blocking; --markdown or --json FILE lists all)" in text
+    assert "  ... and 1 more COMPILE_TIME (dismissed; --markdown or --json FILE lists all)" in text
