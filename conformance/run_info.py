@@ -17,11 +17,10 @@ def import_paths(backend: str, cases_modules: Sequence[str]) -> dict[str, Any]:
     puts them on PYTHONPATH again (reports.summary.rerun_backend); a module found in the
     interpreter's own site-packages needs no entry (and must get none: another environment's
     site-packages on PYTHONPATH would shadow that environment's own torch)."""
-    import site
-
     from conformance.backends.registry import import_root, module_root
+    from conformance.source_closure import site_packages
 
-    own = {str(Path(p).resolve()) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    own = site_packages()
     paths: dict[str, Any] = {}
     backend_root = import_root(backend)
     if backend_root and backend_root not in own:

@@ -156,14 +156,21 @@ def _absolute(module: str, level: int, package: str) -> str | None:
         return None
 
 
-@lru_cache(maxsize=1)
-def _installed_roots() -> tuple[Path, ...]:
-    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+def site_packages() -> set[str]:
+    """The interpreter's own site-packages directories (its environment's and the user's),
+    resolved: where pip installs what this interpreter imports."""
+    paths = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
     try:
         paths.update(site.getsitepackages())
     except AttributeError:  # some virtualenvs' site module
         pass
     paths.add(site.getusersitepackages())
+    return {str(Path(p).resolve()) for p in paths if p}
+
+
+@lru_cache(maxsize=1)
+def _installed_roots() -> tuple[Path, ...]:
+    paths = site_packages() | {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")}
     torch_spec = importlib.util.find_spec("torch")  # a source checkout of torch is not ours
     if torch_spec is not None and torch_spec.origin:
         paths.add(str(Path(torch_spec.origin).parents[1]))
