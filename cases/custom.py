@@ -21,6 +21,7 @@ from types import ModuleType
 from cases.catalog import PROFILES, check_profile, matrix
 from cases.model import Case, Variant
 from cases import variants
+from records.text import one_line
 
 ENTRY_POINT_GROUP = "flexattention_conformance.cases"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -59,7 +60,7 @@ def import_case_modules(names: list[str]) -> list[ModuleType]:
                                  "its directory on PYTHONPATH") from None
             raise ValueError(f"case module {name!r} failed to import: {exc}; install what "
                              "it needs") from None
-        except Exception as exc:  # noqa: BLE001 - the user's module: say which and why
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: say which
             raise ValueError(f"case module {name!r} failed to import: "
                              f"{type(exc).__name__}: {exc}; fix the module") from None
         for variant in set(variants.registered_variants()) - before:
@@ -82,7 +83,7 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
         if not callable(make):
             raise ValueError(f"case module {name!r} has no function cases(profile) -> "
                              "list[Case]; define one (docs/cases.md)")
-        for case in make(profile):
+        for case in _module_cases(name, make, profile):
             if not isinstance(case, Case):
                 raise ValueError(f"case module {name!r}: cases({profile!r}) returned a "
                                  f"{type(case).__name__}; return cases.model.Case objects")
@@ -100,6 +101,28 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
         seen.add(case.id)
     _refuse_catalog_ids(collected, names)
     return collected
+
+
+def _module_cases(name: str, make, profile: str) -> list:
+    """What the case module ``name``'s ``cases`` (``make``) returns for ``profile``, as a list;
+    ValueError, one line, where it raises or returns something other than a list or tuple."""
+    try:
+        made = make(profile)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's function: say which
+        raise ValueError(f"case module {name!r}: cases({profile!r}) raised "
+                         f"{type(exc).__name__}: {one_line(str(exc))}; fix the module "
+                         "(docs/cases.md)") from None
+    if not isinstance(made, (list, tuple)):
+        raise ValueError(f"case module {name!r}: cases({profile!r}) returned "
+                         f"{_a(type(made).__name__)}, not a list; return a list of "
+                         "cases.model.Case (docs/cases.md)")
+    return list(made)
+
+
+def _a(noun: str) -> str:
+    if noun == "NoneType":
+        return "None"
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def _refuse_catalog_ids(collected: list[Case], names: list[str]) -> None:
@@ -123,7 +146,12 @@ def select_cases(profile: str, matrix_name: str, modules: list[str]) -> list[Cas
     followed by the cases of the case modules. ``custom`` without a case module is a
     ValueError: it would run nothing."""
     check_custom_matrix(matrix_name, modules)
-    return matrix(profile, matrix_name) + load_case_modules(modules, profile)
+    selected = matrix(profile, matrix_name) + load_case_modules(modules, profile)
+    if not selected:  # only --matrix custom can select none
+        raise ValueError(f"--matrix custom: the case module(s) {', '.join(modules)} give no "
+                         f"case for the {profile} profile; return cases from cases({profile!r}), "
+                         "or give the --profile they have cases for")
+    return selected
 
 
 def check_custom_matrix(matrix_name: str, modules) -> None:

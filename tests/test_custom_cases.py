@@ -4,6 +4,7 @@ unchanged, and bad module names are one-line errors."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,37 @@ def test_a_module_whose_import_fails_or_whose_variant_has_no_builder_is_named(tm
     with pytest.raises(ValueError, match=r"uses variant 'unregistered_mask', which has no builder; "
                                          r"decorate its builder with @cases.variants.builder"):
         load_case_modules(["no_builder"])
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def cases(profile):\n    return None\n",
+     "case module 'mod': cases('smoke') returned None, not a list; return a list of "
+     "cases.model.Case (docs/cases.md)"),
+    ("def cases(profile):\n    return 5\n",
+     "case module 'mod': cases('smoke') returned an int, not a list;"),
+    ("def cases():\n    return []\n",
+     "case module 'mod': cases('smoke') raised TypeError: cases() takes 0 positional arguments "
+     "but 1 was given; fix the module (docs/cases.md)"),
+    ("def cases(profile):\n    return {'full': []}[profile]\n",
+     "case module 'mod': cases('smoke') raised KeyError: 'smoke'; fix the module"),
+    ("import sys\nsys.exit(3)\n", "case module 'mod' failed to import: SystemExit: 3; fix the "
+     "module"),
+    ("def cases(profile):\n    return []\n",
+     "--matrix custom: the case module(s) mod give no case for the smoke profile; return cases "
+     "from cases('smoke'), or give the --profile they have cases for"),
+])
+def test_a_case_module_whose_cases_are_unusable_is_a_one_line_error(source, message, tmp_path,
+                                                                     monkeypatch):
+    """An outside audit: each of these was an INTERNALERROR with a traceback, or (no case at
+    all) a run of pytest's placeholder case that exited 0."""
+    from cases.custom import select_cases
+
+    (tmp_path / "mod.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mod", raising=False)
+    with pytest.raises(ValueError) as err:
+        select_cases("smoke", "custom", ["mod"])
+    assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_entry_points_name_installed_case_modules(tmp_path, monkeypatch):
