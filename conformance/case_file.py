@@ -5,6 +5,7 @@ names the file, the case and the fix. Every field is checked, unknown ones too: 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Collection
 
 from cases.model import Case
@@ -82,6 +83,11 @@ def _check_fields(spec, where: str) -> None:
     if "params" in spec and not isinstance(spec["params"], dict):
         raise ValueError(f"{where}: 'params' is a JSON {_json_type(spec['params'])}; give an "
                          'object of the variant\'s parameters, e.g. {"w": 256}, or {}')
+    for key, value in (spec.get("params") or {}).items():  # a parameter is a number
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"{where}: params.{one_line(str(key))} is "
+                             f"{one_line(_json_text(value))}; give a finite number, e.g. 256")
 
 
 def _check_params(case: Case, where: str) -> None:
@@ -90,8 +96,12 @@ def _check_params(case: Case, where: str) -> None:
     without (a misspelt optional parameter: the builder silently took its default, and the
     name only changed the id). Other unread parameters pass: a builder may read one at some
     shapes only."""
+    from cases.catalog_params import param_problem
     from cases.variants import param_use
 
+    problem = param_problem(case.variant)
+    if problem is not None:
+        raise ValueError(f"{where}: variant {case.variant.name!r}: {problem}")
     use = param_use(case.variant, case.shape)
     given = [key for key, _ in case.variant.params]
     name = case.variant.name

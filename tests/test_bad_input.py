@@ -307,6 +307,14 @@ def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
     ({"variant": "prefix_lm", "params": {"pp": 16}},  # it named the misspelling as the fix
      "case 0: variant 'prefix_lm' needs the parameter 'p', which 'params' does not give (it "
      "gives pp; did you mean 'p' instead of 'pp'?); give the parameters it reads: p"),
+    # an outside audit: these ran, each a HARNESS_ERROR with a traceback, or masking every key
+    ({"variant": "sliding_window", "params": {"w": "x"}},
+     'case 0: params.w is "x"; give a finite number, e.g. 256'),
+    ({"variant": "sliding_window", "params": {"w": float("nan")}},
+     "case 0: params.w is NaN; give a finite number, e.g. 256"),
+    ({"variant": "sliding_window", "params": {"w": -5}},
+     "case 0: variant 'sliding_window': its w is -5; give a whole number from 1 to 2147483647 "
+     "(the window's length in keys)"),
 ])
 def test_a_case_spec_with_a_misspelt_or_mistyped_field_is_one_line(tmp_path, change, line):
     """A misspelt input_scale made an x4 case an x1 case that passed; an unknown variant was
