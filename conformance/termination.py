@@ -86,7 +86,15 @@ def xdist_worker_pids(config) -> list[int]:
 STOP_GRACE_SECONDS = 30.0
 
 
-def ignore_signals_while_stopping() -> None:
+#: What ignore_signals_while_stopping says a stop signal is ignored for.
+STOPPING = "the run is already stopping and writing what finished"
+FINISHING = "every case finished and the run is writing its results"
+
+
+def ignore_signals_while_stopping(doing: str = STOPPING) -> None:
+    """Until restore_termination_handlers, Ctrl-C, SIGTERM and SIGHUP are ignored with one
+    line that says so and what the run is ``doing``, for STOP_GRACE_SECONDS; one after that
+    stops the run at once."""
     began, said = time.monotonic(), []
 
     def stopping(signum, _frame):
@@ -95,9 +103,8 @@ def ignore_signals_while_stopping() -> None:
             raise KeyboardInterrupt(f"received {name} while stopping")
         if not said:
             said.append(True)
-            print(f"\nflexconf: {name} ignored: the run is already stopping and writing what "
-                  f"finished (one after {STOP_GRACE_SECONDS:.0f} s stops it at once)",
-                  file=sys.stderr, flush=True)
+            print(f"\nflexconf: {name} ignored: {doing} (one after {STOP_GRACE_SECONDS:.0f} s "
+                  "stops it at once)", file=sys.stderr, flush=True)
 
     _replace_handlers((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), stopping)
 
