@@ -50,6 +50,7 @@ class RecordWriter:
     def __init__(self, report_dir: str | Path, worker: str):
         self.path = records_dir(report_dir) / f"{worker}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
 
     def environment(self, environment: dict[str, Any]) -> None:
@@ -77,6 +78,30 @@ class RecordWriter:
         self._file.write(json.dumps(event) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a torn last line (a worker killed mid-write, a full disk) off the worker file that a
+    resumed run appends to: appended to, it would swallow the first new event (an outside
+    audit: a resume's environment event became part of the torn line, and was lost). The torn
+    line is unreadable already; every complete line stays."""
+    try:
+        with open(path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            keep = end
+            while keep > 0:
+                start = max(0, keep - 65536)
+                f.seek(start)
+                chunk = f.read(keep - start)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            if keep < end:
+                f.truncate(keep)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,27 @@ def test_only_a_run_that_left_records_and_no_results_of_its_own_is_unreported(tm
     assert unreported_run(tmp_path) is None
 
 
+def test_a_resumed_worker_file_loses_its_torn_line_not_its_next_event(tmp_path):
+    """A worker killed mid-write (or a full disk) leaves a torn last line; the resumed run's
+    worker appended its first event onto it, and that event was lost (an outside audit)."""
+    from records.events import DAMAGED_EVENT, RecordWriter, read_events
+
+    writer = RecordWriter(tmp_path, "gw0")
+    writer.started("full/a", {}, "gw0", "t1")
+    writer.finished(Record(case_id="full/a", label=Label.PASS, finished_at="t2"))
+    writer.close()
+    with open(tmp_path / "records" / "gw0.jsonl", "a") as f:
+        f.write('{"event": "finished", "record": {"case_id": "full/b' + "x" * 70000)
+    resumed = RecordWriter(tmp_path, "gw0")
+    resumed.environment({"torch": "2.13.0"})
+    resumed.close()
+    events = [event["event"] for event in read_events(tmp_path)]
+    assert events == ["started", "finished", "environment"] and DAMAGED_EVENT not in events
+    whole = RecordWriter(tmp_path, "gw0")  # a file that ends with its newline is kept whole
+    whole.close()
+    assert [event["event"] for event in read_events(tmp_path)] == events
+
+
 def test_a_schema_version_of_another_type_says_so(tmp_path):
     """A string "1" read "schema_version '1' is not supported (this suite reads version 1)"
     (an audit): the same words for two values that look alike."""
