@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conformance import options as opts, termination
-from conformance.run_lifecycle import RunLifecycle, worker_count
+from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_count
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
@@ -166,17 +166,27 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         else:
             interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-            missing = state.finish_run(interrupted=interrupted)
-            if state.options.resume and not interrupted:
-                _end_of_resume(session, state, missing)
-            elif state.nothing_selected() and not interrupted:  # an empty part: merge it
-                state.summary_lines.append(
-                    f"--shard {state.options.shard[0] + 1}/{state.options.shard[1]}: none of the "
-                    f"{len(state.selected)} selected case(s) is in this part; its results.json "
-                    "has no records, for flexconf merge")
-                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+            try:
+                missing = state.finish_run(interrupted=interrupted)
+            except OSError as exc:  # a full disk, a directory gone: the records stay
+                state.summary_lines.append(results_not_written(state.options.report_dir, exc))
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            else:
+                _end_of_run(session, state, missing, interrupted)
     if state.active:
         termination.restore_termination_handlers()
+
+
+def _end_of_run(session, state, missing: list[str], interrupted: bool) -> None:
+    """The exit status of a run whose results are written, where it is not pytest's own."""
+    if state.options.resume and not interrupted:
+        _end_of_resume(session, state, missing)
+    elif state.nothing_selected() and not interrupted:  # an empty part: merge it
+        state.summary_lines.append(
+            f"--shard {state.options.shard[0] + 1}/{state.options.shard[1]}: none of the "
+            f"{len(state.selected)} selected case(s) is in this part; its results.json "
+            "has no records, for flexconf merge")
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def _end_of_resume(session, state, missing: list[str]) -> None:

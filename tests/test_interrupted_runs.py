@@ -430,3 +430,33 @@ def test_a_stop_signal_after_the_last_case_is_ignored_and_the_run_is_complete(tm
     results = load_results(tmp_path / "report" / "results.json")
     assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
     assert "INCOMPLETE" not in (tmp_path / "report" / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_results_that_cannot_be_written_are_one_line_and_the_records_are_recovered(tmp_path):
+    """A disk that filled up as the run ended: the manifest's write raised, and the run ended
+    with a traceback and exit 1, the status of failed cases, with no report at all (an outside
+    audit). Here every write of a results file fails as the session finishes."""
+    (tmp_path / "full_disk.py").write_text(
+        "import errno\n"
+        "import pytest\n"
+        "import records.results, records.store\n"
+        "def full(*args, **kwargs):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_sessionfinish(session):\n"
+        "    records.results.write_text_atomic = records.store.write_text_atomic = full\n")
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "full_disk"),
+               env=_env_importing_from(tmp_path))
+    output = proc.stdout + proc.stderr
+    report = tmp_path / "report"
+    assert proc.returncode == 3, output[-3000:]  # not 1: no case failed, the run did
+    assert "Traceback" not in output, output[-3000:]
+    assert (f"the results could not be written into {report}: OSError: [Errno 28] No space "
+            f"left on device; what finished is kept in {report / 'records'}: make room, then "
+            f"flexconf recover {report}") in output
+    assert not (report / "results.json").exists()
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    results = load_results(report / "results.json")
+    assert [(r.case_id, r.label) for r in results.records] == [(CASES[0].id, Label.PASS)]
