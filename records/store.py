@@ -233,6 +233,8 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
                 target.replace(report_dir / SUPERSEDED_DIR / name)
             source.replace(target)
             moved.append(target)
+    if resuming is not None:  # a resume selects cases: nothing to put back, ever (an audit:
+        shutil.rmtree(superseded, ignore_errors=True)  # it was left there for good)
     return moved
 
 

@@ -56,6 +56,15 @@ def refuse_another_runs_directory(output: str, main) -> None:
     from records.results import load_results
     from records.text import one_line
 
+    from records.store import unreported_run
+
+    killed = unreported_run(output) if Path(output).is_dir() else None
+    if killed is not None:  # its pages would read as the killed run's, beside its records
+        raise ValueError(f"-o {one_line(output)} holds the records of a run that stopped "
+                         f"without writing its results (started {killed.started_at}), which "
+                         f"a report there would read as; keep them first with flexconf recover "
+                         f"{one_line(output)}, or give a directory of its own, e.g. -o "
+                         "reports/compare")
     beside = Path(output) / "results.json"
     if not beside.is_file():
         return

@@ -286,3 +286,17 @@ def test_a_metric_that_is_not_finite_is_written_as_strict_json_and_shown(tmp_pat
     write_report(loaded, tmp_path / "report")
     html = (tmp_path / "report" / "index.html").read_text()
     assert "inf" in html and "Infinity" not in html
+
+
+def test_a_resume_that_sets_pages_aside_keeps_nothing_superseded(tmp_path):
+    """Pages without their results.json (a report rendered into a killed run's directory)
+    went into previous/ at a resume's start, and what previous/ held into
+    .superseded-previous/, which nothing removed (an outside audit)."""
+    from records.store import PREVIOUS_DIR, SUPERSEDED_DIR, RunManifest, set_aside_results
+
+    (tmp_path / PREVIOUS_DIR).mkdir()
+    (tmp_path / PREVIOUS_DIR / "summary.md").write_text("the run before")
+    (tmp_path / "summary.md").write_text("a report rendered here")
+    set_aside_results(tmp_path, resuming=RunManifest("t1", "v", {}, ["full/a"]))
+    assert (tmp_path / PREVIOUS_DIR / "summary.md").read_text() == "a report rendered here"
+    assert not (tmp_path / SUPERSEDED_DIR).exists()

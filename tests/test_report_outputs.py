@@ -68,3 +68,27 @@ def test_a_report_without_o_goes_beside_the_run_it_describes(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(newer / "index.html")
     assert "1/1 PASS" in (newer / "summary.md").read_text()
     assert not (older / "index.html").exists()
+
+
+def test_a_report_into_the_directory_of_a_killed_run_is_refused(tmp_path, capsys):
+    """After kill -9, `flexconf report previous/results.json -o DIR` wrote a green summary.md
+    beside the killed run's records, with no results.json: the directory read as a run that
+    passed (an outside audit). Once recovered, the directory is that run's, as any other."""
+    from records.events import RecordWriter
+    from records.store import RunManifest, write_manifest
+
+    killed = tmp_path / "latest"
+    write_manifest(killed, RunManifest("2026-12-06T01:00:00.000+00:00", "0.1.0", {},
+                                       [case_id()]))
+    writer = RecordWriter(killed, "gw0")
+    writer.started(case_id(), {}, "gw0", "2026-12-06T01:00:01.000+00:00")
+    writer.finished(record(case_id(), Label.MISMATCH, message="off"))
+    writer.close()
+    write_results(run([record(case_id())]), tmp_path / "green.json")
+    assert main(["report", str(tmp_path / "green.json"), "-o", str(killed)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf report: error: -o {killed} holds the records of a run that stopped without "
+        "writing its results (started 2026-12-06T01:00:00.000+00:00), which a report there "
+        f"would read as; keep them first with flexconf recover {killed}, or give a directory "
+        "of its own, e.g. -o reports/compare"]
+    assert not (killed / "summary.md").exists() and not (killed / "index.html").exists()
