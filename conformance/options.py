@@ -332,6 +332,7 @@ def parse(get, base_dir: Path) -> RunOptions:
                          "drop --compile-cache cold (or give warm)")
     _check_resume(values, get("--report-dir") is not None)
     _check_custom_matrix(values)
+    _check_case_file_matrix(values)
     if values["resume"]:
         values["report_dir"] = Path(values["resume"])
     return RunOptions(**values)
@@ -353,6 +354,16 @@ def _check_custom_matrix(values: dict) -> None:
     from cases.custom import check_custom_matrix
 
     check_custom_matrix(values["matrix"], values["cases_modules"])
+
+
+def _check_case_file_matrix(values: dict) -> None:
+    """--case-file runs the file's cases alone: --matrix extended or all would be ignored,
+    yet recorded, and a gate or merge against a run of the same file without it refused the
+    two for a difference that changed nothing (an outside audit). (--matrix custom still
+    says what fuzzing draws from.)"""
+    if values["case_file"] and values["matrix"] in ("extended", "all"):
+        raise ValueError(f"--matrix {values['matrix']} does not apply with --case-file, which "
+                         "runs the file's cases alone; drop --matrix")
 
 
 def parse_count(option: str, text: str, minimum: int) -> int:

@@ -257,6 +257,8 @@ def test_a_report_output_that_is_a_file_is_one_line(tmp_path, capsys):
     (("--matrix", "custom", "--cases-module", "tests.broken_mod_variants", "--fuzz-examples", "2"),
      "--matrix custom fuzzes only case modules' variants, and no case module defines "
      "fuzz_variants(shape); define one (docs/cases.md)"),
+    (("--matrix", "extended"), "--matrix extended does not apply with --case-file, which runs "
+                               "the file's cases alone; drop --matrix"),
 ])
 def test_options_a_run_would_ignore_are_one_line_usage_errors(tmp_path, extra, line):
     """--report-dir was dropped without a word under --resume; --matrix custom without a case
