@@ -426,8 +426,16 @@ def _select_cases(options: opts.RunOptions) -> list:
 
         source = f"--case-file {options.case_file}" if options.case_file else \
             f"--matrix {options.matrix} --profile {options.profile}"
+        import shlex
+
+        from cases.model import FUZZ_PREFIX
+
         elsewhere = _matrix_of(unknown[0], options.cases_modules)
         fix = (f"it is a case of {elsewhere}: give those" if elsewhere else
+               "a fuzzed case is in no matrix: rerun it with flexconf repro RESULTS_JSON "
+               f"{shlex.quote(one_line(unknown[0]))}, or its saved spec with --case-file "
+               "(docs/cases.md)"
+               if unknown[0].startswith(FUZZ_PREFIX) else
                "flexconf list prints the ids (give the same --matrix, --profile and "
                "--cases-module)")
         raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; {fix}")

@@ -466,3 +466,17 @@ def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_pa
     smoke = matrix("smoke", "core")[0].id
     assert _matrix_of(smoke, ()) == "--matrix core --profile smoke"
     assert _matrix_of(smoke + "x", ()) is None
+
+
+def test_a_fuzzed_case_id_is_sent_to_repro_not_to_a_matrix(tmp_path):
+    """A fuzz/... id was told to give the same --matrix and --profile, which hold no fuzzed
+    case (an outside audit)."""
+    fuzzed = "fuzz/composed-causal0/b1-h2x2-s64x64-d16/fp32/fwd"
+    proc = run([sys.executable, "-m", "pytest", "conformance/", "-p", "no:cacheprovider",
+                "--profile", "smoke", "--case-id", fuzzed,
+                "--report-dir", str(tmp_path / "report")])
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _error_lines(proc) == [
+        f"ERROR: --case-id {fuzzed!r} is not a case of --matrix core --profile smoke; a fuzzed "
+        f"case is in no matrix: rerun it with flexconf repro RESULTS_JSON {fuzzed}, or its "
+        "saved spec with --case-file (docs/cases.md)"]
