@@ -161,6 +161,9 @@ def _entry(item: object, where: str, line: int) -> Expectation:
             raise ExpectationsError(
                 f"{where}: unknown key {key!r}; allowed keys: {', '.join(_ALLOWED)}")
     for key in _REQUIRED:
+        if key in item and not isinstance(item[key], str):  # backend = 5, label = ["MISMATCH"]
+            raise ExpectationsError(f"{where}: '{key}' is a TOML {_toml_type(item[key])}; give "
+                                    "it as a string")
         if not isinstance(item.get(key), str) or not item[key].strip():
             raise ExpectationsError(f"{where}: '{key}' is missing or empty; give it as a string")
     if not isinstance(item.get("link", ""), str):
@@ -183,6 +186,11 @@ def _entry(item: object, where: str, line: int) -> Expectation:
         check_case_id(case, where)
     return Expectation(item["backend"].strip(), case, label, item["reason"].strip(),
                        item.get("link", "").strip(), line)
+
+
+def _toml_type(value: object) -> str:
+    return {bool: "boolean", int: "integer", float: "float", list: "array",
+            dict: "table"}.get(type(value), type(value).__name__)
 
 
 def decided_cases(expectations: Expectations, entry: Expectation,

@@ -69,6 +69,8 @@ def test_a_failure_is_known_only_with_exactly_the_expected_label():
     ('label = "CRASH"\nlabl = "x"', "known.toml:2: unknown key 'labl'; allowed keys:"),
     ('label = "CRASH"\nreason = ""', "known.toml:2: 'reason' is missing or empty"),
     ('label = "CRASH"\nlink = 3', "known.toml:2: 'link' must be a string"),
+    ('label = ["MISMATCH"]', "known.toml:2: 'label' is a TOML array; give it as a string"),
+    ('label = "CRASH"\nbackend = 5', "known.toml:2: 'backend' is a TOML integer; give it as"),
     ('label = "CRASH"\ncase = "causal/b1"', "known.toml:2: case 'causal/b1' is neither a case id"),
 ])
 def test_a_bad_entry_is_an_error_naming_its_line(entry, message):
