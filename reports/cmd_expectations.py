@@ -49,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"not added {one_line(rec.case_id)} ({rec.label.value}): a fuzzed case, which no "
               "entry can name; rerun it from its spec (fuzz-failures/) and fix or report it",
               file=log)
+    from reports.expectations import misspelt_backends, parse_expectations
+
+    backend = results.options.get("backend", "")
+    for entry in misspelt_backends(parse_expectations(text, str(path)), backend):
+        print(f"note     {path}:{entry.line}  backend {entry.backend!r} is not the run's "
+              f"{backend!r}: the entry applies to none of its cases; fix the name if it is "
+              "meant", file=log)
     if not (update.added or update.dropped):
         print(f"{path}: up to date", file=log)
     return 0

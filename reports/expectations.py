@@ -193,6 +193,17 @@ def _toml_type(value: object) -> str:
             dict: "table"}.get(type(value), type(value).__name__)
 
 
+def misspelt_backends(expectations: Expectations, backend: str) -> list[Expectation]:
+    """Entries whose backend is not ``backend`` (the run's) but spelt almost like it
+    (``cpu-eagr`` for ``cpu-eager``): they apply to no case of the run, so the failures they
+    list are unknown to it, and nothing said why (an outside audit). Entries for other
+    backends, spelt otherwise, are a file's normal content."""
+    import difflib
+
+    return [entry for entry in expectations.entries if not entry.applies_to(backend)
+            and difflib.get_close_matches(entry.backend, [backend], n=1, cutoff=0.8)]
+
+
 def decided_cases(expectations: Expectations, entry: Expectation,
                   results: RunResults) -> list[Record]:
     """The run's cases that ``entry`` decides (the one ``lookup`` gives for them)."""

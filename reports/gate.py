@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, decided_cases,
-                                  shadowed_expectations, stale_expectations)
+                                  misspelt_backends, shadowed_expectations,
+                                  stale_expectations)
 from records.text import first_line
 from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
@@ -325,6 +326,13 @@ def decide(baseline: RunResults, candidate: RunResults,
         if expected_count:
             notes.append(Note("KNOWN_FAILURES", f"{expected_count} known failures listed in "
                               f"{expectations.source}"))
+        misspelt = misspelt_backends(expectations, backend)
+        if misspelt:
+            notes.append(Note("MISSPELT_BACKEND", (
+                f"{len(misspelt)} entr{'y' if len(misspelt) == 1 else 'ies'} of "
+                f"{expectations.source} name backend {misspelt[0].backend!r} "
+                f"({_where(misspelt[0])}), not the candidate's {backend!r}: they apply to none "
+                "of its cases; fix the name if it is meant"), flagged=True))
         unmatched = unmatched_expectations(expectations, candidate)
         if unmatched:
             notes.append(Note("UNMATCHED_EXPECTATIONS", (

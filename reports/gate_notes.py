@@ -22,7 +22,7 @@ class Note:
     #          RUN_TIME_NOT_GATED,
     #          KNOWN_FAILURES, UNTRIAGED, UNMATCHED_EXPECTATIONS, SEED_CHANGE, UNCONFIRMED,
     #          CONFIRMATION, RERUN, MERGE_DUPLICATES, SHADOWED_EXPECTATIONS, TIMED_RUNS_CHANGE,
-    #          ORDER
+    #          ORDER, MISSPELT_BACKEND
     text: str
     flagged: bool = False  # a reader must see it: shown before the findings, marked "!"
 

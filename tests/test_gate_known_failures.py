@@ -59,3 +59,29 @@ def test_each_accepted_failure_is_listed_and_junit_skips_it(tmp_path, capsys):
     assert gate(tmp_path, old, slower, "--junit", str(junit), expectations=entries) == 1
     suite = ET.parse(junit).getroot().find("testsuite")
     assert (suite.get("failures"), suite.get("skipped")) == ("1", "0")
+
+
+def test_an_entry_for_a_misspelt_backend_is_flagged_in_the_gate_and_the_update(tmp_path,
+                                                                            capsys):
+    """backend = "neuorn" was accepted without a word: its failures were unknown to the run
+    and blocked, and `expectations update` added a second entry beside the typo (an outside
+    audit). Entries for other backends, spelt otherwise, say nothing."""
+    from conformance.cli import main
+    from records.results import write_results
+
+    old = run([record(A), record(B)])
+    new = run([record(A), record(B, Label.MISMATCH)])  # backend "neuron"
+    assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH", backend="neuorn")) == 1
+    out = capsys.readouterr().out
+    assert (f"  ! MISSPELT_BACKEND: 1 entry of {tmp_path / 'known.toml'} name backend 'neuorn' "
+            "(line 1), not the candidate's 'neuron': they apply to none of its cases; fix the "
+            "name if it is meant") in out.splitlines()
+    assert gate(tmp_path, old, new, expectations=known(B, "MISMATCH", backend="cuda")) == 1
+    assert "MISSPELT_BACKEND" not in capsys.readouterr().out
+    write_results(new, tmp_path / "new.json")
+    (tmp_path / "known.toml").write_text(known(B, "MISMATCH", backend="neuorn"))
+    assert main(["expectations", "update", str(tmp_path / "new.json"), "--expectations",
+                 str(tmp_path / "known.toml")]) == 0
+    assert (f"note     {tmp_path / 'known.toml'}:1  backend 'neuorn' is not the run's 'neuron': "
+            "the entry applies to none of its cases; fix the name if it is meant") \
+        in capsys.readouterr().out.splitlines()
