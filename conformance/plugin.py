@@ -371,9 +371,18 @@ class ConformanceSession(RunLifecycle):
             load_expectations(self.options.expectations)
             opts.check_reference_cache(self.options.reference_cache)
             self._check_fuzz_sources()
+            self._check_compile_phase()
         except (BackendError, ValueError, RuntimeError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
+
+    def _check_compile_phase(self) -> None:
+        """--phase compile on a backend that compiles nothing (cpu-eager, cuda-eager, an
+        eager plugin) fills no cache: its cases were labeled COMPILED and the run exited 0
+        (an outside audit)."""
+        if self.options.phase == "compile" and self.backend.compiled is False:
+            raise ValueError(f"--phase compile: backend {self.backend.name} compiles nothing, "
+                             "so there is no cache to fill; run without --phase")
 
     def _check_fuzz_sources(self) -> None:
         """--fuzz-examples with --matrix custom fuzzes only the case modules' variants: none

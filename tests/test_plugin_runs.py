@@ -214,6 +214,11 @@ def test_bad_phase_and_device_check_values_are_usage_errors(tmp_path):
                            "--compile-cache", "cold"))
     assert proc.returncode == 4
     assert "--phase compile fills the warm cache, but --compile-cache is cold" in proc.stderr
+    # a backend that compiles nothing has no cache to fill: its cases were labeled COMPILED
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--phase", "compile"))
+    assert proc.returncode == 4
+    assert ("ERROR: --phase compile: backend cpu-eager compiles nothing, so there is no cache "
+            "to fill; run without --phase") in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "report" / "results.json").exists()
 
 
