@@ -54,7 +54,9 @@ def builder(name: str) -> Callable[[Builder], Builder]:
 
     def register(fn: Builder) -> Builder:
         if name in _BUILDERS and _BUILDERS[name] is not fn:
-            raise ValueError(f"variant {name!r} is defined twice")
+            first = getattr(_BUILDERS[name], "__module__", None) or "another module"
+            raise ValueError(f"variant {name!r} is defined twice (first by {first}); give "
+                             "one of them another name")
         _BUILDERS[name] = fn
         return fn
 

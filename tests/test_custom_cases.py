@@ -144,6 +144,23 @@ def test_a_case_module_whose_cases_are_unusable_is_a_one_line_error(source, mess
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_variant_two_case_modules_define_names_both(tmp_path, monkeypatch):
+    source = ("from cases.variants import Mods, builder\n"
+              "@builder('defined_by_two')\n"
+              "def build(variant, shape, device):\n"
+              "    return Mods(None, None)\n"
+              "def cases(profile):\n"
+              "    return []\n")
+    for name in ("first_definer", "second_definer"):
+        (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as err:
+        import_case_modules(["first_definer", "second_definer"])
+    assert str(err.value) == (
+        "case module 'second_definer' failed to import: ValueError: variant 'defined_by_two' is "
+        "defined twice (first by first_definer); give one of them another name; fix the module")
+
+
 def test_entry_points_name_installed_case_modules(tmp_path, monkeypatch):
     dist = tmp_path / "acme_variants-1.0.dist-info"
     dist.mkdir()
