@@ -33,20 +33,7 @@ def load_case_file(path: str, known_variants: Collection[str] | None = None) -> 
     specs = data if isinstance(data, list) else [data]
     cases = []
     for i, spec in enumerate(specs):
-        where = f"--case-file {path!r}: case {i}"
-        _check_fields(spec, where)
-        try:
-            case = Case.from_json(spec)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{where} is not a valid case spec ({_spec_problem(exc)}); write "
-                             "the fields of Case.to_json (docs/cases.md)") from None
-        if known_variants is not None and case.variant.name not in known_variants:
-            raise ValueError(f"{where} names variant {case.variant.name!r}, which no builder "
-                             f"registers{_suggestion(case.variant.name, known_variants)}; a "
-                             "custom variant needs its --cases-module (docs/cases.md)")
-        if known_variants is not None:
-            _check_params(case, where)
-        cases.append(case)
+        cases.append(case_from_spec(spec, f"--case-file {path!r}: case {i}", known_variants))
     if not cases:
         raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
                          "at least one case spec (Case.to_json, docs/cases.md)")
@@ -57,12 +44,35 @@ def load_case_file(path: str, known_variants: Collection[str] | None = None) -> 
     return cases
 
 
-def _check_fields(spec, where: str) -> None:
-    """Unknown fields, and fields of the wrong JSON type, as one line naming the field."""
+def case_from_spec(spec, where: str, known_variants: Collection[str] | None = None,
+                   extra_fields: bool = False) -> Case:
+    """The case of one spec (Case.to_json's fields), every field checked; ValueError, one
+    line that begins with ``where``, naming the field and the fix. ``known_variants``: as in
+    load_case_file. ``extra_fields``: fields beside Case.to_json's pass (a record's spec,
+    which a later suite may extend), not only the spec's own."""
+    _check_fields(spec, where, extra_fields)
+    try:
+        case = Case.from_json(spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where} is not a valid case spec ({_spec_problem(exc)}); write "
+                         "the fields of Case.to_json (docs/cases.md)") from None
+    if known_variants is not None and case.variant.name not in known_variants:
+        raise ValueError(f"{where} names variant {case.variant.name!r}, which no builder "
+                         f"registers{_suggestion(case.variant.name, known_variants)}; a "
+                         "custom variant needs its --cases-module (docs/cases.md)")
+    if known_variants is not None:
+        _check_params(case, where)
+    return case
+
+
+def _check_fields(spec, where: str, extra_fields: bool = False) -> None:
+    """Unknown fields (unless ``extra_fields``), and fields of the wrong JSON type, as one
+    line naming the field."""
     if not isinstance(spec, dict):
         raise ValueError(f"{where} is a JSON {_json_type(spec)}; a case spec is an object with "
                          f"the fields {', '.join(SPEC_FIELDS)} (docs/cases.md)")
-    _refuse_unknown(spec, SPEC_FIELDS, where)
+    if not extra_fields:
+        _refuse_unknown(spec, SPEC_FIELDS, where)
     shape = spec.get("shape")
     if shape is not None and not isinstance(shape, dict):
         raise ValueError(f"{where}: 'shape' is a JSON {_json_type(shape)}; give an object with "

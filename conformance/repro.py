@@ -46,6 +46,10 @@ def write_repro(results_path: str | Path, case_id: str, output: str | Path,
     if not record.case:
         raise ValueError(f"the record of {case_id!r} in {results_path} has no case spec; "
                          "rerun the case with this suite")
+    from conformance.case_file import case_from_spec
+
+    case_from_spec(record.case, f"the record of {case_id!r} in {results_path}: its case",
+                   extra_fields=True)
     options = results.options
     backend = backend or _run_backend(options)
     module = _variant_module(record.case["variant"], options, case_modules or [])

@@ -257,3 +257,26 @@ def test_a_script_whose_backend_cannot_be_loaded_where_it_runs_says_so_in_one_li
     assert proc.stderr.strip().splitlines() == [
         f"repro: error: backend {WRONG!r}: cannot import 'tests.fault_backends' "
         "(ModuleNotFoundError: No module named 'tests'); install it or fix PYTHONPATH"]
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"variant": None}, "its case: variant is null (a JSON null); give a string"),
+    ({"shape": {**BROKEN.to_json()["shape"], "B": -1}},
+     "its case is not a valid case spec (shape B=-1 must be >= 1); write the fields of "
+     "Case.to_json (docs/cases.md)"),
+    ({"dtype": "fp8"}, "its case is not a valid case spec (unknown dtype 'fp8'; use one of bf16, "
+                       "fp16, fp32); write the fields of Case.to_json (docs/cases.md)"),
+])
+def test_a_record_whose_case_spec_is_broken_is_refused_before_writing(tmp_path, capsys, change,
+                                                                      problem):
+    """A record without a variant gave `error: variant`; one of batch -1 or dtype fp8 gave a
+    script that failed with a traceback (an outside audit)."""
+    path = tmp_path / "results.json"
+    case = {**BROKEN.to_json(), **change}
+    write_results(RunResults({"backend": "cpu-eager"},
+                             {"backend": "cpu-eager", "profile": "full", "seed": SEED},
+                             (Record(BROKEN.id, Label.MISMATCH, case),), "0.1.0"), path)
+    assert main(["repro", str(path), BROKEN.id, "-o", str(tmp_path / "repro.py")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf repro: error: the record of {BROKEN.id!r} in {path}: {problem}"]
+    assert not (tmp_path / "repro.py").exists()
