@@ -115,6 +115,9 @@ class Merged:
 def read_events(report_dir: str | Path) -> Iterable[dict]:
     """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
     for path in sorted(records_dir(report_dir).glob("*.jsonl")):
+        if not path.is_file():  # a directory of that name (a hand's, a disk fault): no events
+            yield {"event": DAMAGED_EVENT}
+            continue
         # a byte that is not UTF-8 (a disk fault) becomes U+FFFD: the line stays readable
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.readlines()

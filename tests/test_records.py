@@ -300,3 +300,15 @@ def test_a_resume_that_sets_pages_aside_keeps_nothing_superseded(tmp_path):
     set_aside_results(tmp_path, resuming=RunManifest("t1", "v", {}, ["full/a"]))
     assert (tmp_path / PREVIOUS_DIR / "summary.md").read_text() == "a report rendered here"
     assert not (tmp_path / SUPERSEDED_DIR).exists()
+
+
+def test_a_directory_named_like_a_worker_file_is_damage_not_a_traceback(tmp_path):
+    """`flexconf recover` said "[Errno 21] Is a directory" of records/main.jsonl made a
+    directory (an outside audit)."""
+    from records.events import DAMAGED_EVENT, RecordWriter, read_events
+
+    writer = RecordWriter(tmp_path, "gw0")
+    writer.started("full/a", {}, "gw0", "t1")
+    writer.close()
+    (tmp_path / "records" / "main.jsonl").mkdir()
+    assert [event["event"] for event in read_events(tmp_path)] == ["started", DAMAGED_EVENT]
