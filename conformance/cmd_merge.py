@@ -120,29 +120,16 @@ def _resume_hint(part) -> str:
 
 def _refuse_a_runs_own_results(output: str) -> None:
     """An -o that is a run's own results.json (not an earlier merge's), or lies in a run's
-    report directory: overwritten, that run's results would be gone and its index.html and
-    summary.md would contradict the merge beside them. One line, before anything is read."""
-    from records.files import UserFileError
-    from records.results import load_results
-    from records.store import holds_a_run
+    report directory (records.store.results_overwrite_problem): one line, before anything is
+    read."""
+    from records.store import results_overwrite_problem
     from records.text import one_line
 
-    path = Path(output)
-    if holds_a_run(path.parent):  # even a killed run's, which has no results.json yet
-        whose = (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
-                 "where it would pass for that run's results")
-    elif not path.exists():
-        return
-    else:
-        try:
-            merged_before = "merged_shards" in load_results(path).options
-        except UserFileError:
-            return  # not results at all, or torn: nothing of a run's to lose
-        if merged_before:
-            return  # an earlier merge's: merging again replaces it
-        whose = "it is the results.json of a run, not of a merge, which the merge would overwrite"
-    raise ValueError(f"-o {one_line(output)}: {whose}; give the merge a path of its own, e.g. "
-                     "-o merged/results.json")
+    problem = results_overwrite_problem(output, "the merge", "a merge",
+                                        lambda options: "merged_shards" in options)
+    if problem:
+        raise ValueError(f"-o {one_line(output)}: {problem}; give the merge a path of its own, "
+                         "e.g. -o merged/results.json")
 
 
 def _more(total: int) -> None:

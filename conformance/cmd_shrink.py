@@ -80,8 +80,11 @@ def run(args) -> int:
 
 
 def check_arguments(args) -> None:
-    """Bad --max-cases or --out: one line (ValueError: exit 2) before any case runs."""
+    """Bad --max-cases or --out: one line (ValueError: exit 2) before any case runs. An --out
+    whose results.json would replace a run's (a run's report directory: its index.html and
+    summary.md would contradict it) is refused as ``flexconf merge -o`` refuses it."""
     from records.files import directory_problem
+    from records.store import results_overwrite_problem
     from records.text import one_line
 
     if args.max_cases < 1:
@@ -91,3 +94,9 @@ def check_arguments(args) -> None:
     if problem:
         raise ValueError(f"--out {one_line(args.out)}: {problem}; give a directory this user "
                          "can write, e.g. --out reports/shrink")
+    results = Path(args.out) / "results.json"
+    problem = results_overwrite_problem(results, "shrink", "a shrink",
+                                        lambda options: options.get("profile") == "shrink")
+    if problem:
+        raise ValueError(f"--out {one_line(args.out)} (its results.json): {problem}; give "
+                         "shrink a directory of its own, e.g. --out reports/shrink")

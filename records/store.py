@@ -17,12 +17,12 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from records.events import Merged, read_events, records_dir
 from records.files import (UserFileError, read_json, shape_problem, strict_json_text,
                            write_text_atomic)
-from records.results import RunResults, write_results
+from records.results import RunResults, load_results, write_results
 from records.text import one_line
 
 #: The run's own description, written when it starts: what ``flexconf recover`` and
@@ -101,6 +101,29 @@ def refuse_if_run_going_on(directory: str | Path, writing: str) -> None:
     if holder is not None:
         raise ValueError(f"{directory}: a run is going on there ({holder}); {writing} would mix "
                          "with its files: wait for it to end, or write elsewhere")
+
+
+def results_overwrite_problem(path: str | Path, writer: str, own_kind: str,
+                              own: Callable[[dict[str, Any]], bool]) -> str | None:
+    """Why ``writer`` (a command writing a results file of its own kind, ``own_kind``) may not
+    write ``path``, as the words after its name in a one-line error; None when it may. Refused:
+    a ``path`` in a run's report directory (even a killed run's, which has no results.json
+    yet), where it would pass for that run's results and its index.html and summary.md would
+    contradict it; and a results file of a run, not of ``own_kind`` (``own(options)`` says
+    which: an earlier output of the same command is replaced)."""
+    path = Path(path)
+    if holds_a_run(path.parent):
+        return (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
+                "where it would pass for that run's results")
+    if not path.exists():
+        return None
+    try:
+        options = load_results(path).options
+    except UserFileError:
+        return None  # not results at all, or torn: nothing of a run's to lose
+    if own(options):
+        return None
+    return f"it is the results.json of a run, not of {own_kind}, which {writer} would overwrite"
 
 
 def clear_records(report_dir: str | Path) -> None:

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from cases import composed
 from cases.model import Case, Shape, Variant
 from conformance.cli import main
 from conformance.shrink import case_from_argument, scale_lengths, shrink
-from records.results import Label, Record, load_results
+from records.results import Label, Record, load_results, write_results
 from tests.shape_fault_backends import MIN_FAILING_SQ
 
 START = Case(Variant("sliding_window", (("w", 32),)), Shape(2, 4, 2, 128, 128, 32))
@@ -162,6 +163,42 @@ def test_a_bad_max_cases_or_out_is_one_line_before_any_case_runs(tmp_path, capsy
         assert main(["shrink", "--backend", "cpu-eager", core, *extra]) == 2
         assert capsys.readouterr().err.splitlines() == [f"flexconf shrink: error: {line}"]
     assert afile.read_text() == ""
+
+
+def test_an_out_holding_a_runs_results_is_refused_as_merge_refuses_it(tmp_path, capsys,
+                                                                     monkeypatch):
+    """--out of a finished run's report directory ran every try and replaced the run's
+    results.json, leaving its index.html and summary.md contradicting it (report -o and
+    merge -o refuse it). An earlier shrink's --out is still reused."""
+    from tests.test_merge import shard_run
+
+    def no_executor(*_args, **_kwargs):
+        raise AssertionError("a case ran before the arguments were checked")
+
+    monkeypatch.setattr("conformance.executor.Executor", no_executor)
+    run_dir = tmp_path / "run"
+    (run_dir / "records").mkdir(parents=True)
+    (run_dir / "records" / "run.json").write_text("{}")
+    write_results(shard_run(1), run_dir / "results.json")
+    (run_dir / "index.html").write_text("<p>the run</p>")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    core = "causal/b1-h8x8-s1024x1024-d128/bf16/fwd"
+    assert main(["shrink", "--backend", "cpu-eager", core, "--out", str(run_dir)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf shrink: error: --out {run_dir} (its results.json): it lies in the report "
+        f"directory of a run ({run_dir}), where it would pass for that run's results; give "
+        "shrink a directory of its own, e.g. --out reports/shrink"]
+    (run_dir / "records" / "run.json").unlink()  # a run's results.json, wherever it lies
+    assert main(["shrink", "--backend", "cpu-eager", core, "--out", str(run_dir)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf shrink: error: --out {run_dir} (its results.json): it is the results.json "
+        "of a run, not of a shrink, which shrink would overwrite; give shrink a directory of "
+        "its own, e.g. --out reports/shrink"]
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    earlier = tmp_path / "shrink"  # an earlier shrink's results: replaced, as before
+    write_results(replace(shard_run(1), options={"profile": "shrink"}), earlier / "results.json")
+    with pytest.raises(AssertionError, match="a case ran"):
+        main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)])
 
 
 @pytest.mark.slow
