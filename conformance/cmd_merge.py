@@ -15,9 +15,13 @@ SHOW = 10  # ids listed per problem; the rest are counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+", metavar="RESULTS.json",
+    from records.files import NonEmpty
+
+    parser.add_argument("inputs", nargs="+", metavar="RESULTS.json", action=NonEmpty,
+                        what="a run's results.json",
                         help="the results.json of every shard (--shard I/N) of one run")
     parser.add_argument("-o", "--output", required=True, metavar="RESULTS.json",
+                        action=NonEmpty, what="a file path",
                         help="where to write the merged results")
 
 

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("results", help="the results.json of the run")
+    from records.files import NonEmpty
+
+    parser.add_argument("results", action=NonEmpty, what="a run's results.json",
+                        help="the results.json of the run")
     parser.add_argument("case_id", help="the id of the case to reproduce")
-    parser.add_argument("-o", "--output", default="repro.py", help="the script to write "
-                        "(default repro.py)")
-    parser.add_argument("--backend", default=None, help="run on this backend instead of the "
-                        "run's (a registered name or package.module:object)")
+    parser.add_argument("-o", "--output", default="repro.py", action=NonEmpty,
+                        what="a file path", help="the script to write (default repro.py)")
+    parser.add_argument("--backend", default=None, action=NonEmpty,
+                        what="a backend (flexconf backends lists them)",
+                        help="run on this backend instead of the run's (a registered name "
+                        "or package.module:object)")
     parser.add_argument("--cases-module", action="append", default=[], metavar="MODULE",
                         help="the case module of a custom variant (repeatable)")
 

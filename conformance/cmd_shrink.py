@@ -10,18 +10,22 @@ _RUN_OPTIONS = ("--seed", "--compile-timeout", "--run-timeout", "--reference-cac
 
 
 def add_arguments(parser) -> None:
+    from records.files import NonEmpty
+
     parser.add_argument("case", metavar="CASE_ID", help="a case id, or a case spec file "
                         "(SPEC.json, e.g. a saved fuzz failure)")
-    parser.add_argument("--backend", required=True, help="a registered backend or "
-                        "package.module:object")
+    parser.add_argument("--backend", required=True, action=NonEmpty,
+                        what="a backend (flexconf backends lists them)",
+                        help="a registered backend or package.module:object")
     from conformance.options import add_arguments as add_run_options
 
     add_run_options(parser, _RUN_OPTIONS)
     parser.set_defaults(seed=None)  # not given: a saved fuzz failure's own seed, else 0
     parser.add_argument("--max-cases", type=int, default=60, help="at most this many "
                         "executions; default 60")
-    parser.add_argument("--out", default="reports/shrink", help="where results.json (every "
-                        "try) and smallest.json go; default reports/shrink")
+    parser.add_argument("--out", default="reports/shrink", action=NonEmpty,
+                        what="a directory", help="where results.json (every try) and "
+                        "smallest.json go; default reports/shrink")
 
 
 def run(args) -> int:
@@ -41,10 +45,10 @@ def run(args) -> int:
     settings = Settings(compile_timeout=option_value("--compile-timeout", args.compile_timeout),
                         run_timeout=option_value("--run-timeout", args.run_timeout), seed=seed,
                         cases_modules=modules)
+    reference_dir = option_value("--reference-cache", args.reference_cache, Path.cwd())
     case = case_from_argument(args.case, list(modules))
     backend = resolve_backend(args.backend)
     check_arguments(args)
-    reference_dir = option_value("--reference-cache", args.reference_cache, Path.cwd())
     check_reference_cache(reference_dir)
     reference = ReferenceCache(reference_dir,
                                option_value("--reference-cache-size", args.reference_cache_size))

@@ -59,10 +59,27 @@ def _choice(flag: str, choices: tuple[str, ...]) -> Callable[[Any, Path], str]:
     return parse
 
 
-def _path_or_none(text, base: Path) -> str | None:
-    import os
+def _given(flag: str, text, what: str) -> None:
+    """ValueError, one line, for ``flag`` given an empty value (records.files'
+    empty_value_problem): a path would read it as the current directory, a default-taking
+    option as not given."""
+    from records.files import empty_value_problem
 
-    return os.path.normpath(base / text) if text else None
+    problem = empty_value_problem(flag, text, what)
+    if problem:
+        raise ValueError(problem)
+
+
+def _path_or_none(flag: str, what: str) -> Callable[[Any, Path], str | None]:
+    def parse(text, base: Path) -> str | None:
+        _given(flag, text, what)
+        return os.path.normpath(base / text) if text is not None else None
+    return parse
+
+
+def _report_dir(text, base: Path) -> Path:
+    _given("--report-dir", text, "a directory")
+    return base / (DEFAULT_REPORT_DIR if text is None else text)
 
 
 def _keep(text, _base) -> str:
@@ -84,6 +101,7 @@ def _matrix(text, base):
 
 
 def _reference_cache(text, base: Path) -> Path | None:
+    _given("--reference-cache", text, "a directory, or none to cache no golden output")
     if text is None:
         return DEFAULT_CACHE_ROOT / "reference"
     return None if text.lower() == "none" else base / text
@@ -123,9 +141,7 @@ def _cases_modules(values, _base) -> tuple[str, ...]:
 def _schedule_from(text, base: Path) -> str:
     from conformance.schedule import AUTO, ESTIMATE, OFF
 
-    if not str(text).strip():
-        raise ValueError(f"--schedule-from {text!r} names nothing; give a run's results.json, "
-                         f"or {AUTO}, {ESTIMATE} or {OFF}")
+    _given("--schedule-from", text, f"a run's results.json, or {AUTO}, {ESTIMATE} or {OFF}")
     return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
 
 
@@ -162,7 +178,8 @@ OPTIONS: tuple[Option, ...] = (
            "modules of the entry point group flexattention_conformance.cases are added too",
            _cases_modules, "selection", action="append", field="cases_modules"),
     Option("--case-file", None, "run the cases of a JSON file (one case spec or a list, as "
-           "written by Case.to_json) instead of the profile's matrix", _path_or_none, "selection"),
+           "written by Case.to_json) instead of the profile's matrix",
+           _path_or_none("--case-file", "a case file (JSON)"), "selection"),
     Option("--case-id", [], "run exactly the case with this id (repeatable; matched whole, "
            "unlike -k); an id the selection lacks is a usage error", _case_ids, "selection",
            action="append", field="case_ids"),
@@ -183,13 +200,14 @@ OPTIONS: tuple[Option, ...] = (
            "COMPILED), for a following --compile-cache warm run", _choice("--phase", PHASES),
            "worker"),
     Option("--report-dir", None, "where results.json, the report and the per-worker records "
-           "go", lambda t, b: b / (t or DEFAULT_REPORT_DIR), "report",
+           "go", _report_dir, "report",
            default_text=DEFAULT_REPORT_DIR),
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
            "its selected cases that have no record, then write the whole run there (the same "
            "options as the interrupted run; cases a -k or -m selects beyond it are named, "
            "not run); it names the report directory: a different --report-dir is a usage "
-           "error", _path_or_none, "report"),
+           "error", _path_or_none("--resume", "the report directory of the interrupted run"),
+           "report"),
     Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
            "the measured seconds of RESULTS.json; auto: of the last run in the report "
            "directory when it is of the same matrix and profile, else by the estimate; "
@@ -231,7 +249,7 @@ OPTIONS: tuple[Option, ...] = (
            "worker"),
     Option("--expectations", None, "known failures (TOML, docs/gate.md): a case failing with "
            "exactly its expected label is xfail, any other failure still fails",
-           _path_or_none, "controller"),
+           _path_or_none("--expectations", "an expectations file (TOML)"), "controller"),
 )
 _BY_FLAG = {option.flag: option for option in OPTIONS}
 

@@ -5,10 +5,14 @@ Every command and option that takes such a file reads it here (results files, ca
 expectations, a run's manifest), so a directory, a missing file, a file without permission or
 bytes that are not UTF-8 text give the same kind of message everywhere, never a traceback.
 A directory a person names for writing (a report directory, the reference cache, where the
-gate writes) is checked by ``directory_problem``, the same way everywhere.
+gate writes) is checked by ``directory_problem``, the same way everywhere. An option or
+argument given an empty value (which a path reads as the current directory, and other code as
+"not given") is refused by ``empty_value_problem``, through ``NonEmpty`` for flexconf's
+arguments and in conformance/options.py for the run's options.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -27,6 +31,35 @@ class UserFileError(ValueError):
     def __init__(self, problem: str, fix: str):
         super().__init__(f"{problem}; {fix}")
         self.problem, self.fix = problem, fix
+
+
+def empty_value_problem(name: str, value: Any, what: str, optional: bool = True) -> str | None:
+    """The one line for ``name`` given an empty or blank ``value`` (never meant: an unset
+    variable in a script): ``--report-dir is empty; give a directory, or leave the option
+    out`` (``optional``: the option has a meaning when left out); None for any other value,
+    and for None (not given)."""
+    if value is None or str(value).strip():
+        return None
+    return f"{name} is empty; give {what}" + (", or leave the option out" if optional else "")
+
+
+class NonEmpty(argparse.Action):
+    """argparse's store (of one value or of ``nargs`` values) refusing an empty value with
+    ``empty_value_problem``'s line (exit 2, flexconf's usage errors): declare an option with
+    ``action=NonEmpty, what="a directory"``."""
+
+    def __init__(self, option_strings, dest, what: str = "a path", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.what = what
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = option_string or f"the {self.metavar or self.dest} argument"
+        optional = bool(self.option_strings) and not self.required
+        for value in values if isinstance(values, list) else [values]:
+            problem = empty_value_problem(name, value, self.what, optional)
+            if problem:
+                parser.exit(2, f"{parser.prog}: error: {one_line(problem)}\n")
+        setattr(namespace, self.dest, values)
 
 
 def read_text(path: str | Path, fix: str) -> str:

@@ -8,11 +8,15 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from records.files import NonEmpty
+
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     update = actions.add_parser("update", help="bring FILE up to date with a run",
                                 description=__doc__)
-    update.add_argument("results", metavar="RESULTS.json")
-    update.add_argument("--expectations", required=True, metavar="FILE",
+    update.add_argument("results", metavar="RESULTS.json", action=NonEmpty,
+                        what="a run's results.json")
+    update.add_argument("--expectations", required=True, metavar="FILE", action=NonEmpty,
+                        what="an expectations file (TOML)",
                         help="the expectations file (created when absent)")
     update.add_argument("--dry-run", action="store_true",
                         help="print the new file instead of writing it")

@@ -21,11 +21,16 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--baseline", required=True, metavar="OLD.json",
+    from records.files import NonEmpty
+
+    parser.add_argument("--baseline", required=True, metavar="OLD.json", action=NonEmpty,
+                        what="a run's results.json",
                         help="results of the release that shipped")
-    parser.add_argument("--candidate", required=True, metavar="NEW.json",
+    parser.add_argument("--candidate", required=True, metavar="NEW.json", action=NonEmpty,
+                        what="a run's results.json",
                         help="results of the release to judge")
-    parser.add_argument("--expectations", metavar="FILE",
+    parser.add_argument("--expectations", metavar="FILE", action=NonEmpty,
+                        what="an expectations file (TOML)",
                         help="known failures (TOML); failures it lists do not block")
     parser.add_argument("--compile-time-budget", type=float, default=1.25, metavar="FACTOR",
                         help="a case may compile at most FACTOR times as long (default 1.25); "
@@ -49,22 +54,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when confirming: measure at most K flagged cases again, those whose "
                              "time grew by the largest factor (default 20); the others stay "
                              "unconfirmed and block")
-    parser.add_argument("--candidate-python", metavar="PY",
+    parser.add_argument("--candidate-python", metavar="PY", action=NonEmpty,
+                        what="the path of a python",
                         help="when confirming: the python that has the candidate's release "
                              "installed (default: the one running the gate)")
-    parser.add_argument("--baseline-python", metavar="PY",
+    parser.add_argument("--baseline-python", metavar="PY", action=NonEmpty,
+                        what="the path of a python",
                         help="the python that has the baseline's release installed: "
                              "with it, time findings are measured again on both releases "
                              "(--confirm)")
-    parser.add_argument("--confirm-dir", metavar="DIR",
+    parser.add_argument("--confirm-dir", metavar="DIR", action=NonEmpty, what="a directory",
                         help="when confirming: keep the reruns' report directories here "
                              "(default: a temporary directory, removed after)")
-    parser.add_argument("--markdown", metavar="OUT.md",
+    parser.add_argument("--markdown", metavar="OUT.md", action=NonEmpty, what="a file path",
                         help="also write the result as markdown (for a pull-request comment)")
-    parser.add_argument("--json", metavar="OUT.json",
+    parser.add_argument("--json", metavar="OUT.json", action=NonEmpty, what="a file path",
                         help="also write the decision as JSON: verdict, every finding with its "
                              "labels, times and the candidate's message, and the notes")
-    parser.add_argument("--junit", metavar="OUT.xml",
+    parser.add_argument("--junit", metavar="OUT.xml", action=NonEmpty, what="a file path",
                         help="also write the decision as JUnit XML: one test case per case "
                              "compared, failed by a blocking finding")
     parser.add_argument("--strict-expectations", action="store_true",
@@ -192,11 +199,6 @@ def check_confirm_arguments(args: argparse.Namespace) -> None:
     if args.confirm_max_cases is not None and args.confirm_max_cases < 1:
         raise ValueError(f"--confirm-max-cases {args.confirm_max_cases} is below 1; give how "
                          "many flagged cases to measure again at most, e.g. --confirm-max-cases 20")
-    for flag, value in (("--baseline-python", args.baseline_python),
-                        ("--candidate-python", args.candidate_python),
-                        ("--confirm-dir", args.confirm_dir)):
-        if value is not None and not value.strip():
-            raise ValueError(f"{flag} is empty; give a path, or leave {flag} out")
     for flag, value in (("--baseline-python", args.baseline_python),
                         ("--candidate-python", args.candidate_python),
                         ("--confirm-dir", args.confirm_dir),

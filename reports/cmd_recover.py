@@ -18,7 +18,10 @@ from records.text import one_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report_dir", metavar="REPORT_DIR",
+    from records.files import NonEmpty
+
+    parser.add_argument("report_dir", metavar="REPORT_DIR", action=NonEmpty,
+                        what="the report directory of the killed run",
                         help="the --report-dir of the killed run (it holds records/)")
 
 

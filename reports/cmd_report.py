@@ -7,12 +7,17 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS.json",
+    from records.files import NonEmpty
+
+    parser.add_argument("results", nargs="+", metavar="RESULTS.json", action=NonEmpty,
+                        what="a run's results.json",
                         help="results of one run, or of several runs, oldest first")
-    parser.add_argument("--baseline", metavar="OLD.json",
+    parser.add_argument("--baseline", metavar="OLD.json", action=NonEmpty,
+                        what="a run's results.json",
                         help="compare against this run (default with several runs: the one "
                              "before the last)")
-    parser.add_argument("-o", "--output", metavar="DIR", default=None,
+    parser.add_argument("-o", "--output", metavar="DIR", default=None, action=NonEmpty,
+                        what="a directory",
                         help="directory for index.html and summary.md (default: the directory "
                              "of the last RESULTS.json, the run the report describes)")
 
