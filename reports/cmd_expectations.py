@@ -24,12 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports.expectations_update import update_expectations
-    from records.files import read_text, write_text_atomic
+    from records.files import (output_file_problem, parent_problem, read_text,
+                               write_text_atomic)
     from records.results import load_results
 
     from records.text import one_line
     from reports.gate import not_a_whole_finished_run
 
+    if not args.dry_run:  # where it writes, checked as flexconf merge -o checks it: now...
+        _refuse_output(args.expectations, output_file_problem)
     results = load_results(args.results)
     problem = not_a_whole_finished_run(results, "update from")
     if problem:  # a part's failures and passes are not the run's: an entry would be wrong
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     update = update_expectations(text, results, str(path))
     if args.dry_run:
         print(update.text, end="")
-    else:
+    else:  # ...and its missing directories made just before writing
+        _refuse_output(args.expectations, parent_problem)
         write_text_atomic(path, update.text)
     log = sys.stderr if args.dry_run else sys.stdout  # keep a dry run's stdout a valid file
     for entry in update.dropped:
@@ -63,3 +67,15 @@ def run(args: argparse.Namespace) -> int:
     if not (update.added or update.dropped):
         print(f"{path}: up to date", file=log)
     return 0
+
+
+def _refuse_output(given: str, problem_of) -> None:
+    """The expectations file cannot be written (records.files.output_file_problem before
+    anything is read, parent_problem, which makes its missing directories, before it is
+    written): ValueError, one line (exit 2)."""
+    from records.text import one_line
+
+    problem = problem_of(given)
+    if problem:
+        raise ValueError(f"--expectations {one_line(given)}: {problem}; give a path this user "
+                         "can write, e.g. --expectations expectations.toml")

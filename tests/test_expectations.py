@@ -144,6 +144,27 @@ def test_flexconf_expectations_update_creates_then_edits_the_file(tmp_path, caps
     assert load_expectations(path).entries == ()
 
 
+def test_update_makes_missing_directories_as_gate_and_merge_do(tmp_path, capsys):
+    """A --expectations whose directory was missing failed with `[Errno 2] No such file or
+    directory: '.../.flexconf-5ece3ed97040.tmp'`, naming a temporary file; one that cannot be
+    made is one line naming the directory, before anything is written."""
+    write_results(run([record(A, Label.MISMATCH)]), tmp_path / "r.json")
+    path = tmp_path / "nodir" / "sub" / "known.toml"
+    assert main(["expectations", "update", str(tmp_path / "r.json"),
+                 "--expectations", str(path)]) == 0
+    assert capsys.readouterr().out == f"added    {A} (MISMATCH): to triage\n"
+    assert expected_label(load_expectations(path), "neuron", A)[0] is Label.MISMATCH
+    (tmp_path / "afile").write_text("mine")
+    blocked = tmp_path / "afile" / "sub" / "known.toml"
+    assert main(["expectations", "update", str(tmp_path / "r.json"),
+                 "--expectations", str(blocked)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf expectations: error: --expectations {blocked}: its directory "
+        f"{blocked.parent}: {tmp_path / 'afile'} is a file, not a directory; give a path this "
+        "user can write, e.g. --expectations expectations.toml"]
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_junit_properties_carry_label_and_compile_seconds():
     props = dict(junit_properties(record(A, Label.MISMATCH, compile_seconds=4.25,
                                          metrics={"error_ratio": 3.5})))
