@@ -231,7 +231,7 @@ def _shard(run: RunResults) -> tuple[int, int] | None:
     text = run.options.get("shard")
     if not text:
         return None
-    from reports.merge_facts import MAX_SHARDS
+    from records.selection import MAX_SHARDS
 
     try:
         index, count = (int(part) for part in str(text)[:20].split("/"))

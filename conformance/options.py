@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from records.selection import MAX_SHARDS
+
 DEFAULT_CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
     / "flexattention-conformance"
 DEFAULT_REPORT_DIR = "reports/latest"
@@ -184,7 +186,8 @@ OPTIONS: tuple[Option, ...] = (
            "unlike -k); an id the selection lacks is a usage error", _case_ids, "selection",
            action="append", field="case_ids"),
     Option("--shard", None, "run part I of N of the matrix (1-based, balanced by estimated "
-           "cost), e.g. 2/4", lambda t, _b: parse_shard(t), "selection"),
+           f"cost), e.g. 2/4; N may exceed the number of cases (parts left empty), up to "
+           f"{MAX_SHARDS}", lambda t, _b: parse_shard(t), "selection"),
     Option("--compile-timeout", "600", "seconds allowed for the compile phase of a case "
            "(first call)", _seconds("--compile-timeout"), "worker"),
     Option("--run-timeout", "300", "seconds allowed for setup and for the timed runs of a case",
@@ -427,11 +430,17 @@ def parse_size(option: str, text: str) -> int:
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """(I - 1, N) of ``--shard I/N``. N may exceed the number of cases (the parts beyond are
+    empty, and merge), up to MAX_SHARDS, the most parts flexconf merge joins; above it is a
+    usage error of one line, not parts no merge would take."""
     if text is None:
         return None
     m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise ValueError(f"--shard {text!r} is not I/N with 1 <= I <= N; write e.g. --shard 2/4")
+    if int(m.group(2)) > MAX_SHARDS:
+        raise ValueError(f"--shard {text!r}: N is above {MAX_SHARDS}, the most parts flexconf "
+                         "merge joins; give N as the number of machines, e.g. --shard 2/4")
     return int(m.group(1)) - 1, int(m.group(2))
 
 

@@ -32,12 +32,15 @@ def assign_shards(cases: Sequence[Case], count: int, cost: CostFn | None = None)
                          "with N >= 1")
     cost = cost or default_cost
     costed = sorted(((float(cost(c)), c.id) for c in cases), key=lambda t: (-t[0], t[1]))
-    loads = [0.0] * count
+    # the k-th case dealt goes to a part below k+1 (parts past those dealt to are all empty,
+    # and ties go to the lowest), so parts past the number of cases never get one: no load is
+    # kept for them, whatever the count
+    loads = [0.0] * min(count, len(costed))
     parts: dict[str, int] = {}
     for value, case_id in costed:
         if case_id in parts:
             continue  # the same case listed twice is still run once
-        part = min(range(count), key=lambda p: (loads[p], p))
+        part = min(range(len(loads)), key=lambda p: (loads[p], p))
         parts[case_id] = part
         loads[part] += value
     return parts

@@ -16,6 +16,9 @@ from records.results import RunResults
 
 #: what a run means to run: the gate refuses two runs that differ in any of these
 DEFINITION = ("matrix", "profile", "cases_modules", "case_file", "keyword", "markexpr")
+#: The most parts a run is split into (``--shard I/N``: N): more than any run has; a larger N
+#: is refused by the run, and a file that records one is not a merge's (a doctored file).
+MAX_SHARDS = 100_000
 #: the name people know each field by, for one-line refusals
 SPOKEN = {"matrix": "matrix", "profile": "profile", "cases_modules": "cases modules",
           "case_file": "case file", "keyword": "-k expression", "markexpr": "-m expression",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from records.results import RunResults
+from records.selection import MAX_SHARDS
 from records.text import one_line
 
 
@@ -57,8 +58,6 @@ def duplicates_note(results: RunResults) -> str | None:
             f"finished failing copy, else its first finished one; {which}")
 
 
-#: More shards than any run has: a count above it is not a merge's (a doctored file).
-MAX_SHARDS = 100_000
 
 
 def lacking_shards(results: RunResults) -> list[str] | None:

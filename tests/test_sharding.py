@@ -7,7 +7,7 @@ import pytest
 
 from cases import variants
 from cases.catalog import matrix
-from cases.model import Case, Shape
+from cases.model import Case, Shape, Variant
 from conformance.estimates import relative_cost
 from conformance.sharding import assign_shards, select_shard, shard_costs
 
@@ -62,3 +62,48 @@ def test_bad_index_or_count_is_one_clear_line():
 def test_more_parts_than_cases_leaves_parts_empty():
     cases = matrix("smoke")[:2]
     assert [len(select_shard(cases, i, 4)) for i in range(4)] == [1, 1, 0, 0]
+
+
+def _dealt_to_every_part(cases, count: int) -> dict[str, int]:
+    """The split as it was written before parts past the number of cases were left out."""
+    loads, parts = [0.0] * count, {}
+    for value, case_id in sorted(((relative_cost(c), c.id) for c in cases),
+                                 key=lambda t: (-t[0], t[1])):
+        if case_id in parts:
+            continue
+        part = min(range(count), key=lambda p: (loads[p], p))
+        parts[case_id] = part
+        loads[part] += value
+    return parts
+
+
+def test_a_count_past_the_cases_keeps_the_split_and_allocates_nothing_per_part():
+    """--shard 1/1000000000 died of a MemoryError (a load per part), and a count of 20 digits
+    of an OverflowError: parts past the number of cases are empty and cost nothing now."""
+    cases = matrix("smoke")[:7] + [Case(Variant("full"), Shape(1, 2, 2, 64, 64, 16))] * 2
+    for count in (len(cases) - 1, len(cases), len(cases) + 1, 40):
+        assert assign_shards(cases, count) == _dealt_to_every_part(cases, count)
+    huge = 10 ** 20
+    assert [c.id for c in select_shard(cases, 0, huge)] == \
+        [c.id for c in select_shard(cases, 0, len(cases))]
+    assert select_shard(cases, huge - 1, huge) == []
+
+
+def test_a_count_no_merge_takes_is_one_line_exit_4_and_sets_nothing_aside(tmp_path):
+    from records.selection import MAX_SHARDS
+    from tests.test_interrupted_runs import _stale_green_run
+    from tests.test_plugin_runs import CASES, pytest_args, run
+
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    before = {p.name: p.read_bytes() for p in report.iterdir()}
+    for count in ("99999999999999999999", str(MAX_SHARDS + 1)):
+        proc = run(pytest_args(tmp_path, "cpu-eager", CASES, "--shard", f"1/{count}"))
+        assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+            f"ERROR: --shard '1/{count}': N is above {MAX_SHARDS}, the most parts flexconf "
+            "merge joins; give N as the number of machines, e.g. --shard 2/4"]
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--shard",
+                           f"{MAX_SHARDS}/{MAX_SHARDS}", "--report-dir", str(tmp_path / "part")))
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]  # an empty part
