@@ -49,7 +49,7 @@ def run(args) -> int:
     case = case_from_argument(args.case, list(modules))
     backend = resolve_backend(args.backend)
     check_arguments(args)
-    check_reference_cache(reference_dir)
+    check_reference_cache(reference_dir, args.reference_cache is not None)
     reference = ReferenceCache(reference_dir,
                                option_value("--reference-cache-size", args.reference_cache_size))
     executor = Executor(backend, args.backend, WorkerSlot(0, 1), settings, reference,

@@ -369,7 +369,9 @@ class ConformanceSession(RunLifecycle):
             environment_of(self.backend, self.options.backend)  # one line now, not at the end
             check_env_hooks(self.backend, self.options.backend, worker_count(self.config))
             load_expectations(self.options.expectations)
-            opts.check_reference_cache(self.options.reference_cache)
+            opts.check_reference_cache(self.options.reference_cache,
+                                       self.config.getoption("--reference-cache") is not None)
+            opts.check_compile_cache(self.options, self.backend.name)
             self._check_fuzz_sources()
             self._check_compile_phase()
         except (BackendError, ValueError, RuntimeError) as exc:

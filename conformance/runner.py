@@ -13,7 +13,7 @@ import pytest
 from cases.model import Case
 from conformance.artifacts import ARTIFACTS_DIRNAME
 from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
-from conformance.options import DEFAULT_CACHE_ROOT, RunOptions
+from conformance.options import RunOptions, warm_cache_dir
 from records.results import Label, Record
 
 
@@ -92,7 +92,7 @@ class Runner:
         settings = Settings(
             compile_timeout=options.compile_timeout, run_timeout=options.run_timeout,
             compile_cache=options.compile_cache,
-            warm_cache_dir=str(DEFAULT_CACHE_ROOT / "compile" / backend.name),
+            warm_cache_dir=str(warm_cache_dir(backend.name)),
             seed=options.seed, timed_runs=options.timed_runs,
             reference_device=options.reference_device,
             cases_modules=options.cases_modules, compile_only=options.phase == "compile",
