@@ -33,6 +33,18 @@ while (($#)); do
     *) both+=("$1"); shift ;;
   esac
 done
+runs=reports/release
+missing=() envs=()
+for run in torch2.13.0:release-torch2.13 torch2.14.1:release-torch2.14; do
+  if [ ! -f "$runs/${run%%:*}/results.json" ]; then
+    missing+=("$runs/${run%%:*}/results.json"); envs+=("tox -e ${run#*:}")
+  fi
+done
+if ((${#missing[@]})); then  # before anything here is touched
+  echo "release_gate.sh: no results to gate: ${missing[*]} missing; run the release runs" \
+       "first: $(printf '%s && ' "${envs[@]}")tox -e release-gate (docs/results/README.md)" >&2
+  exit 2
+fi
 out=docs/results
 old=$out/cpu-inductor-smoke-torch2.13.0.json
 new=$out/cpu-inductor-smoke-torch2.14.1.json
@@ -48,8 +60,8 @@ refused() {  # bad input: every file here back as it was
   done
   exit 2
 }
-cp reports/release/torch2.13.0/results.json "$old" || refused
-cp reports/release/torch2.14.1/results.json "$new" || refused
+cp "$runs/torch2.13.0/results.json" "$old" || refused
+cp "$runs/torch2.14.1/results.json" "$new" || refused
 gate=("$new_py" -m conformance.cli gate --baseline "$old" --candidate "$new"
       --run-time-slack 0.01 ${both[@]+"${both[@]}"})
 "${gate[@]}" --confirm 0 --json "$kept/unconfirmed.json" > "$kept/unconfirmed.txt"
