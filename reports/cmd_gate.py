@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "long (default 1.25)")
     parser.add_argument("--run-time-slack", type=float, default=None, metavar="SECONDS",
                         help="gate run times too (the median of the timed runs), ignoring growth "
-                             "of SECONDS or less; off by default")
+                             "of SECONDS or less (finite); off by default")
     parser.add_argument("--confirm", default="auto", metavar="auto|N",
                         help="measure the cases of compile- and run-time findings again N "
                              "times per release, cold, side by side, and block only on the "

@@ -250,6 +250,10 @@ def decide(baseline: RunResults, candidate: RunResults,
         if slack is not None and not slack >= 0:
             raise GateInputError(f"{flag} {slack:g} is not a number of seconds >= 0; give e.g. "
                                  "0.5")
+    if run_slack_seconds == float("inf"):  # no growth exceeds it, and it silenced the note
+        raise GateInputError("--run-time-slack inf gates no run time, and would hide the note "
+                             "that names cases far slower; give seconds, e.g. 0.01, or leave "
+                             "the option out")
     comparison = compare_runs(baseline, candidate, budget, slack_seconds)
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")

@@ -293,3 +293,18 @@ def test_a_copy_of_the_baseline_is_not_a_candidate(tmp_path, capsys):
         "itself shows nothing" in capsys.readouterr().err
     later = replace(baseline, started_at="2026-12-01T11:00:00.000+00:00")
     assert gate(tmp_path, baseline, later) == 0
+
+
+def test_a_run_time_slack_of_inf_is_refused_not_a_silenced_note(tmp_path, capsys):
+    """--run-time-slack inf gated nothing and silenced RUN_TIME_NOT_GATED: a case 3.87x as slow
+    went unmentioned (--compile-time-budget inf, documented as the rule off, stays)."""
+    old = run([replace(record(A), run_seconds=0.1)])
+    new = run([replace(record(A), run_seconds=0.387)])
+    assert gate(tmp_path, old, new) == 0
+    assert "RUN_TIME_NOT_GATED" in capsys.readouterr().out
+    for inf in ("inf", "Infinity", "1e999"):
+        assert gate(tmp_path, old, new, "--run-time-slack", inf) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "flexconf gate: error: --run-time-slack inf gates no run time, and would hide the "
+            "note that names cases far slower; give seconds, e.g. 0.01, or leave the option out"]
+    assert gate(tmp_path, old, new, "--compile-time-budget", "inf") == 0
