@@ -185,8 +185,9 @@ def _schedule_from(text, base: Path) -> str:
     return text if text in (AUTO, ESTIMATE, OFF) else str(base / text)
 
 
-def _count(flag: str, minimum: int) -> Callable[[Any, Path], int]:
-    return lambda text, _base: parse_count(flag, text, minimum)
+def _count(flag: str, minimum: int, maximum: int | None = None
+           ) -> Callable[[Any, Path], int]:
+    return lambda text, _base: parse_count(flag, text, minimum, maximum)
 
 
 def _seconds(flag: str) -> Callable[[Any, Path], float]:
@@ -231,7 +232,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--run-timeout", "300", "seconds allowed for setup and for the timed runs of a case",
            _seconds("--run-timeout"), "worker"),
     Option("--timed-runs", "3", "timed calls after the first; the record's run time is their "
-           "median", _count("--timed-runs", 1), "worker"),
+           "median (at most 1000: more would only run into --run-timeout)",
+           _count("--timed-runs", 1, maximum=1000), "worker"),
     Option("--compile-cache", None, "cold: every case compiles from empty caches, no cache of "
            "any layer can serve it; warm: one compiler cache directory under the suite's cache "
            "dir, shared by cases and runs", _choice("--compile-cache", ("cold", "warm")),
@@ -425,9 +427,12 @@ def _check_case_file_matrix(values: dict) -> None:
                          "runs the file's cases alone; drop --matrix")
 
 
-def parse_count(option: str, text: str, minimum: int) -> int:
+def parse_count(option: str, text: str, minimum: int, maximum: int | None = None) -> int:
     if not re.fullmatch(r"\d+", str(text).strip()) or int(text) < minimum:
         raise ValueError(f"{option} {text!r} is not an integer >= {minimum}; "
+                         f"write e.g. {option} {max(minimum, 1)}")
+    if maximum is not None and int(text) > maximum:
+        raise ValueError(f"{option} {text!r} is above {maximum}, the most this option takes; "
                          f"write e.g. {option} {max(minimum, 1)}")
     return int(text)
 

@@ -34,6 +34,24 @@ def test_sizes(text, expected):
     assert opts.parse_size("--memory-budget", text) == expected
 
 
+@pytest.mark.parametrize("text, line", [
+    ("0", "--timed-runs '0' is not an integer >= 1; write e.g. --timed-runs 1"),
+    ("-3", "--timed-runs '-3' is not an integer >= 1; write e.g. --timed-runs 1"),
+    ("1001", "--timed-runs '1001' is above 1000, the most this option takes; write e.g. "
+             "--timed-runs 1"),
+    # an outside audit: it was taken, and every case ran into its run timeout (RUN_TIMEOUT)
+    ("99999999999999999999", "--timed-runs '99999999999999999999' is above 1000, the most "
+                             "this option takes; write e.g. --timed-runs 1"),
+])
+def test_timed_runs_out_of_range_are_one_line(text, line):
+    defaults = {option.flag: option.default for option in opts.OPTIONS}
+    with pytest.raises(ValueError) as raised:
+        opts.parse(lambda name: text if name == "--timed-runs" else defaults[name], REPO)
+    assert str(raised.value) == line
+    assert opts.parse(lambda name: "1000" if name == "--timed-runs" else defaults[name],
+                      REPO).timed_runs == 1000
+
+
 def test_size_as_share_of_ram():
     from conformance.memory_gate import machine_memory_bytes
 
