@@ -173,10 +173,28 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
                 "followed it")
     if not run.complete:
         return _why_incomplete(run, use)
+    lacking = _selected_without_record(run)
+    if lacking:  # complete says every selected case has one: an edited or damaged file
+        return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
+                f"record (an edited or damaged file); {use} a results file a run wrote")
     shard = selection_of(run).shard
     if shard:
         return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
                 f"merge) and {use} the merged file")
+    return None
+
+
+def _selected_without_record(run: RunResults) -> tuple[int, int] | None:
+    """(cases without a record, cases selected) of a run whose selection names more cases
+    than its records hold; None when every selected case has its record."""
+    recorded = {r.case_id for r in run.records}
+    ids = selection_of(run).case_ids
+    if ids:
+        missing = sum(cid not in recorded for cid in ids)
+        return (missing, len(ids)) if missing else None
+    selected = run.selected_count
+    if isinstance(selected, int) and selected > len(recorded):
+        return selected - len(recorded), selected
     return None
 
 

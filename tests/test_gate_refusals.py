@@ -66,6 +66,23 @@ def test_runs_that_cannot_be_compared_are_bad_input(tmp_path, capsys, change, wo
         assert word in err
 
 
+def test_a_complete_run_that_lacks_selected_cases_is_bad_input(tmp_path, capsys):
+    """A hand-edited selected_count of 10**30 beside one record, or a selection naming cases
+    with no record, still gave MAY SHIP (an outside audit)."""
+    from tests.test_gate import B
+
+    whole = run([record(A)])
+    for candidate in (replace(whole, selected_count=10**30),
+                      selected(whole, case_ids=(A, B))):
+        assert gate(tmp_path, whole, candidate) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"flexconf gate: error: {tmp_path / 'new.json'}: it says "
+                              "complete, but ")
+        assert err.endswith("selected cases have no record (an edited or damaged file); gate "
+                            "a results file a run wrote")
+    assert gate(tmp_path, whole, selected(whole)) == 0
+
+
 def _judged_by(version: int | None, revision: str | None = None) -> RunResults:
     """A run whose results.json says which oracle judged it (None: a file from before that
     was recorded) and at which revision of the suite."""
