@@ -422,7 +422,10 @@ def _check_case_file_matrix(values: dict) -> None:
     yet recorded, and a gate or merge against a run of the same file without it refused the
     two for a difference that changed nothing (an outside audit). (--matrix custom still
     says what fuzzing draws from.)"""
-    if values["case_file"] and values["matrix"] in ("extended", "all"):
+    from records.selection import matrix_selects
+
+    if values["matrix"] != "core" and not matrix_selects(values["matrix"],
+                                                        values["case_file"]):
         raise ValueError(f"--matrix {values['matrix']} does not apply with --case-file, which "
                          "runs the file's cases alone; drop --matrix")
 

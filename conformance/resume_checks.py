@@ -37,8 +37,13 @@ def resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: in
             f"--resume {options.report_dir}: its records are those of the run reported in "
             f"{options.report_dir / 'previous'}/ (a later run stopped before its first case "
             "and set it aside); nothing to resume: run without --resume")
+    from records.selection import matrix_selects
+
     for key in _RESUME_SAME:
         before, now = manifest.options.get(key), recorded.get(key)
+        if key == "matrix" and not matrix_selects(before, manifest.options.get("case_file")) \
+                and not matrix_selects(now, recorded.get("case_file")):
+            continue  # beside a case file (an older suite recorded it): it chose nothing
         if before != now:
             raise pytest.UsageError(
                 f"--resume {options.report_dir}: the run had {key} {_given(before)}, this one "

@@ -25,6 +25,15 @@ SPOKEN = {"matrix": "matrix", "profile": "profile", "cases_modules": "cases modu
           "shard": "shard"}
 
 
+def matrix_selects(matrix: str | None, case_file: str | None) -> bool:
+    """Whether ``--matrix`` chooses anything beside ``--case-file``: a case file replaces the
+    catalog's matrices, so core, extended and all select nothing there (custom still says
+    what fuzzing draws from). Run options, resume, gate and merge all read it here: a run
+    refuses the pair, and a file an older suite wrote with it is compared and resumed as
+    without it."""
+    return not (case_file and matrix in ("core", "extended", "all"))
+
+
 @dataclass(frozen=True)
 class Selection:
     """None in a field means unknown (an older results file without the block)."""
@@ -86,6 +95,9 @@ def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINIT
     """(what, a's value, b's value), as text for people, of the first of ``fields`` in which
     ``a`` and ``b`` differ; values unknown in either are skipped. None when they agree."""
     for name in fields:
+        if name == "matrix" and not (matrix_selects(a.matrix, a.case_file)
+                                     or matrix_selects(b.matrix, b.case_file)):
+            continue
         if name == "case_file" and a.case_file_sha256 and b.case_file_sha256:
             old, new = a.case_file_sha256, b.case_file_sha256  # the path may differ by machine
         elif name == "case_file":

@@ -10,6 +10,7 @@ from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.metrics import took_masked_answer
 from records.results import Label, Record, RunResults
+from records.selection import matrix_selects
 from conformance.run_info import shell_command
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
@@ -178,7 +179,8 @@ def _run_args(results: RunResults, matrix: str | None = None
     backend, env = rerun_backend(results)
     args = [matrix or str(opts.get("matrix_path") or "conformance/"), "--backend", backend,
             "--profile", str(opts.get("profile", "?"))]
-    if opts.get("matrix") not in (None, "core"):
+    if opts.get("matrix") not in (None, "core") and matrix_selects(opts["matrix"],
+                                                                  opts.get("case_file")):
         args += ["--matrix", str(opts["matrix"])]
     for module in opts.get("cases_modules") or []:
         args += ["--cases-module", str(module)]

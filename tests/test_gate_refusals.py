@@ -45,6 +45,17 @@ def test_a_case_file_at_another_path_with_the_same_content_is_comparable(tmp_pat
     assert gate(tmp_path, old, new) == 0
 
 
+def test_runs_of_one_case_file_are_comparable_whatever_matrix_an_older_suite_recorded(
+        tmp_path):
+    """--matrix extended beside --case-file chose nothing, yet gate and merge refused the
+    run against one of the same file without it (an outside audit; a run now refuses the
+    pair, and files from before are compared as without it)."""
+    same_file = dict(case_file="/a/cases.json", case_file_sha256="1" * 64)
+    old = selected(run([record(A)]), **same_file)
+    new = selected(run([record(A)]), matrix="extended", **same_file)
+    assert gate(tmp_path, old, new) == 0
+
+
 def test_a_baseline_of_another_matrix_without_a_selection_block_is_refused(tmp_path, capsys):
     old = run([record(A)])
     old = replace(old, options={**old.options, "matrix": "extended"})

@@ -211,8 +211,9 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
         "pytest conformance/ --backend cpu-inductor --profile smoke --seed 0 "
         f"--compile-timeout 600 --run-timeout 300 --case-id {cid} "
         "--report-dir reports/latest-rerun")
-    # a module:object backend (with its PYTHONPATH), the matrix, case modules, a case file,
-    # a seed, budgets and a warm cache are given again
+    # a module:object backend (with its PYTHONPATH), case modules, a case file, a seed,
+    # budgets and a warm cache are given again; not a matrix that a case file replaced (an
+    # older suite recorded it; pasted, the command was refused)
     options = dict(results.options, backend="test-wrong", seed=7, case_file="/tmp/my cases.json",
                    backend_requested="tests.fault_backends:WrongNumbers",
                    backend_pythonpath="/src/my plugin", matrix="extended",
@@ -222,7 +223,7 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
     results = replace(results, options=options)
     assert rerun_command(results, "odd'id`$(x)") == (
         "PYTHONPATH='/src/my plugin:/src/cases' pytest conformance/ "
-        "--backend tests.fault_backends:WrongNumbers --profile smoke --matrix extended "
+        "--backend tests.fault_backends:WrongNumbers --profile smoke "
         "--cases-module my_cases --case-file '/tmp/my cases.json' --seed 7 "
         "--compile-timeout 600 --run-timeout 300 --timed-runs 5 --compile-cache warm "
         "--expectations /src/known.toml --case-id 'odd'\"'\"'id`$(x)' --report-dir '/tmp/run 1-rerun'")
@@ -232,6 +233,9 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
                                            neuron_device_check="strict"))
     assert "--neuron-cores-per-worker 4 --neuron-device-check strict --case-id" in \
         rerun_command(neuron, cid)
+    without_file = replace(results, options={k: v for k, v in options.items()
+                                             if k != "case_file"})
+    assert " --matrix extended --cases-module my_cases " in rerun_command(without_file, cid)
 
 
 def test_the_resume_command_narrows_as_the_run_did():

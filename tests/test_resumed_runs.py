@@ -168,3 +168,23 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
     assert whole.selection["keyword"] == "full or causal"
     assert whole.selection["case_ids"] == [c.id for c in CASES[:2]]
     assert "every case of the run had a record already; nothing was left to run" in resumed.stdout
+
+
+def test_a_run_an_older_suite_recorded_with_a_matrix_beside_its_case_file_resumes(tmp_path):
+    """A run may no longer give --matrix extended or all beside --case-file (it chose
+    nothing); one an older suite recorded with it was told to drop --matrix, and then that its
+    matrix differed: it could not be resumed at all (an outside review)."""
+    from types import SimpleNamespace
+
+    from conformance.backends.registry import resolve_backend
+    from conformance.resume_checks import resumable_run
+    from records.store import RunManifest, write_manifest
+
+    recorded = {"backend": "cpu-eager", "profile": "smoke", "matrix": "all",
+                "case_file": "/a/cases.json", "seed": 0}
+    write_manifest(tmp_path, RunManifest("t1", "0.1.0", recorded, ["full/a"]))
+    options = SimpleNamespace(report_dir=tmp_path, backend="cpu-eager")
+    backend = resolve_backend("cpu-eager")
+    assert resumable_run(options, {**recorded, "matrix": "core"}, backend, 1).started_at == "t1"
+    with pytest.raises(pytest.UsageError, match="the run had matrix 'all', this one 'core'"):
+        resumable_run(options, {**recorded, "matrix": "core", "case_file": None}, backend, 1)
