@@ -141,13 +141,15 @@ def _refuse_catalog_ids(collected: list[Case], names: list[str]) -> None:
                              "name, parameters or shape")
 
 
-def select_cases(profile: str, matrix_name: str, modules: list[str]) -> list[Case]:
+def select_cases(profile: str, matrix_name: str, modules: list[str],
+                 fuzzing: bool = False) -> list[Case]:
     """The cases of one run: the catalog's matrix ``matrix_name`` (none for ``custom``)
     followed by the cases of the case modules. ``custom`` without a case module is a
-    ValueError: it would run nothing."""
+    ValueError: it would run nothing; so are case modules that give no case, unless the run
+    is ``fuzzing`` (a module may exist to give fuzz_variants alone)."""
     check_custom_matrix(matrix_name, modules)
     selected = matrix(profile, matrix_name) + load_case_modules(modules, profile)
-    if not selected:  # only --matrix custom can select none
+    if not selected and not fuzzing:  # only --matrix custom can select none
         raise ValueError(f"--matrix custom: the case module(s) {', '.join(modules)} give no "
                          f"case for the {profile} profile; return cases from cases({profile!r}), "
                          "or give the --profile they have cases for")

@@ -427,7 +427,8 @@ def _select_cases(options: opts.RunOptions) -> list:
         import_case_modules(list(options.cases_modules))
         cases = load_case_file(options.case_file, registered_variants())
     else:
-        cases = select_cases(options.profile, options.matrix, list(options.cases_modules))
+        cases = select_cases(options.profile, options.matrix, list(options.cases_modules),
+                             fuzzing=options.fuzz_examples > 0)
     if not options.case_ids:
         return cases
     by_id = {case.id: case for case in cases}

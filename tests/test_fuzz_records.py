@@ -126,3 +126,21 @@ def test_an_unsupported_reason_that_never_answers_fails_the_fuzzing_in_one_line(
     assert ("fuzzing on test-hangs-in-unsupported-reason-on-composed: setup: its "
             "unsupported_reason did not return within 1 s (the run budget)") in proc.stdout
     assert "During handling of the above exception" not in proc.stdout  # said once
+
+
+@pytest.mark.slow
+def test_a_case_module_that_only_gives_fuzz_variants_fuzzes_under_matrix_custom(tmp_path):
+    """A run whose case modules give no case is refused, except when it fuzzes: a module may
+    exist for its fuzz_variants alone (an outside review: it was refused too)."""
+    (tmp_path / "fuzz_only.py").write_text(
+        "from my_variants import fuzz_variants  # noqa: F401\n"
+        "def cases(profile):\n    return []\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(REPO), str(EXAMPLES), str(tmp_path)]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_fuzz.py", "-p", "no:cacheprovider",
+         "--backend", "cpu-eager", "--report-dir", str(tmp_path / "report"),
+         "--reference-cache", "none", "--fuzz-examples", "1", "--seed", "1", "--matrix",
+         "custom", "--cases-module", "fuzz_only"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(load_results(tmp_path / "report" / "results.json").records) == 1
