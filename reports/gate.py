@@ -272,6 +272,10 @@ def decide(baseline: RunResults, candidate: RunResults,
         raise GateInputError("--run-time-slack inf gates no run time, and would hide the note "
                              "that names cases far slower; give seconds, e.g. 0.01, or leave "
                              "the option out")
+    if run_slack_seconds is not None and run_budget == float("inf"):  # the same, by the factor
+        raise GateInputError("--run-time-budget inf with --run-time-slack gates no run time, "
+                             "and would hide the note that names cases far slower; give a "
+                             "factor, e.g. 1.25, or leave --run-time-slack out")
     comparison = compare_runs(baseline, candidate, budget, slack_seconds)
     old, new = baseline.by_id(), candidate.by_id()
     backend = candidate.options.get("backend", "")

@@ -336,3 +336,10 @@ def test_a_run_time_slack_of_inf_is_refused_not_a_silenced_note(tmp_path, capsys
             "flexconf gate: error: --run-time-slack inf gates no run time, and would hide the "
             "note that names cases far slower; give seconds, e.g. 0.01, or leave the option out"]
     assert gate(tmp_path, old, new, "--compile-time-budget", "inf") == 0
+    # the same by the factor (an outside review): a budget of inf with a slack gated nothing
+    assert gate(tmp_path, old, new, "--run-time-slack", "0.01", "--run-time-budget", "inf") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "flexconf gate: error: --run-time-budget inf with --run-time-slack gates no run time, and "
+        "would hide the note that names cases far slower; give a factor, e.g. 1.25, or leave "
+        "--run-time-slack out"]
+    assert gate(tmp_path, old, new, "--run-time-budget", "inf") == 0  # no slack: the note
