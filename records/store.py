@@ -233,7 +233,8 @@ def set_aside_results(report_dir: str | Path, resuming: RunManifest | None = Non
     if resuming is not None:  # its results go, and it will record more: none of it is reported
         (records_dir(report_dir) / REPORTED_NAME).unlink(missing_ok=True)
     earlier = results_head(report_dir)
-    if resuming is not None and (earlier.get("records") == 0 or (
+    pages_alone = not (report_dir / RESULT_FILES[0]).exists()  # a rendering, not a run's results
+    if resuming is not None and (earlier.get("records") == 0 or pages_alone or (
             resuming.started_at and earlier.get("started_at") == resuming.started_at)):
         for name in RESULT_FILES:
             (report_dir / name).unlink(missing_ok=True)

@@ -288,17 +288,26 @@ def test_a_metric_that_is_not_finite_is_written_as_strict_json_and_shown(tmp_pat
     assert "inf" in html and "Infinity" not in html
 
 
-def test_a_resume_that_sets_pages_aside_keeps_nothing_superseded(tmp_path):
+def test_a_resume_drops_pages_without_results_and_keeps_nothing_superseded(tmp_path):
     """Pages without their results.json (a report rendered into a killed run's directory)
     went into previous/ at a resume's start, and what previous/ held into
-    .superseded-previous/, which nothing removed (an outside audit)."""
+    .superseded-previous/, which nothing removed (an outside audit); removing it then lost
+    the run before's pages (an outside review). Such pages are no run's results: they go, and
+    previous/ keeps the run before; another run's results are set aside as by any run."""
     from records.store import PREVIOUS_DIR, SUPERSEDED_DIR, RunManifest, set_aside_results
 
+    resuming = RunManifest("t1", "v", {}, ["full/a"])
     (tmp_path / PREVIOUS_DIR).mkdir()
     (tmp_path / PREVIOUS_DIR / "summary.md").write_text("the run before")
     (tmp_path / "summary.md").write_text("a report rendered here")
-    set_aside_results(tmp_path, resuming=RunManifest("t1", "v", {}, ["full/a"]))
-    assert (tmp_path / PREVIOUS_DIR / "summary.md").read_text() == "a report rendered here"
+    assert set_aside_results(tmp_path, resuming=resuming) == []
+    assert (tmp_path / PREVIOUS_DIR / "summary.md").read_text() == "the run before"
+    assert not (tmp_path / "summary.md").exists()
+    write_results(RunResults({}, {}, (Record(case_id="full/a", label=Label.PASS),), "v",
+                             started_at="t0"), tmp_path / "results.json")
+    (tmp_path / "summary.md").write_text("the run t0")
+    set_aside_results(tmp_path, resuming=resuming)
+    assert (tmp_path / PREVIOUS_DIR / "summary.md").read_text() == "the run t0"
     assert not (tmp_path / SUPERSEDED_DIR).exists()
 
 
