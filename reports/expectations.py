@@ -197,10 +197,15 @@ def misspelt_backends(expectations: Expectations, backend: str) -> list[Expectat
     """Entries whose backend is not ``backend`` (the run's) but spelt almost like it
     (``cpu-eagr`` for ``cpu-eager``): they apply to no case of the run, so the failures they
     list are unknown to it, and nothing said why (an outside audit). Entries for other
-    backends, spelt otherwise, are a file's normal content."""
+    backends are a file's normal content: a name registered here (cuda-eager beside
+    cpu-eager, which differ by two letters) is never taken for a misspelling."""
     import difflib
 
+    from conformance.backends.registry import registered  # names only: no backend imported
+
+    known = registered()
     return [entry for entry in expectations.entries if not entry.applies_to(backend)
+            and entry.backend not in known
             and difflib.get_close_matches(entry.backend, [backend], n=1, cutoff=0.8)]
 
 
