@@ -84,7 +84,8 @@ def _drop_torn_line(path: Path) -> None:
     """Cut a torn last line (a worker killed mid-write, a full disk) off the worker file that a
     resumed run appends to: appended to, it would swallow the first new event (an outside
     audit: a resume's environment event became part of the torn line, and was lost). The torn
-    line is unreadable already; every complete line stays."""
+    line is unreadable already; every complete line stays, the last one too when only its
+    newline is missing (read_events reads it: a finished case a resume counts as done)."""
     try:
         with open(path, "rb+") as f:
             end = f.seek(0, os.SEEK_END)
@@ -99,7 +100,14 @@ def _drop_torn_line(path: Path) -> None:
                     break
                 keep = start
             if keep < end:
-                f.truncate(keep)
+                f.seek(keep)
+                try:
+                    json.loads(f.read(end - keep))
+                except (ValueError, RecursionError):
+                    f.truncate(keep)
+                else:  # a whole event, short of its newline
+                    f.seek(end)
+                    f.write(b"\n")
     except FileNotFoundError:
         pass
 

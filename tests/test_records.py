@@ -174,6 +174,14 @@ def test_a_resumed_worker_file_loses_its_torn_line_not_its_next_event(tmp_path):
     whole = RecordWriter(tmp_path, "gw0")  # a file that ends with its newline is kept whole
     whole.close()
     assert [event["event"] for event in read_events(tmp_path)] == events
+    # a last event short of its newline only is whole: read_events reads it, and a resume
+    # counted its case as finished (an outside review: it was cut off, and the case lost)
+    path = tmp_path / "records" / "gw0.jsonl"
+    path.write_text(path.read_text().rstrip("\n"))
+    again = RecordWriter(tmp_path, "gw0")
+    again.selection(["full/a"])
+    again.close()
+    assert [event["event"] for event in read_events(tmp_path)] == events + ["selection"]
 
 
 def test_a_schema_version_of_another_type_says_so(tmp_path):
