@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -248,8 +249,9 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
 _TEMPORARY_PREFIX = ".flexconf-"
 #: A temporary file older than this whose writer is gone is abandoned (kill -9 mid-write). The
 #: age keeps a writer on another host (a shared file system, where its pid means nothing
-#: here) safe: any write of this suite ends within seconds.
-_ABANDONED_AFTER_SECONDS = 60.0
+#: here, and whose clock may differ from the server's by minutes) safe: any write of this
+#: suite ends within seconds.
+_ABANDONED_AFTER_SECONDS = 3600.0
 
 
 def _remove_abandoned_temporaries(directory: Path) -> None:
@@ -265,7 +267,7 @@ def _remove_abandoned_temporaries(directory: Path) -> None:
     for entry in entries:
         pid = entry.name[len(_TEMPORARY_PREFIX):].split("-", 1)[0]
         try:
-            if (not pid.isdigit() or _process_exists(int(pid))
+            if (not re.fullmatch(r"[0-9]{1,10}", pid) or _process_exists(int(pid))
                     or now - entry.stat(follow_symlinks=False).st_mtime
                     < _ABANDONED_AFTER_SECONDS):
                 continue

@@ -154,12 +154,14 @@ def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write(tmp_
     assert abandoned.startswith(f".flexconf-{writer.pid}-")
     live = tmp_path / f".flexconf-{os.getpid()}-0123456789ab.tmp"  # a writer still at work
     live.write_text("x")
-    long_ago = time.time() - 3600
-    for name in (abandoned, live.name):
+    odd = tmp_path / ".flexconf-\u00b2-0123456789ab.tmp"  # no pid: '²'.isdigit() is True
+    odd.write_text("x")
+    long_ago = time.time() - 7200
+    for name in (abandoned, live.name, odd.name):
         os.utime(tmp_path / name, (long_ago, long_ago))
 
     write_text_atomic(tmp_path / "summary.md", "next\n")
-    assert _leftovers(tmp_path) == [live.name]
+    assert _leftovers(tmp_path) == sorted([live.name, odd.name])
     assert not (tmp_path / "results.json").exists()
 
 
