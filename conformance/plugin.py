@@ -32,6 +32,8 @@ from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
+#: The controller's watch for its last test's report (termination.LastTestWatch).
+_LAST_TEST: dict[str, "termination.LastTestWatch"] = {}
 _SELECTED = "flexconf_selected_case_ids"  # workeroutput key: a worker's pre-shard selection
 
 
@@ -52,6 +54,8 @@ def pytest_configure(config) -> None:
     if state.active:
         termination.interrupt_on_termination(
             lambda: termination.xdist_worker_pids(config) if state.is_controller else ())
+    if state.active and state.is_controller:  # logreport's hook is given no config
+        _LAST_TEST["watch"] = termination.LastTestWatch()
     if state.active and state.is_controller:
         _check_selection_expressions(config)
         state.validate_backend()
@@ -137,11 +141,17 @@ def pytest_testnodedown(node, error) -> None:
 def pytest_collection_finish(session) -> None:
     state = session.config.stash[_STATE]
     state.collected([item.nodeid for item in session.items])
+    watch = _LAST_TEST.get("watch")
+    if watch is not None and session.items:  # an xdist controller collects none: see below
+        watch.expect(len(session.items))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids) -> None:
     node.config.stash[_STATE].collected(ids)  # before xdist schedules any test
+    watch = _LAST_TEST.get("watch")
+    if watch is not None:
+        watch.expect(len(ids))  # every worker collects them all
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -173,6 +183,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             else:
                 _end_of_run(session, state, missing, interrupted)
+                if state.exit_after_stop is not None:  # every case had finished
+                    session.exitstatus = pytest.ExitCode(state.exit_after_stop)
     if state.active:
         termination.restore_termination_handlers()
 
@@ -206,21 +218,14 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
         session.exitstatus = pytest.ExitCode.OK
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtestloop(session):
-    """Once every case has run, the run ends: xdist's teardown of its workers, the children
-    closed, the results written (seconds). A stop signal there raised inside that teardown,
-    before this plugin's sessionfinish, and the run ended with exit 130, a traceback and no
-    results.json although every case had finished (an outside audit: 9 of 10 signals sent
-    0.3-2 s after the last record). From here on, a stop signal is ignored with a line saying
-    so, until the results are written: the run is complete and says so."""
-    outcome = yield
-    state = session.config.stash.get(_STATE, None)
-    if (state is not None and state.active and outcome.excinfo is None
-            and termination.handlers_replaced()):
-        cut_short = session.shouldfail or session.shouldstop  # -x, --maxfail
-        termination.ignore_signals_while_stopping(
-            termination.STOPPING if cut_short else termination.FINISHING)
+def pytest_runtest_logreport(report) -> None:
+    """From the last test's report on, the run ends (children closed, xdist's teardown, the
+    results written): a stop signal there raised inside xdist's teardown, and the run ended
+    with exit 130, a traceback and no results.json (an outside audit). It is ignored now,
+    with a line saying so (termination.LastTestWatch), until the results are written."""
+    watch = _LAST_TEST.get("watch")
+    if report.when == "teardown" and watch is not None:
+        watch.finished(report.nodeid)
 
 
 def pytest_keyboard_interrupt(excinfo) -> None:
@@ -242,6 +247,7 @@ def pytest_unconfigure(config) -> None:
         state.release_run_lock()
     # also after a usage error, which skips sessionfinish
     termination.restore_termination_handlers()
+    _LAST_TEST.pop("watch", None)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -379,9 +385,7 @@ class ConformanceSession(RunLifecycle):
         self.cases()  # a bad --case-file or --shard fails now, once, in the controller
 
     def _check_compile_phase(self) -> None:
-        """--phase compile on a backend that compiles nothing (cpu-eager, cuda-eager, an
-        eager plugin) fills no cache: its cases were labeled COMPILED and the run exited 0
-        (an outside audit)."""
+        """--phase compile on a backend that compiles nothing fills no cache (an audit)."""
         if self.options.phase == "compile" and self.backend.compiled is False:
             raise ValueError(f"--phase compile: backend {self.backend.name} compiles nothing, "
                              "so there is no cache to fill; run without --phase")

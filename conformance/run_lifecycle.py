@@ -29,6 +29,9 @@ class RunLifecycle:
     _fresh_run_pending = False  # a new run (not --resume) whose store is not cleared yet
     _set_aside: list = []  # the earlier run's result files it moved into previous/
     _expectations_digest: str | None = None  # of --expectations, read at the start
+    #: A run stopped once every case had finished exits as it would have: 1 where a case's
+    #: test fails, else 0 (None: not such a run).
+    exit_after_stop: int | None = None
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
@@ -284,7 +287,11 @@ class RunLifecycle:
         cut_off_before = set(merged.unfinished) - self._expected
         in_order = [cid for cid in order if cid in expected] + sorted(expected - set(order))
         missing = [cid for cid in in_order if cid not in recorded or cid in cut_off_before]
-        complete = not interrupted and not missing
+        # stopped once every case had finished (the last reports still on their way from the
+        # workers): nothing was cut off, nothing is missing, the run is whole
+        finished_first = interrupted and not missing and not self._fuzzing \
+            and not set(merged.unfinished) & expected
+        complete = (not interrupted or finished_first) and not missing
         if self._resumes_known_cases():
             self.summary_lines.extend(
                 _outside_resumed_run(self.selected, self.shard_ids(), expected))
@@ -301,6 +308,12 @@ class RunLifecycle:
         self.summary_lines.append(f"{len(results.records)} cases on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        if finished_first:
+            from conformance.runner import fails_its_test
+
+            self.exit_after_stop = int(any(fails_its_test(r) for r in results.records))
+            self.summary_lines.append("stopped after every case had finished: the run is "
+                                      "complete")
         if not complete and results.records:  # what was recorded stays: the rest can follow
             from conformance.run_info import matrix_path
             from reports.summary import resume_command

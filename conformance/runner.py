@@ -168,6 +168,12 @@ def load_expectations(path: str | None):
     return load(path)
 
 
+def fails_its_test(record: Record) -> bool:
+    """Whether ``outcome`` fails the record's test (not passed, skipped or xfail)."""
+    return record.label not in (Label.PASS, Label.COMPILED, Label.UNSUPPORTED) \
+        and not record.expected_failure
+
+
 def outcome(record: Record, xfail_reason: str | None = None) -> None:
     """PASS returns; UNSUPPORTED skips; a failure with exactly its expected label (from
     ``--expectations``) is xfail; any other label fails. First line: ``[LABEL] ...``."""

@@ -109,6 +109,27 @@ def ignore_signals_while_stopping(doing: str = STOPPING) -> None:
     _replace_handlers((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), stopping)
 
 
+class LastTestWatch:
+    """The controller's count of finished tests: from the last one's report on, a stop
+    signal is ignored (``ignore_signals_while_stopping(FINISHING)``) until the results are
+    written. ``expect`` takes the number of tests this process runs (collected and selected;
+    under xdist, one worker's collection)."""
+
+    def __init__(self):
+        self.expected: int | None = None
+        self.done: set[str] = set()
+
+    def expect(self, count: int) -> None:
+        if self.expected is None:
+            self.expected = count
+
+    def finished(self, node_id: str) -> None:
+        self.done.add(node_id)
+        if (self.expected is not None and len(self.done) == self.expected
+                and handlers_replaced()):
+            ignore_signals_while_stopping(FINISHING)
+
+
 def restore_termination_handlers() -> None:
     """Once the run's results are written, SIGTERM and SIGHUP (and Ctrl-C, where the run
     stopped on a signal) get back what they did before the run: nothing is left to keep, and
