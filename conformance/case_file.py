@@ -8,6 +8,7 @@ import difflib
 import math
 from collections.abc import Collection
 
+from cases.catalog_params import param_problem
 from cases.model import Case
 from records.files import UserFileError, read_json
 from records.text import one_line
@@ -60,6 +61,9 @@ def case_from_spec(spec, where: str, known_variants: Collection[str] | None = No
         raise ValueError(f"{where} names variant {case.variant.name!r}, which no builder "
                          f"registers{_suggestion(case.variant.name, known_variants)}; a "
                          "custom variant needs its --cases-module (docs/cases.md)")
+    problem = param_problem(case.variant)  # the catalog's ranges need no builder
+    if problem is not None:
+        raise ValueError(f"{where}: variant {case.variant.name!r}: {problem}")
     if known_variants is not None:
         _check_params(case, where)
     return case
@@ -106,12 +110,8 @@ def _check_params(case: Case, where: str) -> None:
     without (a misspelt optional parameter: the builder silently took its default, and the
     name only changed the id). Other unread parameters pass: a builder may read one at some
     shapes only."""
-    from cases.catalog_params import param_problem
     from cases.variants import param_use
 
-    problem = param_problem(case.variant)
-    if problem is not None:
-        raise ValueError(f"{where}: variant {case.variant.name!r}: {problem}")
     use = param_use(case.variant, case.shape)
     given = [key for key, _ in case.variant.params]
     name = case.variant.name

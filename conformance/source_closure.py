@@ -164,7 +164,10 @@ def site_packages() -> set[str]:
         paths.update(site.getsitepackages())
     except AttributeError:  # some virtualenvs' site module
         pass
-    paths.add(site.getusersitepackages())
+    try:
+        paths.add(site.getusersitepackages())
+    except AttributeError:  # the same virtualenvs
+        pass
     return {str(Path(p).resolve()) for p in paths if p}
 
 

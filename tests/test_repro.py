@@ -266,6 +266,9 @@ def test_a_script_whose_backend_cannot_be_loaded_where_it_runs_says_so_in_one_li
      "Case.to_json (docs/cases.md)"),
     ({"dtype": "fp8"}, "its case is not a valid case spec (unknown dtype 'fp8'; use one of bf16, "
                        "fp16, fp32); write the fields of Case.to_json (docs/cases.md)"),
+    ({"variant": "sliding_window", "params": {"w": -5}},
+     "its case: variant 'sliding_window': its w is -5; give a whole number from 1 to "
+     "2147483647 (the window's length in keys)"),
 ])
 def test_a_record_whose_case_spec_is_broken_is_refused_before_writing(tmp_path, capsys, change,
                                                                       problem):
