@@ -266,7 +266,7 @@ def test_a_script_whose_backend_cannot_be_loaded_where_it_runs_says_so_in_one_li
      "Case.to_json (docs/cases.md)"),
     ({"dtype": "fp8"}, "its case is not a valid case spec (unknown dtype 'fp8'; use one of bf16, "
                        "fp16, fp32); write the fields of Case.to_json (docs/cases.md)"),
-    ({"variant": "sliding_window", "params": {"w": -5}},
+    ({"variant": "sliding_window", "params": {"w": -5}, "id": None},
      "its case: variant 'sliding_window': its w is -5; give a whole number from 1 to "
      "2147483647 (the window's length in keys)"),
 ])
@@ -275,7 +275,8 @@ def test_a_record_whose_case_spec_is_broken_is_refused_before_writing(tmp_path, 
     """A record without a variant gave `error: variant`; one of batch -1 or dtype fp8 gave a
     script that failed with a traceback (an outside audit)."""
     path = tmp_path / "results.json"
-    case = {**BROKEN.to_json(), **change}
+    case = {k: v for k, v in {**BROKEN.to_json(), **change}.items() if v is not None
+            or k != "id"}  # no id: a spec's fields make it
     write_results(RunResults({"backend": "cpu-eager"},
                              {"backend": "cpu-eager", "profile": "full", "seed": SEED},
                              (Record(BROKEN.id, Label.MISMATCH, case),), "0.1.0"), path)
