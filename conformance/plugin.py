@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from conformance import options as opts, termination
+from conformance.run_cases import select_run_cases, shard_case_ids
 from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_count
 
 MATRIX_DIR = Path(__file__).resolve().parent
@@ -224,8 +225,17 @@ def pytest_runtest_logreport(report) -> None:
     with exit 130, a traceback and no results.json (an outside audit). It is ignored now,
     with a line saying so (termination.LastTestWatch), until the results are written."""
     watch = _LAST_TEST.get("watch")
-    if report.when == "teardown" and watch is not None:
+    if report.when in ("teardown", "???") and watch is not None:  # ???: xdist's crashed test
         watch.finished(report.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session):
+    """The same from the end of a test loop that ran every test, where a test's last report
+    never came (a worker killed by pytest-timeout's os._exit, say)."""
+    outcome = yield
+    if outcome.excinfo is None and _LAST_TEST.get("watch") is not None:
+        _LAST_TEST["watch"].loop_ended()
 
 
 def pytest_keyboard_interrupt(excinfo) -> None:
@@ -271,7 +281,9 @@ def _case_id(nodeid: str) -> str | None:
     """The case id of a matrix test's node id, None for any other test."""
     path, _, rest = nodeid.partition("::")
     if Path(path).name == "test_matrix.py" and rest.startswith("test_case[") and rest.endswith("]"):
-        return rest[len("test_case["):-1]
+        case_id = rest[len("test_case["):-1]
+        # pytest's placeholder for an empty parameter set (a fuzz-only case module): no case
+        return None if case_id == "NOTSET" else case_id
     return None
 
 
@@ -301,8 +313,8 @@ class ConformanceSession(RunLifecycle):
         """Every case of the run's matrix or case file (all shards)."""
         if self._cases is None:
             try:
-                self._cases = _select_cases(self.options)
-                self._shard_ids = _shard_ids(self._cases, self.options)
+                self._cases = select_run_cases(self.options)
+                self._shard_ids = shard_case_ids(self._cases, self.options)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
         return self._cases
@@ -419,71 +431,6 @@ def _build_runner(options: opts.RunOptions, workerinput: dict | None,
     from conformance.runner import Runner
 
     return Runner(options, workerinput, selection)
-
-
-def _select_cases(options: opts.RunOptions) -> list:
-    from cases.custom import import_case_modules, select_cases
-    from conformance.case_file import load_case_file
-
-    if options.case_file:  # a spec may name a custom variant: register its module first
-        from cases.variants import registered_variants
-
-        import_case_modules(list(options.cases_modules))
-        cases = load_case_file(options.case_file, registered_variants())
-    else:
-        cases = select_cases(options.profile, options.matrix, list(options.cases_modules),
-                             fuzzing=options.fuzz_examples > 0)
-    if not options.case_ids:
-        return cases
-    by_id = {case.id: case for case in cases}
-    unknown = [cid for cid in options.case_ids if cid not in by_id]
-    if unknown:
-        from records.text import one_line
-
-        source = f"--case-file {options.case_file}" if options.case_file else \
-            f"--matrix {options.matrix} --profile {options.profile}"
-        import shlex
-
-        from cases.model import FUZZ_PREFIX
-
-        elsewhere = _matrix_of(unknown[0], options.cases_modules)
-        fix = (f"it is a case of {elsewhere}: give those" if elsewhere else
-               "a fuzzed case is in no matrix: rerun it with flexconf repro RESULTS_JSON "
-               f"{shlex.quote(one_line(unknown[0]))}, or its saved spec with --case-file "
-               "(docs/cases.md)"
-               if unknown[0].startswith(FUZZ_PREFIX) else
-               "flexconf list prints the ids (give the same --matrix, --profile and "
-               "--cases-module)")
-        raise ValueError(f"--case-id {one_line(unknown[0])!r} is not a case of {source}; {fix}")
-    return [by_id[cid] for cid in options.case_ids]
-
-
-def _matrix_of(case_id: str, cases_modules) -> str | None:
-    """``--matrix M --profile P`` of a matrix that has ``case_id`` (with these case modules),
-    or None."""
-    from cases.catalog import PROFILES
-    from cases.custom import select_cases
-
-    for profile in PROFILES:
-        for name in ("core", "extended", "custom"):
-            try:
-                ids = {c.id for c in select_cases(profile, name, list(cases_modules))}
-            except ValueError:  # "custom" without a case module
-                continue
-            if case_id in ids:
-                return f"--matrix {name} --profile {profile}"
-    return None
-
-
-def _shard_ids(cases: list, options: opts.RunOptions) -> set[str] | None:
-    """The ids of the cases of ``options.shard`` (split over the whole matrix, so -k selects
-    within the part), None without --shard."""
-    if options.shard is None:
-        return None
-    from conformance.sharding import select_shard
-
-    index, count = options.shard
-    return {c.id for c in select_shard(cases, index, count)}
 
 
 def _reaches_matrix(config) -> bool:

@@ -309,9 +309,7 @@ class RunLifecycle:
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
         if finished_first:
-            from conformance.runner import fails_its_test
-
-            self.exit_after_stop = int(any(fails_its_test(r) for r in results.records))
+            self.exit_after_stop = exit_status_of(results.records, self._expected)
             self.summary_lines.append("stopped after every case had finished: the run is "
                                       "complete")
         if not complete and results.records:  # what was recorded stays: the rest can follow
@@ -406,6 +404,14 @@ def _check_writable(report_dir: Path, flag: str) -> None:
                if flag == "--resume" else
                "pass a directory this user can write, e.g. --report-dir reports/latest")
         raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; {fix}")
+
+
+def exit_status_of(records, own_ids: set[str]) -> int:
+    """pytest's exit status for a command whose tests were the cases ``own_ids`` (a resume's
+    are the cases it ran, not the store's): 1 where one of them fails its test, else 0."""
+    from conformance.runner import fails_its_test
+
+    return int(any(fails_its_test(r) for r in records if r.case_id in own_ids))
 
 
 def results_not_written(report_dir: Path, error: OSError) -> str:

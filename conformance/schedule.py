@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from records.results import ResultsError, RunResults, load_results
+from records.selection import matrix_selects
 from records.text import one_line
 
 #: ``--schedule-from`` values besides a path: the default (a usable earlier run, else the
@@ -83,6 +84,8 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
         raise ScheduleError(exc.problem, f"{exc.fix}, or --schedule-from auto") from None
     theirs = ((results.selection or {}).get("matrix") or results.options.get("matrix", "core"),
               (results.selection or {}).get("profile") or results.options.get("profile"))
+    if not matrix_selects(theirs[0], results.options.get("case_file")):
+        theirs = ("core", theirs[1])  # beside a case file (an older suite recorded it): none
     if theirs != (matrix, profile):
         raise ScheduleError(f"{shown} is a run of --matrix {one_line(theirs[0])} --profile "
                             f"{one_line(theirs[1])}, this one is --matrix {matrix} --profile "

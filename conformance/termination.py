@@ -118,6 +118,7 @@ class LastTestWatch:
     def __init__(self):
         self.expected: int | None = None
         self.done: set[str] = set()
+        self.deferred = False
 
     def expect(self, count: int) -> None:
         if self.expected is None:
@@ -125,8 +126,13 @@ class LastTestWatch:
 
     def finished(self, node_id: str) -> None:
         self.done.add(node_id)
-        if (self.expected is not None and len(self.done) == self.expected
-                and handlers_replaced()):
+        if self.expected is not None and len(self.done) == self.expected:
+            self.loop_ended()
+
+    def loop_ended(self) -> None:
+        """Every test has run (its report came, or the test loop ended without an error)."""
+        if handlers_replaced() and not self.deferred:
+            self.deferred = True
             ignore_signals_while_stopping(FINISHING)
 
 

@@ -101,8 +101,8 @@ def _drop_torn_line(path: Path) -> None:
                 keep = start
             if keep < end:
                 f.seek(keep)
-                try:
-                    json.loads(f.read(end - keep))
+                try:  # read as read_events reads it: a byte not UTF-8 is U+FFFD there
+                    json.loads(f.read(end - keep).decode("utf-8", errors="replace"))
                 except (ValueError, RecursionError):
                     f.truncate(keep)
                 else:  # a whole event, short of its newline

@@ -173,14 +173,14 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
                 "followed it")
     if not run.complete:
         return _why_incomplete(run, use)
-    lacking = _selected_without_record(run)
-    if lacking:  # complete says every selected case has one: an edited or damaged file
-        return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
-                f"record (an edited or damaged file); {use} a results file a run wrote")
     shard = selection_of(run).shard
     if shard:
         return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
                 f"merge) and {use} the merged file")
+    lacking = _selected_without_record(run)  # a shard's selection is the whole run's
+    if lacking:  # complete says every selected case has one: an edited or damaged file
+        return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
+                f"record (an edited or damaged file); {use} a results file a run wrote")
     return None
 
 

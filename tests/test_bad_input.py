@@ -454,7 +454,7 @@ def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_pa
     """--case-id of an extended-matrix case said only "not a case of --matrix core" and sent
     the user to flexconf list, which lists the core matrix."""
     from cases.catalog import matrix
-    from conformance.plugin import _matrix_of
+    from conformance.run_cases import matrix_of as _matrix_of
 
     extended = next(c.id for c in matrix("smoke", "extended")
                     if c.id not in {k.id for k in matrix("smoke", "core")})

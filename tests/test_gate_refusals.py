@@ -27,6 +27,9 @@ from tests.test_report_doctored import record, run
      ["case file /b/cases.json (sha256 222222222222) differs from the baseline's "
       "/a/cases.json (sha256 111111111111)"]),
     (dict(), dict(shard="1/2"), ["new.json: shard 1/2 of a run, not the whole run; merge"]),
+    # a shard's selection is the whole run's: it is a shard, not a damaged file (a review)
+    (dict(), dict(shard="1/2", case_ids=(A, "causal/b1-h8x8-s256x256-d128/bf16/fwd")),
+     ["new.json: shard 1/2 of a run, not the whole run; merge"]),
 ])
 def test_runs_of_different_case_set_definitions_are_refused(tmp_path, capsys, old_selection,
                                                            new_selection, words):

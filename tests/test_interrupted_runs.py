@@ -405,47 +405,6 @@ def test_a_run_killed_before_its_first_case_leaves_nothing_to_recover_or_resume(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers, sender", [
-    ((), "os.getpid()"), (("-n", "2"), "os.getpid()"),
-    (("-n", "2"), "os.getppid()")])  # a worker closing its children signals the controller
-def test_a_stop_signal_after_the_last_case_is_ignored_and_the_run_is_complete(tmp_path,
-                                                                             workers, sender):
-    """A SIGTERM 0.3-2 s after the last case finished landed in xdist's teardown of its
-    workers (or in closing the children, or in rendering the report), before the results were
-    written: exit 130, a traceback and no results.json, and the next run refused as if the
-    run had been killed (an outside audit, 9 of 10 tries); one that landed while the workers
-    closed their children made the run incomplete (an outside review). Here the controller
-    signals itself as its session finishes, or the last worker to begin closing its children
-    signals it (a worker may finish while another still runs a case: a signal then is a stop)."""
-    in_worker = sender == "os.getppid()"
-    (tmp_path / "term_at_end.py").write_text(
-        "import os, pathlib, signal\n"
-        "import pytest\n"
-        f"MARKS = pathlib.Path({str(tmp_path / 'finishing')!r})\n"
-        "@pytest.hookimpl(tryfirst=True)\n"
-        "def pytest_sessionfinish(session):\n"
-        f"    if hasattr(session.config, 'workerinput') != {in_worker}:\n"
-        "        return\n"
-        "    MARKS.mkdir(exist_ok=True)\n"
-        "    (MARKS / str(os.getpid())).touch()\n"
-        f"    if {not in_worker} or len(list(MARKS.iterdir())) == 2:  # every worker is here\n"
-        f"        os.kill({sender}, signal.SIGTERM)\n")
-    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:2], "-p", "term_at_end", *workers),
-               env=_env_importing_from(tmp_path), preexec_fn=_stop_signals_delivered)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-3000:]
-    # ignored once the controller has the last report; before it has (a worker's last report
-    # on its way), the stop finds every case finished and says so
-    assert ("flexconf: SIGTERM ignored: every case finished and the run is writing its "
-            "results" in output) or (in_worker and "stopped after every case had finished: the "
-                                     "run is complete" in output), output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    results = load_results(tmp_path / "report" / "results.json")
-    assert results.complete and [r.label for r in results.records] == [Label.PASS] * 2
-    assert "INCOMPLETE" not in (tmp_path / "report" / "index.html").read_text()
-
-
-@pytest.mark.slow
 def test_results_that_cannot_be_written_are_one_line_and_the_records_are_recovered(tmp_path):
     """A disk that filled up as the run ended: the manifest's write raised, and the run ended
     with a traceback and exit 1, the status of failed cases, with no report at all (an outside

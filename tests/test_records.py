@@ -182,6 +182,13 @@ def test_a_resumed_worker_file_loses_its_torn_line_not_its_next_event(tmp_path):
     again.selection(["full/a"])
     again.close()
     assert [event["event"] for event in read_events(tmp_path)] == events + ["selection"]
+    # read as read_events reads it: a byte that is not UTF-8 (a disk fault) is U+FFFD there,
+    # and the event whole (a review: json.loads of the raw bytes cut it off)
+    head, _, last = path.read_bytes().rstrip(b"\n").rpartition(b"\n")
+    path.write_bytes(head + b"\n" + last.replace(b"full/a", b"full/a\xff"))
+    again = RecordWriter(tmp_path, "gw0")
+    again.close()
+    assert [event["event"] for event in read_events(tmp_path)] == events + ["selection"]
 
 
 def test_a_schema_version_of_another_type_says_so(tmp_path):
