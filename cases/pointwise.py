@@ -18,9 +18,18 @@ catches exceptions to choose what it computes (``try: 1 // b ... except: ...``) 
 function of its point: vmap raises for the whole grid it is given, so eager flex_attention (one
 grid) and the golden (chunk by chunk) can take different branches, and so can
 ``mask_dependence``'s two-point grid; such mods are outside these semantics.
+
+vmap runs an operation that has no batching rule (``clamp_``, ``special.log_ndtr``) once per
+point, in a loop: the same values, but about 10^4 times slower, so the golden of a mod with
+``score.float().clamp_(-c, c)`` on a gating case would take hours. The evaluations here run
+with that fallback off; a mod that reaches it is evaluated again functionalized (its in-place
+operations become out-of-place ones, which have rules: the same values), and only where that
+still falls back, per point as vmap would (``_batched_where_possible``).
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from functools import cache
 from typing import Callable, TypeVar
 
@@ -119,6 +128,7 @@ class IndexAsAten(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.asked_for_int_rule = False  # raised _IntRuleNeeded, even if the mod swallowed it
+        self.hit_vmap_fallback = False  # an operation had no batching rule, even if swallowed
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is torch.Tensor.__getitem__:
@@ -133,10 +143,65 @@ class IndexAsAten(TorchFunctionMode):
                     return torch.ops.aten.index(table, [
                         torch.tensor(i, dtype=torch.int64, device=table.device)
                         if isinstance(i, int) else i for i in indices])
-        return func(*args, **(kwargs or {}))
+        try:
+            return func(*args, **(kwargs or {}))
+        except RuntimeError as exc:
+            if _FALLBACK_OFF in str(exc):
+                self.hit_vmap_fallback = True
+            raise
+
+
+#: What vmap raises at an operation with no batching rule while its fallback is off.
+_FALLBACK_OFF = "hit the vmap fallback which is currently disabled"
+
+#: vmap's fallback switch is process-wide: one evaluation at a time sets it, and the thread
+#: that computes a golden and the one that checks the next case's mods take turns.
+_FALLBACK_SWITCH = threading.RLock()
+_evaluation = threading.local()  # .depth (nested evaluations), .functionalized
+
+
+class _FellBack(Exception):
+    """An evaluation reached vmap's per-point fallback (the mode saw it, whatever the mod did
+    with the error): evaluated again another way."""
 
 
 def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
+    """``evaluate()`` (which builds its vmaps with ``_vmap_bhqkv``) under flex_attention's
+    indexing rule, each operation batched where possible (``_batched_where_possible``)."""
+    if getattr(_evaluation, "depth", 0):  # an evaluation inside another: the outer one's way
+        return _indexed(evaluate)
+    with _FALLBACK_SWITCH:
+        _evaluation.depth = 1
+        try:
+            return _batched_where_possible(evaluate)
+        finally:
+            _evaluation.depth, _evaluation.functionalized = 0, False
+
+
+def _batched_where_possible(evaluate: Callable[[], T]) -> T:
+    """``evaluate()`` with vmap's per-point fallback off; where the mod reaches it (an
+    operation with no batching rule), again with the mod functionalized; where that still
+    reaches it (an out-of-place operation with no rule), with the fallback on, per point. All
+    three give the same values: they differ in speed only."""
+    from torch._C import _functorch
+
+    fallback_was = _functorch._is_vmap_fallback_enabled()
+    try:
+        for functionalized in (False, True):
+            _evaluation.functionalized = functionalized
+            _functorch._set_vmap_fallback_enabled(False)
+            try:
+                return _indexed(evaluate, raise_on_fallback=True)
+            except _FellBack:
+                continue
+        _evaluation.functionalized = False
+        _functorch._set_vmap_fallback_enabled(True)
+        return _indexed(evaluate)
+    finally:
+        _functorch._set_vmap_fallback_enabled(fallback_was)
+
+
+def _indexed(evaluate: Callable[[], T], raise_on_fallback: bool = False) -> T:
     """``evaluate()`` under IndexAsAten; where it indexes with ints before the running torch's
     rule for them is known, the rule is asked here, outside the mode and any vmap, and
     ``evaluate()`` runs again. So it does where a mod's bare ``except:`` swallowed the question
@@ -145,7 +210,7 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
     global _takes_ints
     mode = IndexAsAten()
     try:
-        with mode:
+        with _noting_fallback(mode, raise_on_fallback):
             result = evaluate()
         # torch's own rule, which tests put in IndexAsAten's place, never asks
         if not getattr(mode, "asked_for_int_rule", False):
@@ -153,8 +218,24 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
     except _IntRuleNeeded:
         pass
     _takes_ints = _rule_takes_ints()
-    with IndexAsAten():
+    mode = IndexAsAten()
+    with _noting_fallback(mode, raise_on_fallback):
         return evaluate()
+
+
+@contextmanager
+def _noting_fallback(mode, raise_on_fallback: bool):
+    """``mode`` entered; on leaving it, _FellBack in place of what the evaluation returned or
+    raised where ``mode`` saw vmap's fallback refused and ``raise_on_fallback`` is set."""
+    try:
+        with mode:
+            yield
+    except Exception as exc:
+        if raise_on_fallback and getattr(mode, "hit_vmap_fallback", False):
+            raise _FellBack() from exc
+        raise
+    if raise_on_fallback and getattr(mode, "hit_vmap_fallback", False):
+        raise _FellBack()
 
 
 @cache
@@ -207,6 +288,8 @@ def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
     """``fn`` vmapped over b, h, q_idx and kv_idx as flex_attention does (kv_idx innermost);
     the score, when there is one, is mapped at every level."""
     prefix = (0,) if score else ()
+    if getattr(_evaluation, "functionalized", False):
+        fn = torch.func.functionalize(fn)
     for level in reversed(range(len(INDEX_NAMES))):  # kv_idx first: the innermost vmap
         dims = tuple(0 if i == level else None for i in range(len(INDEX_NAMES)))
         fn = torch.vmap(fn, in_dims=prefix + dims)
