@@ -19,7 +19,6 @@ import pytest
 from conformance.cli import main
 from records.results import Label, RunResults, load_results, write_results
 from reports.confirm import Side, confirm_decision, flagged_cases, remeasure, run_workers
-from reports.confirm_plan import AUTO_REPEATS
 from reports.gate import decide, gate_text
 from reports.gate_json import gate_json
 from tests.slow_backends import SLOWDOWN
@@ -287,9 +286,10 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
     half its time (a figure the machine does not reproduce: noise). The baseline is the
     candidate's own run as it measured itself without the planted sleep. One measurement
     blocks on both; without a python for the baseline nothing is measured again and both stay
-    blocking; given one, the default gate (--confirm auto) measures both releases again 3
-    times, side by side: the baseline with this python, the candidate with a python that has
-    the slowdown. The slowdown is confirmed, the noise dismissed."""
+    blocking; given one, the gate measures both releases again (twice here: --confirm auto's 3
+    is tests/test_gate_confirm_plan.py's), side by side: the baseline with this python, the
+    candidate with a python that has the slowdown. The slowdown is confirmed, the noise
+    dismissed."""
     from cases.model import Case, Variant
 
     cases = [Case(Variant("causal"), TINY), Case(Variant("full"), TINY)]
@@ -322,12 +322,12 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
     capsys.readouterr()
 
     assert main(args + ["--baseline-python", sys.executable,
-                        "--candidate-python", slow_python(tmp_path, "0.5"),
+                        "--candidate-python", slow_python(tmp_path, "0.5"), "--confirm", "2",
                         "--json", str(tmp_path / "confirmed.json")]) == 1
     err = capsys.readouterr().err
-    assert ("confirm: 2 flagged cases measured again 3 times, cold, for the baseline and the "
-            "candidate (--confirm auto; --confirm 0 skips this)\n") in err, err
-    assert "confirm: rerun 3/3 of the candidate (2 cases" in err, err
+    assert ("confirm: 2 flagged cases measured again 2 times, cold, for the baseline and the "
+            "candidate\n") in err, err
+    assert "confirm: rerun 2/2 of the candidate (2 cases" in err, err
     data = json.loads((tmp_path / "confirmed.json").read_text())
     found = {f["case_id"]: f for f in data["findings"]}
     assert data["counts"] == {"COMPILE_TIME": 2}
@@ -337,7 +337,7 @@ def test_a_planted_slowdown_is_confirmed_and_a_spurious_finding_dismissed(tmp_pa
         ("dismissed", "dismissed"), found[spurious]["confirmation"]
     for f in found.values():
         for side in ("baseline", "candidate"):
-            assert len(f["confirmation"][side]["seconds"]) == AUTO_REPEATS, f["confirmation"]
+            assert len(f["confirmation"][side]["seconds"]) == 2, f["confirmation"]
     assert found[slow]["confirmation"]["stage_grew_most"]["stage"] == "planted sleep"
 
 
