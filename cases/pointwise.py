@@ -22,14 +22,15 @@ grid) and the golden (chunk by chunk) can take different branches, and so can
 vmap runs an operation that has no batching rule (``clamp_``, ``special.log_ndtr``) once per
 point, in a loop: the same values, but about 10^4 times slower, so the golden of a mod with
 ``score.float().clamp_(-c, c)`` on a gating case would take hours. The evaluations here run
-with that fallback off; a mod that reaches it is evaluated again functionalized (its in-place
-operations become out-of-place ones, which have rules: the same values), and only where that
-still falls back, per point as vmap would (``_batched_where_possible``).
+with that fallback off, and ``IndexAsAten`` takes each operation it refuses, where the mod
+called it: an in-place one as its out-of-place twin on a copy, copied back (batched; the same
+values), any other with the fallback on for that call alone (per point, as vmap runs it). No
+evaluation is ever started again: a mod that changed its score in place before the
+operation would see the change twice.
 """
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from functools import cache
 from typing import Callable, TypeVar
 
@@ -76,7 +77,7 @@ class ModRaised(PointwiseModError):
 
 def _raising_as_the_mod(mod: Callable, mod_name: str) -> Callable:
     """``mod``, with what its own call raises as ModRaised (running out of memory stays what
-    it is; the BaseException ``_IntRuleNeeded`` passes, as any non-Exception)."""
+    it is; the BaseException ``_SuiteError`` passes, as any non-Exception)."""
     from records.errors import is_out_of_memory
 
     def call(*args):
@@ -92,17 +93,19 @@ def _raising_as_the_mod(mod: Callable, mod_name: str) -> Callable:
 
 
 #: The running torch's rule for int indices (``_rule_takes_ints``), once a mod has needed it;
-#: None until then (see ``_IntRuleNeeded``).
+#: None until then: asking imports all of torch._dynamo (0.85-2.4 s), which the mods that
+#: index only with tensors, or not at all, never need.
 _takes_ints: bool | None = None
 
 
-class _IntRuleNeeded(BaseException):
-    """Raised by IndexAsAten at an index of ints (alone or among tensors) while the running
-    torch's rule for ints is not known yet: ``_under_flex_indexing`` catches it outside the
-    mode, asks (``_rule_takes_ints``), and evaluates the mod again (mods are pure functions).
-    Asking imports all of torch._dynamo (0.85-2.4 s), which the mods that index only with
-    tensors, or not at all, never need. A BaseException, so that a mod's own ``except
-    Exception`` lets it through (a bare ``except:`` is caught out by the mode itself)."""
+class _SuiteError(BaseException):
+    """What the suite's own code raised from inside a mod's call (asking torch's indexing
+    rule): a BaseException, so that neither the mod's ``except Exception`` nor ModRaised takes
+    it for the mod's; the mode keeps it too, for a mod whose bare ``except:`` caught it."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(cause)
+        self.cause = cause
 
 
 class IndexAsAten(TorchFunctionMode):
@@ -127,115 +130,110 @@ class IndexAsAten(TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.asked_for_int_rule = False  # raised _IntRuleNeeded, even if the mod swallowed it
-        self.hit_vmap_fallback = False  # an operation had no batching rule, even if swallowed
+        self.suite_error: Exception | None = None  # raised as _SuiteError, even if swallowed
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is torch.Tensor.__getitem__:
             table, indices = args[0], pytree.tree_leaves(args[1])
             if all(isinstance(i, torch.Tensor) for i in indices):
                 return torch.ops.aten.index(table, indices)
-            if all(isinstance(i, (torch.Tensor, int)) for i in indices):
-                if _takes_ints is None:
-                    self.asked_for_int_rule = True
-                    raise _IntRuleNeeded
-                if _takes_ints:
-                    return torch.ops.aten.index(table, [
-                        torch.tensor(i, dtype=torch.int64, device=table.device)
-                        if isinstance(i, int) else i for i in indices])
+            if all(isinstance(i, (torch.Tensor, int)) for i in indices) and self._takes_ints():
+                return torch.ops.aten.index(table, [
+                    torch.tensor(i, dtype=torch.int64, device=table.device)
+                    if isinstance(i, int) else i for i in indices])
         try:
-            return func(*args, **(kwargs or {}))
+            return func(*args, **kwargs)
         except RuntimeError as exc:
-            if _FALLBACK_OFF in str(exc):
-                self.hit_vmap_fallback = True
-            raise
+            if _FALLBACK_OFF not in str(exc):
+                raise
+        return _without_batching_rule(func, args, kwargs)
+
+    def _takes_ints(self) -> bool:
+        """The running torch's rule for int indices, asked where a mod first needs it."""
+        global _takes_ints
+        if _takes_ints is None:
+            try:
+                _takes_ints = _rule_takes_ints()
+            except Exception as exc:  # noqa: BLE001 - the suite's failure, not the mod's
+                self.suite_error = exc
+                raise _SuiteError(exc) from exc
+        return _takes_ints
 
 
 #: What vmap raises at an operation with no batching rule while its fallback is off.
 _FALLBACK_OFF = "hit the vmap fallback which is currently disabled"
 
-#: vmap's fallback switch is process-wide: one evaluation at a time sets it, and the thread
-#: that computes a golden and the one that checks the next case's mods take turns.
+#: vmap's fallback switch is process-wide: one evaluation at a time turns it off, and the
+#: thread that computes a golden and the one that checks the next case's mods take turns. A
+#: torch.vmap of another thread of this process, outside these evaluations, would meet it off
+#: (the suite has none: backends, create_block_mask and eager flex_attention run in the child).
 _FALLBACK_SWITCH = threading.RLock()
-_evaluation = threading.local()  # .depth (nested evaluations), .functionalized
+_nesting = threading.local()  # .depth: an evaluation inside another keeps the outer's switch
 
 
-class _FellBack(Exception):
-    """An evaluation reached vmap's per-point fallback (the mode saw it, whatever the mod did
-    with the error): evaluated again another way."""
+def _without_batching_rule(func, args, kwargs):
+    """``func(*args, **kwargs)``, an operation vmap has no batching rule for, as vmap gives it:
+    an in-place one (``clamp_``) as its out-of-place twin on a copy, written back with
+    ``copy_`` (both have rules), refused as the in-place one is where its result's dtype cannot
+    be written into the tensor (a float result into an int tensor); any other with the fallback
+    on for this call, per point."""
+    from torch._C import _functorch
+
+    name = getattr(func, "__name__", "")
+    twin = (getattr(torch.Tensor, name[:-1], None)
+            if name.endswith("_") and not name.startswith("_") else None)
+    if twin is not None and args and isinstance(args[0], torch.Tensor):
+        target = args[0]
+        out = twin(target.clone(), *args[1:], **kwargs)
+        if isinstance(out, torch.Tensor):
+            if not torch.can_cast(out.dtype, target.dtype):
+                raise RuntimeError(f"result type {_type_name(out.dtype)} can't be cast to the "
+                                   f"desired output type {_type_name(target.dtype)}")
+            return target.copy_(out)
+    _functorch._set_vmap_fallback_enabled(True)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _functorch._set_vmap_fallback_enabled(False)
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """torch's own name for ``dtype`` in its messages (Float, Long, BFloat16)."""
+    return torch.empty((), dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
 
 
 def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
-    """``evaluate()`` (which builds its vmaps with ``_vmap_bhqkv``) under flex_attention's
-    indexing rule, each operation batched where possible (``_batched_where_possible``)."""
-    if getattr(_evaluation, "depth", 0):  # an evaluation inside another: the outer one's way
-        return _indexed(evaluate)
-    with _FALLBACK_SWITCH:
-        _evaluation.depth = 1
-        try:
-            return _batched_where_possible(evaluate)
-        finally:
-            _evaluation.depth, _evaluation.functionalized = 0, False
-
-
-def _batched_where_possible(evaluate: Callable[[], T]) -> T:
-    """``evaluate()`` with vmap's per-point fallback off; where the mod reaches it (an
-    operation with no batching rule), again with the mod functionalized; where that still
-    reaches it (an out-of-place operation with no rule), with the fallback on, per point. All
-    three give the same values: they differ in speed only."""
+    """``evaluate()`` (which builds its vmaps with ``_vmap_bhqkv``) under IndexAsAten, with
+    vmap's per-point fallback off but for the operations that need it (module docstring). The
+    suite's own failure inside a mod's call (``_SuiteError``) is raised as itself, even where
+    the mod's bare ``except:`` caught it and returned what its except branch computes."""
     from torch._C import _functorch
 
-    fallback_was = _functorch._is_vmap_fallback_enabled()
-    try:
-        for functionalized in (False, True):
-            _evaluation.functionalized = functionalized
-            _functorch._set_vmap_fallback_enabled(False)
-            try:
-                return _indexed(evaluate, raise_on_fallback=True)
-            except _FellBack:
-                continue
-        _evaluation.functionalized = False
-        _functorch._set_vmap_fallback_enabled(True)
+    if getattr(_nesting, "depth", 0):
         return _indexed(evaluate)
-    finally:
-        _functorch._set_vmap_fallback_enabled(fallback_was)
+    with _FALLBACK_SWITCH:
+        fallback_was = _functorch._is_vmap_fallback_enabled()
+        _functorch._set_vmap_fallback_enabled(False)
+        _nesting.depth = 1
+        try:
+            return _indexed(evaluate)
+        finally:
+            _nesting.depth = 0
+            _functorch._set_vmap_fallback_enabled(fallback_was)
 
 
-def _indexed(evaluate: Callable[[], T], raise_on_fallback: bool = False) -> T:
-    """``evaluate()`` under IndexAsAten; where it indexes with ints before the running torch's
-    rule for them is known, the rule is asked here, outside the mode and any vmap, and
-    ``evaluate()`` runs again. So it does where a mod's bare ``except:`` swallowed the question
-    and returned what its except branch computes: that value would depend on whether an earlier
-    mod of the process had asked."""
-    global _takes_ints
+def _indexed(evaluate: Callable[[], T]) -> T:
     mode = IndexAsAten()
-    try:
-        with _noting_fallback(mode, raise_on_fallback):
-            result = evaluate()
-        # torch's own rule, which tests put in IndexAsAten's place, never asks
-        if not getattr(mode, "asked_for_int_rule", False):
-            return result
-    except _IntRuleNeeded:
-        pass
-    _takes_ints = _rule_takes_ints()
-    mode = IndexAsAten()
-    with _noting_fallback(mode, raise_on_fallback):
-        return evaluate()
-
-
-@contextmanager
-def _noting_fallback(mode, raise_on_fallback: bool):
-    """``mode`` entered; on leaving it, _FellBack in place of what the evaluation returned or
-    raised where ``mode`` saw vmap's fallback refused and ``raise_on_fallback`` is set."""
     try:
         with mode:
-            yield
-    except Exception as exc:
-        if raise_on_fallback and getattr(mode, "hit_vmap_fallback", False):
-            raise _FellBack() from exc
-        raise
-    if raise_on_fallback and getattr(mode, "hit_vmap_fallback", False):
-        raise _FellBack()
+            result = evaluate()
+    except _SuiteError as exc:
+        raise exc.cause from None
+    # torch's own rule, which tests put in IndexAsAten's place, keeps no suite_error
+    if getattr(mode, "suite_error", None) is not None:
+        raise mode.suite_error
+    return result
 
 
 @cache
@@ -243,7 +241,7 @@ def _rule_takes_ints() -> bool:
     """Whether the running torch's TransformGetItemToIndex takes int indices (newer releases:
     ``t[1]`` is then aten.index, a new tensor) or leaves them to Python (older ones: a view).
     A rule that cannot take the probe at all counts as the newer one. Asked only when a mod
-    first indexes with ints (``_IntRuleNeeded``): the rule's module imports all of torch._dynamo
+    first indexes with ints (``IndexAsAten._takes_ints``): the rule's module imports all of torch._dynamo
     (0.85-2.4 s here), which PyTorch's own golden imports on its first call, and which the
     catalog's mods, a process that evaluates none (the CLI, a run's controller whose goldens
     the cache serves) and the golden's first call do not need."""
@@ -288,8 +286,6 @@ def _vmap_bhqkv(fn: Callable, score: bool) -> Callable:
     """``fn`` vmapped over b, h, q_idx and kv_idx as flex_attention does (kv_idx innermost);
     the score, when there is one, is mapped at every level."""
     prefix = (0,) if score else ()
-    if getattr(_evaluation, "functionalized", False):
-        fn = torch.func.functionalize(fn)
     for level in reversed(range(len(INDEX_NAMES))):  # kv_idx first: the innermost vmap
         dims = tuple(0 if i == level else None for i in range(len(INDEX_NAMES)))
         fn = torch.vmap(fn, in_dims=prefix + dims)

@@ -72,7 +72,10 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 28: ... a conversion that keeps the traced dtype is the tensor itself in a 16-bit case
 #:     too; .type("torch.FloatTensor") and .type("torch.BFloat16Tensor") keep float64.
 #: 29: a conversion that names a 16-bit dtype is a new tensor in a 16-bit case too.
-REFERENCE_VERSION = 29
+#: 30: an operation with no batching rule (clamp_) batched where the mod calls it; a mod that
+#:     changes its score in place, then indexes with ints, changes it once in a process's
+#:     first evaluation too (the rule for ints is asked where the mod indexes).
+REFERENCE_VERSION = 30
 
 
 @dataclass(frozen=True)

@@ -399,10 +399,10 @@ def test_torch_dynamo_is_imported_only_when_a_mod_indexes_with_ints():
 
 
 def test_a_mod_whose_bare_except_swallows_the_rules_question_still_gets_the_rule(monkeypatch):
-    """The indexing rule for ints is asked by raising from inside the mod; a bare ``except:``
-    there would catch that and return its other branch, a value that would then depend on
-    whether an earlier mod of the process had asked. The question is remembered and the mod
-    evaluated again with the answer."""
+    """The indexing rule for ints was asked by raising from inside the mod; a bare ``except:``
+    there caught that and returned its other branch, a value that then depended on whether
+    an earlier mod of the process had asked. It is asked where the mod indexes, now: the mod
+    never sees a question."""
     import cases.pointwise as pointwise
 
     table = torch.tensor([[1.0, 2.0], [4.0, 8.0]], dtype=torch.float64)
