@@ -24,9 +24,10 @@ point, in a loop: the same values, but about 10^4 times slower, so the golden of
 ``score.float().clamp_(-c, c)`` on a gating case would take hours. The evaluations here run
 with that fallback off, and ``IndexAsAten`` takes each operation it refuses, where the mod
 called it: an in-place one as its out-of-place twin on a copy, copied back (batched; the same
-values), any other with the fallback on for that call alone (per point, as vmap runs it). No
-evaluation is ever started again: a mod that changed its score in place before the
-operation would see the change twice.
+values), any other with the fallback on for that call alone (per point, as vmap runs it). An
+evaluation is not started again (a mod that changed its score in place before the operation
+would see the change twice), except where an operation the mode never sees met the fallback
+off (``Tensor.set_``, code under ``DisableTorchFunction``).
 """
 from __future__ import annotations
 
@@ -172,20 +173,37 @@ _FALLBACK_SWITCH = threading.RLock()
 _nesting = threading.local()  # .depth: an evaluation inside another keeps the outer's switch
 
 
+#: In-place operations with no batching rule (torch 2.13) whose out-of-place twin, on a copy
+#: written back with ``copy_``, gives the in-place values and dtypes bit for bit, checked one by
+#: one on float64, float32, 16-bit, int and bool tensors (an outside review, 2026-12-06). Others
+#: differ in what they refuse (``float_power_`` and ``heaviside_`` on float32, ``detach_`` of a
+#: view) or are another function (``resize_as_``): they run per point.
+_TWIN_WRITTEN_BACK = frozenset({
+    "clamp_", "clip_", "fmod_", "remainder_", "floor_divide_", "hypot_", "xlogy_",
+    "nextafter_", "ldexp_", "subtract_", "fix_", "square_", "negative_", "conj_physical_",
+    "addcmul_", "addcdiv_", "masked_fill_", "tril_", "triu_", "eq_", "ne_", "not_equal_",
+    "ge_", "greater_equal_", "gt_", "greater_", "le_", "less_equal_", "lt_", "less_"})
+
+
 def _without_batching_rule(func, args, kwargs):
     """``func(*args, **kwargs)``, an operation vmap has no batching rule for, as vmap gives it:
-    an in-place one (``clamp_``) as its out-of-place twin on a copy, written back with
-    ``copy_`` (both have rules), refused as the in-place one is where its result's dtype cannot
-    be written into the tensor (a float result into an int tensor); any other with the fallback
-    on for this call, per point."""
+    an in-place one of ``_TWIN_WRITTEN_BACK`` as its out-of-place twin on a copy, written back
+    with ``copy_`` (batched where the twin has a rule), refused as the in-place one is where its
+    result's dtype cannot be written into the tensor (a float result into an int tensor); any
+    other, and one whose twin has no rule either, with the fallback on for this call, per
+    point. The refused call wrote nothing: vmap refuses before the operation runs."""
     from torch._C import _functorch
 
     name = getattr(func, "__name__", "")
-    twin = (getattr(torch.Tensor, name[:-1], None)
-            if name.endswith("_") and not name.startswith("_") else None)
+    twin = getattr(torch.Tensor, name[:-1], None) if name in _TWIN_WRITTEN_BACK else None
     if twin is not None and args and isinstance(args[0], torch.Tensor):
         target = args[0]
-        out = twin(target.clone(), *args[1:], **kwargs)
+        try:
+            out = twin(target.clone(), *args[1:], **kwargs)
+        except RuntimeError as exc:
+            if _FALLBACK_OFF not in str(exc):
+                raise
+            out = None  # masked_fill with a tensor value: no rule either
         if isinstance(out, torch.Tensor):
             if not torch.can_cast(out.dtype, target.dtype):
                 raise RuntimeError(f"result type {_type_name(out.dtype)} can't be cast to the "
@@ -214,13 +232,35 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
         return _indexed(evaluate)
     with _FALLBACK_SWITCH:
         fallback_was = _functorch._is_vmap_fallback_enabled()
-        _functorch._set_vmap_fallback_enabled(False)
         _nesting.depth = 1
         try:
+            _functorch._set_vmap_fallback_enabled(False)
+            try:
+                return _indexed(evaluate)
+            except Exception as exc:
+                if not _fallback_refused_in(exc):
+                    raise
+            # An operation the mode never sees (Tensor.set_, code under DisableTorchFunction)
+            # met the fallback off: the evaluation again with it on, as vmap runs it. Only
+            # there is an evaluation started again (a change the mod made in place before it
+            # is made twice; a mod that catches that refusal takes its except branch).
+            _functorch._set_vmap_fallback_enabled(True)
             return _indexed(evaluate)
         finally:
             _nesting.depth = 0
             _functorch._set_vmap_fallback_enabled(fallback_was)
+
+
+def _fallback_refused_in(exc: BaseException) -> bool:
+    """Whether vmap's refusal of its fallback is ``exc``, its cause or its context (what a
+    ModRaised wraps)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _FALLBACK_OFF in str(exc):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+    return False
 
 
 def _indexed(evaluate: Callable[[], T]) -> T:

@@ -63,9 +63,32 @@ def doubled_then_log_ndtr(score, b, h, q_idx, kv_idx):
     return torch.special.log_ndtr(score.mul_(2)) - q_idx
 
 
+NEG = torch.tensor(-1e4, dtype=torch.float64)
+
+
+def masked_fill_with_a_tensor(score, b, h, q_idx, kv_idx):
+    """masked_fill_ with a 0-d tensor value: its twin has no batching rule either (an outside
+    review: the golden blamed the mod)."""
+    return score.masked_fill_(kv_idx > q_idx, NEG)
+
+
+def masked_fill_with_a_tensor_or_zero(score, b, h, q_idx, kv_idx):
+    try:
+        return score.clone().masked_fill_(kv_idx > q_idx, NEG)
+    except RuntimeError:
+        return score * 0
+
+
+def set_unseen(score, b, h, q_idx, kv_idx):
+    """Tensor.set_ never reaches a TorchFunctionMode, and has no batching rule."""
+    return score.clone().set_(score.clone()) * 2
+
+
 MODS = [clamp_in_place, clamp_or_zero, doubled_then_clamped, biased_then_clamped,
-        doubled_then_indexed_with_ints, doubled_then_log_ndtr]
-PER_POINT = {doubled_then_log_ndtr}  # vmap's fallback runs these, one point at a time
+        doubled_then_indexed_with_ints, doubled_then_log_ndtr, masked_fill_with_a_tensor,
+        masked_fill_with_a_tensor_or_zero, set_unseen]
+PER_POINT = {doubled_then_log_ndtr, masked_fill_with_a_tensor, masked_fill_with_a_tensor_or_zero,
+             set_unseen}  # vmap's fallback runs these, one point at a time
 
 
 def score_mod_point_by_point(mod, score):
@@ -163,6 +186,22 @@ def test_an_in_place_result_that_cannot_be_written_back_is_refused_as_vmap_refus
         torch.vmap(lambda q: mask_mod(q, q, q, q))(torch.arange(3))  # torch, fallback on
     with pytest.raises(PointwiseModError, match="can't be cast to the desired output type"):
         check_mods(mask_mod, None, "clamp_to_a_float")
+
+
+@pytest.mark.parametrize("mod", [
+    lambda s, b, h, q, k: s.float().float_power_(2),
+    lambda s, b, h, q, k: s.float().heaviside_(torch.tensor(0.5, dtype=torch.float64)),
+    lambda s, b, h, q, k: s.view(1)[0].detach_(),
+], ids=["float_power_", "heaviside_", "detach_"])
+def test_an_in_place_operation_torch_refuses_stays_refused(mod):
+    """Their out-of-place twins compute what the in-place operation refuses (an outside
+    review): these run per point, as vmap runs them, and are refused as torch refuses them."""
+    score = torch.zeros(1, 1, 2, 3, dtype=torch.float64)
+    grid = [torch.arange(n) for n in (1, 1, 2, 3)]
+    with pytest.raises(RuntimeError):
+        torch.vmap(lambda s: mod(s, *(g[0] for g in grid)))(score.view(-1))  # torch's own
+    with pytest.raises(PointwiseModError):
+        evaluate_score(mod, score, *grid)
 
 
 def test_the_fallback_switch_is_set_back_when_the_mod_raises_and_masks_still_evaluate():
