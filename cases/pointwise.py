@@ -281,10 +281,10 @@ def _rule_takes_ints() -> bool:
     """Whether the running torch's TransformGetItemToIndex takes int indices (newer releases:
     ``t[1]`` is then aten.index, a new tensor) or leaves them to Python (older ones: a view).
     A rule that cannot take the probe at all counts as the newer one. Asked only when a mod
-    first indexes with ints (``IndexAsAten._takes_ints``): the rule's module imports all of torch._dynamo
-    (0.85-2.4 s here), which PyTorch's own golden imports on its first call, and which the
-    catalog's mods, a process that evaluates none (the CLI, a run's controller whose goldens
-    the cache serves) and the golden's first call do not need."""
+    first indexes with ints (``IndexAsAten._takes_ints``): the rule's module imports all of
+    torch._dynamo (0.85-2.4 s here), which PyTorch's own golden imports on its first call,
+    and which the catalog's mods, a process that evaluates none (the CLI, a run's controller
+    whose goldens the cache serves) and the golden's first call do not need."""
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
     try:
