@@ -40,6 +40,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from cases.score_dtype import with_traced_dtype
+from cases.vmap_fallback import (FALLBACK_OFF, FALLBACK_SWITCH, fallback_refused_in,
+                                 without_batching_rule)
 
 T = TypeVar("T")
 
@@ -146,9 +148,9 @@ class IndexAsAten(TorchFunctionMode):
         try:
             return func(*args, **kwargs)
         except RuntimeError as exc:
-            if _FALLBACK_OFF not in str(exc):
+            if FALLBACK_OFF not in str(exc):
                 raise
-        return _without_batching_rule(func, args, kwargs)
+        return without_batching_rule(func, args, kwargs)
 
     def _takes_ints(self) -> bool:
         """The running torch's rule for int indices, asked where a mod first needs it."""
@@ -162,63 +164,8 @@ class IndexAsAten(TorchFunctionMode):
         return _takes_ints
 
 
-#: What vmap raises at an operation with no batching rule while its fallback is off.
-_FALLBACK_OFF = "hit the vmap fallback which is currently disabled"
-
-#: vmap's fallback switch is process-wide: one evaluation at a time turns it off, and the
-#: thread that computes a golden and the one that checks the next case's mods take turns. A
-#: torch.vmap of another thread of this process, outside these evaluations, would meet it off
-#: (the suite has none: backends, create_block_mask and eager flex_attention run in the child).
-_FALLBACK_SWITCH = threading.RLock()
-_nesting = threading.local()  # .depth: an evaluation inside another keeps the outer's switch
-
-
-#: In-place operations with no batching rule (torch 2.13) whose out-of-place twin, on a copy
-#: written back with ``copy_``, gives the in-place values and dtypes bit for bit, checked one by
-#: one on float64, float32, 16-bit, int and bool tensors (an outside review, 2026-12-06). Others
-#: differ in what they refuse (``float_power_`` and ``heaviside_`` on float32, ``detach_`` of a
-#: view) or are another function (``resize_as_``): they run per point.
-_TWIN_WRITTEN_BACK = frozenset({
-    "clamp_", "clip_", "fmod_", "remainder_", "floor_divide_", "hypot_", "xlogy_",
-    "nextafter_", "ldexp_", "subtract_", "fix_", "square_", "negative_", "conj_physical_",
-    "addcmul_", "addcdiv_", "masked_fill_", "tril_", "triu_", "eq_", "ne_", "not_equal_",
-    "ge_", "greater_equal_", "gt_", "greater_", "le_", "less_equal_", "lt_", "less_"})
-
-
-def _without_batching_rule(func, args, kwargs):
-    """``func(*args, **kwargs)``, an operation vmap has no batching rule for, as vmap gives it:
-    an in-place one of ``_TWIN_WRITTEN_BACK`` as its out-of-place twin on a copy, written back
-    with ``copy_`` (batched where the twin has a rule), refused as the in-place one is where its
-    result's dtype cannot be written into the tensor (a float result into an int tensor); any
-    other, and one whose twin has no rule either, with the fallback on for this call, per
-    point. The refused call wrote nothing: vmap refuses before the operation runs."""
-    from torch._C import _functorch
-
-    name = getattr(func, "__name__", "")
-    twin = getattr(torch.Tensor, name[:-1], None) if name in _TWIN_WRITTEN_BACK else None
-    if twin is not None and args and isinstance(args[0], torch.Tensor):
-        target = args[0]
-        try:
-            out = twin(target.clone(), *args[1:], **kwargs)
-        except RuntimeError as exc:
-            if _FALLBACK_OFF not in str(exc):
-                raise
-            out = None  # masked_fill with a tensor value: no rule either
-        if isinstance(out, torch.Tensor):
-            if not torch.can_cast(out.dtype, target.dtype):
-                raise RuntimeError(f"result type {_type_name(out.dtype)} can't be cast to the "
-                                   f"desired output type {_type_name(target.dtype)}")
-            return target.copy_(out)
-    _functorch._set_vmap_fallback_enabled(True)
-    try:
-        return func(*args, **kwargs)
-    finally:
-        _functorch._set_vmap_fallback_enabled(False)
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    """torch's own name for ``dtype`` in its messages (Float, Long, BFloat16)."""
-    return torch.empty((), dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+#: .depth: an evaluation inside another keeps the outer one's fallback switch
+_nesting = threading.local()
 
 
 def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
@@ -230,7 +177,7 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
 
     if getattr(_nesting, "depth", 0):
         return _indexed(evaluate)
-    with _FALLBACK_SWITCH:
+    with FALLBACK_SWITCH:
         fallback_was = _functorch._is_vmap_fallback_enabled()
         _nesting.depth = 1
         try:
@@ -238,7 +185,7 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
             try:
                 return _indexed(evaluate)
             except Exception as exc:
-                if not _fallback_refused_in(exc):
+                if not fallback_refused_in(exc):
                     raise
             # An operation the mode never sees (Tensor.set_, code under DisableTorchFunction)
             # met the fallback off: the evaluation again with it on, as vmap runs it. Only
@@ -249,18 +196,6 @@ def _under_flex_indexing(evaluate: Callable[[], T]) -> T:
         finally:
             _nesting.depth = 0
             _functorch._set_vmap_fallback_enabled(fallback_was)
-
-
-def _fallback_refused_in(exc: BaseException) -> bool:
-    """Whether vmap's refusal of its fallback is ``exc``, its cause or its context (what a
-    ModRaised wraps)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if _FALLBACK_OFF in str(exc):
-            return True
-        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
-    return False
 
 
 def _indexed(evaluate: Callable[[], T]) -> T:
