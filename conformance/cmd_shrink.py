@@ -32,7 +32,8 @@ def run(args) -> int:
     from conformance.backends.base import WorkerSlot
     from conformance.backends.registry import resolve_backend
     from conformance.executor import Executor, Settings
-    from conformance.options import check_reference_cache, option_value
+    from conformance.cache_dirs import check_reference_cache
+    from conformance.options import option_value
     from conformance.reference_cache import ReferenceCache
     from conformance.run_info import case_file_command, import_paths, repro_command
     from conformance.runner import run_environment

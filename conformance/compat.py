@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -308,3 +309,29 @@ def keep_torch_trace_to_itself() -> None:
     trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
     if not any(isinstance(f, _TorchTraceWritesSomewhere) for f in trace_log.filters):
         trace_log.addFilter(_TorchTraceWritesSomewhere(trace_log))
+
+
+#: Inductor's and AOTAutograd's caches of whole compiled graphs (config module, name), where
+#: the torch version has them.
+_GRAPH_CACHES = (("torch._inductor.config", "fx_graph_cache"),
+                 ("torch._functorch.config", "enable_autograd_cache"))
+
+
+@contextmanager
+def graph_caches_off():
+    """Within: no cache of whole compiled graphs serves a torch.compile, so every stage
+    (tracing, AOTAutograd, lowering, code generation) runs in the process; caches of the
+    compiler's outputs (Inductor's shared objects) still can. Set back on exit."""
+    import importlib
+
+    saved = []
+    try:
+        for module_name, name in _GRAPH_CACHES:
+            module = importlib.import_module(module_name)
+            if hasattr(module, name):
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, False)
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)

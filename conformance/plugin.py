@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import options as opts, termination
+from conformance import cache_dirs, options as opts, termination
 from conformance.run_cases import select_run_cases, shard_case_ids
 from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_count
 
@@ -387,9 +387,10 @@ class ConformanceSession(RunLifecycle):
             environment_of(self.backend, self.options.backend)  # one line now, not at the end
             check_env_hooks(self.backend, self.options.backend, worker_count(self.config))
             load_expectations(self.options.expectations)
-            opts.check_reference_cache(self.options.reference_cache,
-                                       self.config.getoption("--reference-cache") is not None)
-            opts.check_compile_cache(self.options, self.backend.name)
+            cache_dirs.check_reference_cache(
+                self.options.reference_cache,
+                self.config.getoption("--reference-cache") is not None)
+            cache_dirs.check_compile_cache(self.options, self.backend.name)
             self._check_fuzz_sources()
             self._check_compile_phase()
         except (BackendError, ValueError, RuntimeError) as exc:

@@ -13,7 +13,8 @@ import pytest
 from cases.model import Case
 from conformance.artifacts import ARTIFACTS_DIRNAME
 from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
-from conformance.options import RunOptions, warm_cache_dir
+from conformance.cache_dirs import warm_cache_dir
+from conformance.options import RunOptions
 from records.results import Label, Record
 
 

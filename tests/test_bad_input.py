@@ -208,7 +208,7 @@ def test_an_unusable_reference_cache_is_one_line_and_sets_nothing_aside(tmp_path
 
 
 def test_a_missing_reference_cache_is_made_as_the_cache_would_make_it(tmp_path):
-    from conformance.options import check_reference_cache
+    from conformance.cache_dirs import check_reference_cache
 
     check_reference_cache(tmp_path / "cache" / "reference")
     assert (tmp_path / "cache" / "reference").is_dir()

@@ -271,3 +271,21 @@ def test_torchs_structured_trace_reaches_a_capture_only_when_torch_writes_a_trac
         trace_log.removeHandler(capture)
         trace_log.removeHandler(writer)
         writer.close()
+
+
+def test_graph_caches_off_within_and_set_back_after_even_on_an_error():
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    before = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache)
+    inductor_config.fx_graph_cache = True  # a value to set back that the default may not be
+    try:
+        with pytest.raises(KeyError):
+            with compat.graph_caches_off():
+                assert inductor_config.fx_graph_cache is False
+                assert functorch_config.enable_autograd_cache is False
+                raise KeyError("inside")
+        assert inductor_config.fx_graph_cache is True
+        assert functorch_config.enable_autograd_cache is before[1]
+    finally:
+        inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache = before
