@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from cases import variants as v
+from cases.names import MATRICES, PROFILES
 from cases.model import Case, Shape, Variant
 
-PROFILES = ("full", "smoke")
 _LENGTH_DIVISOR = {"full": 1, "smoke": 8}
 
 CORE_BATCHES = (1, 2, 4)
@@ -55,9 +55,6 @@ def core_matrix(profile: str = "full") -> list[Case]:
                                   tags=frozenset({"core", profile})))
     return cases
 
-
-#: ``custom`` holds no catalog case: it selects the cases of case modules alone (cases/custom.py).
-MATRICES = ("core", "extended", "all", "custom")
 
 #: The extended matrix's base shape (batch, heads, sequence, head dim) before the profile's
 #: length divisor; each axis below changes one thing of it.

@@ -15,24 +15,17 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from importlib.metadata import entry_points
 from types import ModuleType
 
 from cases.catalog import PROFILES, check_profile, matrix
 from cases.model import Case, Variant
+from cases.names import check_custom_matrix
 from cases import variants
 from records.text import one_line
 
-ENTRY_POINT_GROUP = "flexattention_conformance.cases"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 #: variant name -> the case module whose import registered it (this process).
 _REGISTERED_BY: dict[str, str] = {}
-
-
-def entry_point_case_modules() -> list[str]:
-    """The module names installed under ``flexattention_conformance.cases`` (by entry name)."""
-    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
-    return [ep.value.partition(":")[0].strip() for ep in found]
 
 
 def import_case_modules(names: list[str]) -> list[ModuleType]:
@@ -154,15 +147,6 @@ def select_cases(profile: str, matrix_name: str, modules: list[str],
                          f"case for the {profile} profile; return cases from cases({profile!r}), "
                          "or give the --profile they have cases for")
     return selected
-
-
-def check_custom_matrix(matrix_name: str, modules) -> None:
-    """ValueError, one line, for ``--matrix custom`` without a case module (it selects the
-    case modules' cases alone, so it would run nothing; with --case-file the option would be
-    ignored)."""
-    if matrix_name == "custom" and not modules:
-        raise ValueError("--matrix custom runs only the cases of case modules, and none is "
-                         "given; pass --cases-module MODULE (docs/cases.md)")
 
 
 def defining_module(variant_name: str) -> str:

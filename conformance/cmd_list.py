@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cases.catalog import MATRICES, check_profile
-    from cases.custom import entry_point_case_modules, select_cases
+    from cases.custom import select_cases
+    from cases.names import entry_point_case_modules
 
     check_profile(args.profile)
     if args.matrix not in MATRICES:

@@ -90,13 +90,13 @@ def _keep(text, _base) -> str:
 
 
 def _profile(text, base):
-    from cases.catalog import PROFILES
+    from cases.names import PROFILES
 
     return _choice("--profile", tuple(PROFILES))(text, base)
 
 
 def _matrix(text, base):
-    from cases.catalog import MATRICES
+    from cases.names import MATRICES
 
     return _choice("--matrix", tuple(MATRICES))(text, base)
 
@@ -116,7 +116,7 @@ def _case_ids(values, _base) -> tuple[str, ...]:
 
 
 def _cases_modules(values, _base) -> tuple[str, ...]:
-    from cases.custom import entry_point_case_modules
+    from cases.names import entry_point_case_modules
 
     return tuple(dict.fromkeys(list(values or []) + entry_point_case_modules()))
 
@@ -355,7 +355,7 @@ def _check_resume(values: dict, report_dir_given: bool) -> None:
 def _check_custom_matrix(values: dict) -> None:
     """--matrix custom without a case module: a usage error, with --case-file too (which
     replaces the matrix, so the option would be ignored)."""
-    from cases.custom import check_custom_matrix
+    from cases.names import check_custom_matrix
 
     check_custom_matrix(values["matrix"], values["cases_modules"])
 

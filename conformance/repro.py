@@ -144,7 +144,8 @@ def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:
 def _variant_module(variant: str, options: dict, extra: list[str]) -> str | None:
     """The module registering ``variant``: None for the suite's own (embedded anyway), else
     the case module (from ``extra``, the run's options or the entry points)."""
-    from cases.custom import defining_module, entry_point_case_modules, import_case_modules
+    from cases.custom import defining_module, import_case_modules
+    from cases.names import entry_point_case_modules
     from cases.variants import registered_variants
 
     if variant not in registered_variants():

@@ -188,7 +188,8 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     """A case from a case id (the catalog's, a composed variant's or a case module's) or from a
     case spec file (its first case). ValueError, one line, when it is none of these."""
     from cases.catalog import PROFILES, find_case, matrix
-    from cases.custom import entry_point_case_modules, import_case_modules, load_case_modules
+    from cases.custom import import_case_modules, load_case_modules
+    from cases.names import entry_point_case_modules
     from cases.variants import registered_variants
     from conformance.case_file import load_case_file
 

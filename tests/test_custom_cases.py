@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from cases.custom import (defining_module, entry_point_case_modules, import_case_modules,
-                          load_case_modules)
+from cases.custom import defining_module, import_case_modules, load_case_modules
 from cases.inputs import make_inputs
 from cases.model import Case, Shape
+from cases.names import entry_point_case_modules
 from cases.variants import build_mods
 from reference.faults import row_ignores_mask
 from reference.golden import reference_pair

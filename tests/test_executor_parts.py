@@ -107,6 +107,21 @@ def test_pytest_usage_error_is_one_line(args, line, tmp_path):
         assert "cpu-eager" in errors[0] and "cpu-inductor" in errors[0]
 
 
+def test_a_bad_option_value_is_answered_before_torch_is_imported(tmp_path):
+    """Option values are checked without torch (cases/names.py): a usage error takes a
+    fraction of a second, not the 1.4 s of importing torch."""
+    code = ("import sys, pytest\n"
+            "code = pytest.main(['conformance/', '-p', 'no:cacheprovider', '--report-dir', "
+            f"{str(tmp_path)!r}, '--profile', 'huge', '--matrix', 'core'])\n"
+            "print('torch imported:', 'torch' in sys.modules)\n"
+            "sys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--profile 'huge' is unknown" in proc.stderr
+    assert proc.stdout.splitlines()[-1] == "torch imported: False", proc.stdout
+
+
 # -- registry --------------------------------------------------------------------------------
 def test_registry_finds_builtins_module_objects_and_auto(monkeypatch):
     monkeypatch.delitem(sys.modules, "torch_neuronx", raising=False)  # a stand-in test's import
