@@ -12,7 +12,6 @@ the first call: no reference, no verdict, label COMPILED. Compile artefacts of a
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from conformance.estimates import case_peak_bytes
 from conformance.kept_outputs import KeepPolicy, keep_outputs
 from conformance.memory_gate import MemoryGate
 from conformance.options import default_value
+from conformance.workdirs import Workdir
 from conformance.decision import decide
 from conformance.protocol import CaseRequest, Observation
 from conformance.reference_cache import ReferenceCache
@@ -68,7 +68,8 @@ class Executor:
                  reference: ReferenceCache, gate: MemoryGate | None = None, worker: str = ""):
         self.backend, self.settings, self.reference, self.gate = backend, settings, reference, gate
         self.worker = worker
-        self.workdir = Path(tempfile.mkdtemp(prefix="flexconf-"))
+        self._workdir = Workdir()  # removes those of workers that were killed
+        self.workdir = self._workdir.path
         threads = threads_per_worker(slot)
         if settings.compile_cache == "warm":
             start_cache = settings.warm_cache_dir
@@ -111,7 +112,7 @@ class Executor:
 
     def close(self) -> None:
         self.supervisor.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._workdir.remove()
 
     # -- internals ------------------------------------------------------------------------
     def _execute(self, case: Case, started_at: str) -> Record:
