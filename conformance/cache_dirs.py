@@ -41,11 +41,11 @@ def warm_cache_dir(backend_name: str) -> Path:
     return DEFAULT_CACHE_ROOT / "compile" / backend_name
 
 
-def warm_up_cache_dir(backend_name: str, release: str) -> Path:
-    """Where a backend's child warm-up keeps its compiler outputs between runs (a backend that
-    opts in, see CpuInductor.warm_up), one directory per ``release`` of its compiler; no
-    case's compile ever reads it."""
-    return DEFAULT_CACHE_ROOT / "warm-up" / backend_name / release
+def warm_up_cache_dir(backend_name: str) -> Path:
+    """Where a backend's child warm-up keeps its builds between runs, one directory per
+    release of its compiler (conformance/backends/kept_builds.py); no case's compile ever
+    reads it."""
+    return DEFAULT_CACHE_ROOT / "warm-up" / backend_name
 
 
 def check_compile_cache(options, backend_name: str) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -321,17 +321,17 @@ _GRAPH_CACHES = (("torch._inductor.config", "fx_graph_cache"),
 def graph_caches_off():
     """Within: no cache of whole compiled graphs serves a torch.compile, so every stage
     (tracing, AOTAutograd, lowering, code generation) runs in the process; caches of the
-    compiler's outputs (Inductor's shared objects) still can. Set back on exit."""
+    compiler's outputs (Inductor's shared objects) still can. Yields whether that holds: an
+    environment variable that forces a cache on (TORCHINDUCTOR_FX_GRAPH_CACHE=1,
+    TORCHINDUCTOR_AUTOGRAD_CACHE=1) wins over code. Set back exactly on exit (the config's
+    own ``patch``)."""
     import importlib
 
-    saved = []
-    try:
+    with ExitStack() as patches:
+        patched = []
         for module_name, name in _GRAPH_CACHES:
             module = importlib.import_module(module_name)
             if hasattr(module, name):
-                saved.append((module, name, getattr(module, name)))
-                setattr(module, name, False)
-        yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
+                patches.enter_context(module.patch(**{name: False}))
+                patched.append((module, name))
+        yield all(getattr(module, name) is False for module, name in patched)

@@ -1,38 +1,71 @@
-"""The executor's working directories: one per executor, in the system's temporary directory
-(the child's log, each case's compile cache and output file), removed when the executor
-closes. A worker killed with SIGKILL (by a user, a CI job's timeout, the OOM killer) cannot
-remove its own, and a compile cache can be large (a Neuron NEFF per case). So an executor
-holds a lock in its directory while it lives (released by the kernel when its process dies,
-however it dies), and the next executor of this user removes the directories whose lock no
-one holds."""
+"""Working directories that outlive nothing: an executor's (the child's log, each case's
+compile cache and output file, in the system's temporary directory) and a cpu-inductor
+child's warm-up builds (conformance/backends/kept_builds.py). Each is removed by its owner;
+one whose process died with SIGKILL (a user, a CI job's timeout, the OOM killer) cannot be,
+and a compile cache can be large (a Neuron NEFF per case). So the owner holds a lock in it
+while it lives (the kernel releases it when the process dies, however it dies), and the next
+owner of this user on this host removes the directories whose lock nobody holds.
+
+A directory carries its final name only once its lock is held (it is made under a staging
+name and renamed), so one named as a working directory is never judged in the instant
+before its lock, nor by a process that cannot see its owner (another PID namespace sharing
+the directory). The host is in the name: on a shared file system whose locks are local to
+each host, another host's directories are never judged."""
 from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
 PREFIX = "flexconf-"
-_LOCK = ".held-by-a-running-executor"
-#: flexconf-<pid>-<tempfile's random part>: the process is named so that a directory made
-#: and not yet locked can be judged by it
-_WORKDIR_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-[a-z0-9_]+$")
+_STAGING_PREFIX = ".flexconf-staging-"
+_LOCK = ".held-by-its-running-owner"
+#: flexconf-<host>-<pid>-<tempfile's random part>
+_NAME = re.compile(rf"{re.escape(PREFIX)}(?P<host>[A-Za-z0-9._]+)-\d+-[a-z0-9_]+", re.ASCII)
 
 
 class Workdir:
-    """A working directory of this process, held until ``remove``; making one first removes
-    those that outlived their processes."""
+    """A working directory of this process under ``root`` (the temporary directory), held
+    until ``remove``; making one first removes those under ``root`` that outlived their
+    processes."""
 
-    def __init__(self):
-        remove_orphaned_workdirs()
-        self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
-        self._lock: int | None = os.open(self.path / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    def __init__(self, root: str | None = None):
+        root = root or tempfile.gettempdir()
+        remove_orphaned_workdirs(root)
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=root))
+        self._lock: int | None = os.open(staging / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a file system without locks: keep the staging name, never judged
+            self.path = staging
+            return
+        random_part = staging.name[len(_STAGING_PREFIX):]
+        self.path = staging.with_name(f"{PREFIX}{_host()}-{os.getpid()}-{random_part}")
+        os.rename(staging, self.path)
+
+    def publish_as(self, target: Path) -> bool:
+        """Rename this directory to ``target`` (the same file system), without its lock; False
+        (and the directory removed) where ``target`` exists by then (another process published
+        first)."""
+        (self.path / _LOCK).unlink(missing_ok=True)
+        try:
+            os.rename(self.path, target)
+        except OSError:
+            self.remove()
+            return False
+        self.path = target
+        self._release()
+        return True
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -40,8 +73,9 @@ class Workdir:
 
 def remove_orphaned_workdirs(root: str | None = None) -> list[Path]:
     """Remove the working directories under ``root`` (the temporary directory) that this
-    user's executors made and that outlived them; returns them. One that an executor holds,
-    another user's, and anything not named as a working directory are kept."""
+    user's processes on this host made and that outlived them; returns them. One whose owner
+    holds it, another user's or host's, and anything not named as a working directory (a
+    directory of an older suite, ``flexconf repro``'s) are kept."""
     root = root or tempfile.gettempdir()
     try:
         entries = sorted(os.scandir(root), key=lambda entry: entry.name)
@@ -49,11 +83,16 @@ def remove_orphaned_workdirs(root: str | None = None) -> list[Path]:
         return []
     removed = []
     for entry in entries:
-        match = _WORKDIR_NAME.match(entry.name)
-        if match and _own_directory(entry) and _orphaned(Path(entry.path), int(match.group(1))):
+        match = _NAME.fullmatch(entry.name)
+        if match and match["host"] == _host() and _own_directory(entry) \
+                and _orphaned(Path(entry.path)):
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(Path(entry.path))
     return removed
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", platform.node()) or "host"
 
 
 def _own_directory(entry: os.DirEntry) -> bool:
@@ -64,14 +103,11 @@ def _own_directory(entry: os.DirEntry) -> bool:
         return False
 
 
-def _orphaned(path: Path, pid: int) -> bool:
-    """Whether no executor holds ``path``: its lock can be taken (its holder died); without a
-    lock (made a moment ago and not yet locked, or by a suite before locks), whether no
-    process has the number in its name."""
+def _orphaned(path: Path) -> bool:
+    """Whether the lock in ``path`` can be taken: its owner is gone. Without a lock file it
+    is not a working directory of this module's making: kept."""
     try:
         fd = os.open(path / _LOCK, os.O_RDWR | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return not _alive(pid)
     except OSError:
         return False
     try:
@@ -80,14 +116,4 @@ def _orphaned(path: Path, pid: int) -> bool:
         return False
     finally:
         os.close(fd)
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists (another user's)
-        return True
     return True

@@ -47,9 +47,9 @@ def test_cpu_eager_passes_every_core_variant():
 
 @pytest.mark.slow
 def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path, monkeypatch):
-    """Also: a child's warm-up builds are kept between children (conformance/backends/cpu.py):
-    the first child on this (fresh) cache root builds them, the second finds them and builds
-    nothing of its own warm-up, and neither serves a case."""
+    """Also: a child's warm-up builds are kept between children (conformance/backends/
+    kept_builds.py): the first child on this (fresh) cache root publishes them once its
+    warm-up succeeded, the second leaves them as they were, and neither serves a case."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))  # the children read it
     alibi, document = CORE_TINY[5], CORE_TINY[4]
     cold, = execute("cpu-inductor", [alibi])
@@ -68,32 +68,13 @@ def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path, monkeypatch)
                             warm_cache_dir=str(tmp_path / "inductor-cache"))
     assert (first.label, second.label) == (Label.PASS, Label.PASS), (first.message, second.message)
     assert (first.cache_hit, second.cache_hit) == (False, True)
-    # the second child's warm-up was served: no build rebuilt or added; no whole graph was
-    # cached there (every stage ran in the child), and the cold case's kernel was built anew
+    # the kept builds are as the first child published them, no private build directory is
+    # left; no whole graph was cached there (every stage ran in the child), and the cold
+    # case's kernel was built anew
     assert _built_objects(tmp_path / "cache-home") == warm_up_builds
-    warm_up_dir, = (tmp_path / "cache-home").glob(
-        "flexattention-conformance/warm-up/cpu-inductor/*")
-    assert warm_up_dir.name.startswith("torch-") and not list(warm_up_dir.rglob("fxgraph"))
+    kept, = (tmp_path / "cache-home").glob("flexattention-conformance/warm-up/cpu-inductor/*")
+    assert kept.name.startswith("torch-") and not list(kept.rglob("fxgraph"))
     assert stages["cxx_compile"] > 0
-
-
-def test_the_warm_up_keeps_its_builds_per_torch_release_or_in_the_childs_own_directory(
-        tmp_path, monkeypatch):
-    """Where the cache root cannot be written, the warm-up builds into the directory the
-    executor gave the child (None here), as before: a child never fails for it."""
-    import torch
-
-    from conformance import cache_dirs
-    from conformance.backends.cpu import _warm_up_cache_dir
-
-    monkeypatch.setattr(cache_dirs, "DEFAULT_CACHE_ROOT", tmp_path / "root")
-    kept = _warm_up_cache_dir("cpu-inductor", torch)
-    release = f"torch-{torch.__version__}-{torch.version.git_version[:12]}"
-    assert kept == str(tmp_path / "root" / "warm-up" / "cpu-inductor" / release)
-    assert (tmp_path / "root" / "warm-up" / "cpu-inductor" / release).is_dir()
-    (tmp_path / "a-file").write_text("")
-    monkeypatch.setattr(cache_dirs, "DEFAULT_CACHE_ROOT", tmp_path / "a-file")
-    assert _warm_up_cache_dir("cpu-inductor", torch) is None
 
 
 def _built_objects(root) -> dict[str, int]:

@@ -289,3 +289,22 @@ def test_graph_caches_off_within_and_set_back_after_even_on_an_error():
         assert functorch_config.enable_autograd_cache is before[1]
     finally:
         inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache = before
+
+
+def test_graph_caches_off_says_so_where_an_environment_variable_forces_one_on():
+    """TORCHINDUCTOR_FX_GRAPH_CACHE=1 wins over code (torch's config): the warm-up must know,
+    or a kept build directory would cache whole graphs and skip its stages."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from conformance import compat\n"
+            "with compat.graph_caches_off() as off:\n"
+            "    print(off)\n")
+    for forced, expected in (({"TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}, "False"),
+                             ({"TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}, "False")):
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_CACHE")} | forced
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, check=True, cwd=os.path.dirname(os.path.dirname(
+                                 os.path.abspath(__file__)))).stdout.split()
+        assert out == [expected], (forced, out)

@@ -1,5 +1,5 @@
-"""The executor's working directories (conformance/workdirs.py): one killed with its process
-is removed by the next executor; one in use, another user's or another tool's never is."""
+"""Working directories (conformance/workdirs.py): one whose process was killed is removed by
+the next owner; one in use, one without a lock, another user's, host's or tool's never is."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conformance import workdirs
 from conformance.workdirs import Workdir, remove_orphaned_workdirs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,14 +32,14 @@ def test_a_killed_processs_workdir_goes_and_one_in_use_stays(tmp_path, monkeypat
     (killed_dir / "compile-cache-1").mkdir()  # what a case leaves there
     killed.kill()
     killed.wait()
-    # not the suite's, or not a process's: flexconf repro keeps its directory for the user
+    # not a working directory: flexconf repro keeps its own for the user; an older suite's
     others = [tmp_path / "flexconf-repro-abc123", tmp_path / "flexconf-abc123",
-              tmp_path / "flexconf-12-notes.txt"]
+              tmp_path / f"flexconf-{workdirs._host()}-12-notes"]
     others[0].mkdir()
     others[1].mkdir()
     others[2].write_text("a file, not a directory")
     try:
-        assert killed_dir.name.startswith(f"flexconf-{killed.pid}-")
+        assert killed_dir.name.startswith(f"flexconf-{workdirs._host()}-{killed.pid}-")
         assert remove_orphaned_workdirs(str(tmp_path)) == [killed_dir]
         assert not killed_dir.exists() and running_dir.is_dir()
         assert all(p.exists() for p in others)
@@ -51,16 +52,30 @@ def test_a_killed_processs_workdir_goes_and_one_in_use_stays(tmp_path, monkeypat
         running.stdin.close()
         running.wait()
     assert remove_orphaned_workdirs(str(tmp_path)) == [running_dir]  # it exited, not removed
+    assert not list(tmp_path.glob(".flexconf-staging-*"))  # each was renamed once locked
 
 
-def test_a_directory_made_before_its_lock_is_judged_by_its_process(tmp_path):
-    """Made by mkdtemp, its lock not yet taken (or by a suite before the lock): removed only
-    when no process has its number."""
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    dead = tmp_path / f"flexconf-{gone.stdout.strip()}-abc_12"
-    alive = tmp_path / f"flexconf-{os.getpid()}-def_34"
-    dead.mkdir()
-    alive.mkdir()
-    assert remove_orphaned_workdirs(str(tmp_path)) == [dead]
-    assert alive.is_dir()
+def test_only_a_lock_nobody_holds_on_this_host_makes_a_directory_an_orphan(tmp_path):
+    """Named as a working directory but without a lock file (not of this module's making),
+    or another host's (its lock may be local to that host): kept, lock free or not."""
+    no_lock = tmp_path / f"flexconf-{workdirs._host()}-1-abc_12"
+    other_host = tmp_path / "flexconf-elsewhere.example-1-def_34"
+    free = tmp_path / f"flexconf-{workdirs._host()}-2-ghi_56"
+    for path in (no_lock, other_host, free):
+        path.mkdir()
+    for path in (other_host, free):
+        (path / workdirs._LOCK).write_text("")
+    assert remove_orphaned_workdirs(str(tmp_path)) == [free]
+    assert no_lock.is_dir() and other_host.is_dir()
+
+
+def test_publish_as_renames_it_without_its_lock_and_a_second_publisher_loses(tmp_path):
+    first, second = Workdir(str(tmp_path)), Workdir(str(tmp_path))
+    (first.path / "built.so").write_text("first")
+    (second.path / "built.so").write_text("second")
+    target = tmp_path / "kept"
+    assert first.publish_as(target) and not second.publish_as(target)
+    assert (target / "built.so").read_text() == "first"
+    assert not (target / workdirs._LOCK).exists() and not second.path.exists()
+    assert first._lock is None and second._lock is None  # neither holds its lock any more
+    assert remove_orphaned_workdirs(str(tmp_path)) == []

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from cases.model import Case
 from conformance import compat
 from conformance.backends.base import AttentionFn, Backend, WorkerSlot, threads_per_worker
+from conformance.backends.kept_builds import kept_warm_up_builds
 
 #: A tiny case compiled once when a child starts: it pays the process's one-time compiler
 #: start-up so that no case's compile seconds include it (CpuInductor.warm_up).
@@ -75,28 +76,15 @@ class CpuInductor(CpuEager):
     def warm_up(self) -> None:
         """Compiles a tiny case (bf16, a block mask and a score mod: the code paths the
         matrix's cases take) with every stage run in this process (no cache of whole graphs
-        may serve it), so the process's one-time costs are paid here: about 10 s on a 2-core
-        machine, most of it Inductor's probes of the CPU's vector instructions, each a C++
-        build and a Python process that loads it. The C++ builds (those probes' and the
-        kernel's) are kept between runs in a directory of their own (options.
-        warm_up_cache_dir), so a child after the first on a machine starts in about 3 s
-        instead of 13 (docs/performance.md). No case reads that directory: begin_case points
-        each case at its own, and cold cases start from cleared in-memory caches."""
-        import torch
-
+        may serve it), so the process's one-time costs are paid here. Its C++ builds are
+        kept between runs (conformance/backends/kept_builds.py): a child after the first on
+        a machine starts in 5.7 s instead of 15.7 s (docs/performance.md). No case reads
+        them: begin_case points each case at its own directory, and cold cases start from
+        cleared in-memory caches."""
         q, score_mod, block_mask = _warm_up_inputs()
-        given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        kept = _warm_up_cache_dir(self.name, torch)
-        if kept is not None:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = kept
-        try:
-            with compat.graph_caches_off():
-                torch_compile_flex()(q, q, q, score_mod=score_mod, block_mask=block_mask)
-        finally:
-            if given is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = given
+        with compat.graph_caches_off() as every_stage_runs, \
+                kept_warm_up_builds(self.name, usable=every_stage_runs):
+            torch_compile_flex()(q, q, q, score_mod=score_mod, block_mask=block_mask)
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
         import torch
@@ -141,21 +129,6 @@ def torch_compile_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, fullgraph=True, dynamic=False)
-
-
-def _warm_up_cache_dir(backend_name: str, torch) -> str | None:
-    """The directory where this torch release's warm-up builds are kept, made if missing;
-    None where it cannot be written (then the warm-up builds into the child's own, as
-    before)."""
-    from conformance.cache_dirs import warm_up_cache_dir
-    from records.files import directory_problem
-
-    release = f"torch-{torch.__version__}-{(torch.version.git_version or 'unknown')[:12]}"
-    directory = warm_up_cache_dir(backend_name, release)
-    try:
-        return None if directory_problem(directory) else str(directory)
-    except OSError:  # a parent this user may not even look into
-        return None
 
 
 def _warm_up_inputs():
