@@ -45,8 +45,9 @@ def kept_warm_up_builds(backend_name: str, usable: bool = True):
     if kept.is_dir():
         try:
             shutil.copytree(kept, build.path, symlinks=True, dirs_exist_ok=True)
-        except (OSError, shutil.Error):  # what could not be copied is built again
-            pass
+        except (OSError, shutil.Error):  # a file copied in part (a full disk) is not a build:
+            build.remove()  # start from nothing
+            build = Workdir(str(root))
     given = os.environ.get(_CACHE_DIR_VARIABLE)
     os.environ[_CACHE_DIR_VARIABLE] = str(build.path)
     try:
