@@ -54,7 +54,7 @@ def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path, monkeypatch)
     alibi, document = CORE_TINY[5], CORE_TINY[4]
     cold, = execute("cpu-inductor", [alibi])
     warm_up_builds = _built_objects(tmp_path / "cache-home")
-    assert warm_up_builds, "the first child's warm-up left no build in its own directory"
+    assert warm_up_builds, "the first child's warm-up published no build to keep"
     assert cold.label is Label.PASS, cold.message
     assert cold.cache_hit is False  # Inductor looked the graph up and compiled it
     # compile anatomy from torch's own timers: the stages sum to the compile phase
