@@ -88,6 +88,34 @@ def _guard(phase: Phase, fn: Callable[[], Any], harness: bool = False, backend=N
         raise CaseFailed(phase, outcome, exc) from exc
 
 
+def warm_up_backend(backend, pristine) -> tuple[float, str | None, str | None]:
+    """The backend's warm-up, as a child runs it before its first case (a reproduction script
+    too): its seconds, the error it raised (logged; the executor repeats it in the message of
+    each case of the child that fails) and why no case can run (a FatalSetupError). Torch's
+    global settings that loading or warming up the backend changed from ``pristine`` are set
+    back, said on stderr, and count as its error."""
+    from cases import torch_state
+    from conformance.backends.base import FatalSetupError
+
+    start, warm_error, fatal = time.perf_counter(), None, None
+    try:
+        backend.warm_up()
+    except FatalSetupError as exc:  # no case can run or be timed honestly in this child
+        fatal = f"the suite cannot run {backend.name} here: {describe_exception(exc)}"
+        traceback.print_exc()
+    except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
+        warm_error = describe_exception(exc)
+        traceback.print_exc()
+    leaked = torch_state.changes(pristine, torch_state.snapshot())
+    if leaked:  # at import or warm-up: set back before any case, said in the child's log
+        torch_state.restore(pristine)
+        print(f"flexconf: loading and warming up the backend changed torch's global settings "
+              f"({'; '.join(leaked)}); set back: every case runs under torch's defaults",
+              file=sys.stderr)
+        warm_error = warm_error or f"changed torch's global settings: {'; '.join(leaked)}"
+    return time.perf_counter() - start, warm_error, fatal
+
+
 def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None) -> None:
     """Run one case; emits phase events and exactly one ``DoneEvent`` or ``ErrorEvent`` (the
     error carries the seconds of the phases that finished). ``fatal``: why this child can
@@ -408,28 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     from cases import torch_state
     from conformance.backends.registry import load_backend
 
-    from conformance.backends.base import FatalSetupError
-
     pristine = torch_state.snapshot()  # what every case runs under
     backend = load_backend(args.backend)
     emit(PhaseEvent(Phase.WARM_UP))
-    start, warm_error, fatal = time.perf_counter(), None, None
-    try:
-        backend.warm_up()
-    except FatalSetupError as exc:  # no case can run or be timed honestly in this child
-        fatal = f"the suite cannot run {backend.name} here: {describe_exception(exc)}"
-        traceback.print_exc()
-    except Exception as exc:  # noqa: BLE001 - a broken compiler shows up in the cases
-        warm_error = describe_exception(exc)
-        traceback.print_exc()
-    leaked = torch_state.changes(pristine, torch_state.snapshot())
-    if leaked:  # at import or warm-up: set back before any case, said in the child's log
-        torch_state.restore(pristine)
-        print(f"flexconf: loading and warming up the backend changed torch's global settings "
-              f"({'; '.join(leaked)}); set back: every case runs under torch's defaults",
-              file=sys.stderr)
-        warm_error = warm_error or f"changed torch's global settings: {'; '.join(leaked)}"
-    emit(ReadyEvent(os.getpid(), time.perf_counter() - start, warm_error, fatal))
+    seconds, warm_error, fatal = warm_up_backend(backend, pristine)
+    emit(ReadyEvent(os.getpid(), seconds, warm_error, fatal))
     for line in sys.stdin:
         if line.strip():
             run_case(backend, CaseRequest.decode(line), emit, fatal)

@@ -1,8 +1,10 @@
 """What a reproduction script (``flexconf repro``) runs: one case, the way the suite runs it.
 
 The script embeds this module with the suite modules it uses, so the inputs (cases/inputs.py),
-the mods, the child's phases (conformance/child.py ``run_case``: setup, block mask, the
-backend's callable, the first call as the compile phase, the timed runs), the reference
+the mods, the child's warm-up (the compiler's one-time start-up, paid before the case and
+printed apart, so the compile seconds compare with the run's) and phases (conformance/child.py
+``run_case``: setup, block mask, the backend's callable, the first call as the compile phase,
+the timed runs), the reference
 (conformance/reference_cache.py ``compute_reference``) and the verdict are the suite's own code.
 Only torch (and the backend's own package) must be installed. A backend that cannot be loaded
 is one line and exit status 1. There is no watchdog: a hang hangs, a crash kills the script.
@@ -29,15 +31,18 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
 
     backend = _load_backend(backend_spec)
     workdir = Path(tempfile.mkdtemp(prefix="flexconf-repro-"))
-    os.environ.update(backend.child_env(WorkerSlot(0, 1), str(workdir / "compile-cache")))
+    # the warm-up's own directory, as the executor gives a child; the case gets its own
+    os.environ.update(backend.child_env(WorkerSlot(0, 1),
+                                        str(workdir / "compile-cache-warm-up")))
     # as the executor starts a child of a cold run: no process-wide cache (neuron's default is
     # the host's /tmp/neff_cache) may serve the compile, and artefacts stay in the workdir
     os.environ.update(backend.process_cache_env(str(workdir / "process-cache"), True))
     os.environ.update(backend.artifact_env(str(workdir / "artifacts")))
     import torch
 
-    for name in case_modules:
-        importlib.import_module(name)
+    from cases import torch_state
+
+    pristine = torch_state.snapshot()  # what the case runs under, as in a child
     from cases.model import Case
 
     case = Case.from_json(case_spec)
@@ -45,6 +50,9 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     print(f"backend   {backend.name} ({backend_spec}), torch {torch.__version__}, seed {seed}")
     if recorded:
         print(f"recorded  {recorded}")
+    fatal = _warm_up(backend, pristine)  # before the case modules, as in a child
+    for name in case_modules:
+        importlib.import_module(name)
     from conformance.backends.registry import unsupported_reason_of
 
     reason, failure = unsupported_reason_of(backend, case)
@@ -60,7 +68,7 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
         if kept.case.id != case.id or kept.seed != seed:
             raise SystemExit(f"{compare} holds {kept.case.id} seed {kept.seed}, not this case "
                              f"({case.id} seed {seed}); pass the file kept for this case")
-    label, message, metrics, tensors = _run(backend, case, seed, runs, workdir)
+    label, message, metrics, tensors = _run(backend, case, seed, runs, workdir, fatal)
     if metrics:
         print("metrics   " + json.dumps(metrics, indent=None, default=str))
     if tensors is not None and save_outputs:
@@ -71,6 +79,19 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     if kept is not None:
         print(f"compared  {compare}: {_difference(tensors, kept)}")
     return _finish(label, message)
+
+
+def _warm_up(backend, pristine) -> str | None:
+    """The backend's warm-up, as a run's child pays it before its first case, so that the
+    compile seconds printed are the case's own, comparable with the run's; its seconds and
+    any error are printed. Returns why no case can run (a FatalSetupError), or None."""
+    from conformance.child import warm_up_backend
+
+    print("phase     warm-up", file=sys.stderr, flush=True)
+    seconds, error, fatal = warm_up_backend(backend, pristine)
+    print(f"warm-up   {seconds:.3g} s, the compiler's one-time start-up (not in the compile "
+          "seconds below)" + (f"; it failed: {error}" if error else ""))
+    return fatal
 
 
 def _load_backend(spec: str):
@@ -109,7 +130,8 @@ def _difference(tensors, kept) -> str:
     return f"the output differs from the run's: max |diff| {gap.max().item():.3g} at {where}"
 
 
-def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, dict, tuple | None]:
+def _run(backend, case, seed: int, runs: int, workdir: Path,
+         fatal: str | None) -> tuple[str, str, dict, tuple | None]:
     """The case through the child's ``run_case`` in this process, then the suite's own
     decision (``conformance.decision.decide``) against the reference."""
     from conformance.child import run_case
@@ -129,7 +151,7 @@ def _run(backend, case, seed: int, runs: int, workdir: Path) -> tuple[str, str, 
     request = CaseRequest(case=case.to_json(), output_path=str(workdir / "output.pt"),
                           seed=seed, runs=runs, cold=True,
                           cache_dir=str(workdir / "compile-cache"))
-    run_case(backend, request, emit)
+    run_case(backend, request, emit, fatal)
     obs = observation_of(final[-1], Timings())
     seconds = ", ".join(f"{phase} {value:.3g} s" for phase, value in (
         ("setup", obs.timings.setup_seconds), ("compile", obs.timings.compile_seconds),

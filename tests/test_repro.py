@@ -73,6 +73,9 @@ def test_script_reproduces_the_mismatch_and_its_numbers(broken_run, tmp_path, ca
     proc = run_script(script, tmp_path, str(REPO))  # the module:object backend is imported
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert last_line(proc) == "label: MISMATCH"
+    # the backend warmed up first, as a run's child: the compile seconds are the case's own
+    starts = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert starts.index("warm-up") < starts.index("seconds"), proc.stdout
     recorded = json.loads(broken_run.read_text())["records"][0]["metrics"]
     metrics = json.loads(next(line[len("metrics   "):] for line in proc.stdout.splitlines()
                               if line.startswith("metrics   ")))
@@ -284,3 +287,36 @@ def test_a_record_whose_case_spec_is_broken_is_refused_before_writing(tmp_path, 
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf repro: error: the record of {BROKEN.id!r} in {path}: {problem}"]
     assert not (tmp_path / "repro.py").exists()
+
+
+def test_the_scripts_warm_up_is_a_childs_its_error_said_its_leak_set_back(capsys):
+    """conformance.child.warm_up_backend, shared with the child: an error is printed and the
+    case still runs; a FatalSetupError makes the case the harness's; a setting the warm-up
+    left changed is set back."""
+    import torch
+
+    from cases import torch_state
+    from conformance.backends.base import FatalSetupError
+    from conformance.repro_runtime import _warm_up
+
+    class Fails:
+        name = "test-fails"
+
+        def warm_up(self):
+            raise RuntimeError("injected warm-up failure")
+
+    class Fatal(Fails):
+        def warm_up(self):
+            raise FatalSetupError("no synchronize function")
+
+    class Leaks(Fails):
+        def warm_up(self):
+            torch.set_default_dtype(torch.float64)
+
+    pristine = torch_state.snapshot()
+    assert _warm_up(Fails(), pristine) is None
+    assert "; it failed: RuntimeError: injected warm-up failure" in capsys.readouterr().out
+    assert _warm_up(Fatal(), pristine).startswith("the suite cannot run test-fails here: ")
+    assert _warm_up(Leaks(), pristine) is None
+    assert torch.get_default_dtype() == torch.float32
+    assert "changed torch's global settings" in capsys.readouterr().out
