@@ -335,3 +335,16 @@ def graph_caches_off():
                 patches.enter_context(module.patch(**{name: False}))
                 patched.append((module, name))
         yield all(getattr(module, name) is False for module, name in patched)
+
+
+def clear_inductor_caches() -> bool:
+    """Clear Inductor's in-memory caches (code already loaded, paths into a cache directory):
+    ``torch._inductor.utils.clear_caches`` on newer torch, ``clear_inductor_caches`` on older
+    (2.6, 2.7); False where the torch version has neither."""
+    from torch._inductor import utils
+
+    clear = getattr(utils, "clear_caches", None) or getattr(utils, "clear_inductor_caches", None)
+    if clear is None:
+        return False
+    clear()
+    return True

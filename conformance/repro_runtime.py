@@ -40,9 +40,6 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     os.environ.update(backend.artifact_env(str(workdir / "artifacts")))
     import torch
 
-    from cases import torch_state
-
-    pristine = torch_state.snapshot()  # what the case runs under, as in a child
     from cases.model import Case
 
     case = Case.from_json(case_spec)
@@ -50,8 +47,7 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     print(f"backend   {backend.name} ({backend_spec}), torch {torch.__version__}, seed {seed}")
     if recorded:
         print(f"recorded  {recorded}")
-    fatal = _warm_up(backend, pristine)  # before the case modules, as in a child
-    for name in case_modules:
+    for name in case_modules:  # what they set when imported is theirs, as in a child
         importlib.import_module(name)
     from conformance.backends.registry import unsupported_reason_of
 
@@ -68,6 +64,11 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
         if kept.case.id != case.id or kept.seed != seed:
             raise SystemExit(f"{compare} holds {kept.case.id} seed {kept.seed}, not this case "
                              f"({case.id} seed {seed}); pass the file kept for this case")
+    from cases import torch_state
+
+    # the warm-up, as a child pays it before its first case (a case the controller finds
+    # unsupported never reaches a child: above, before it)
+    fatal = _warm_up(backend, torch_state.snapshot())
     label, message, metrics, tensors = _run(backend, case, seed, runs, workdir, fatal)
     if metrics:
         print("metrics   " + json.dumps(metrics, indent=None, default=str))

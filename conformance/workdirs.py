@@ -45,12 +45,17 @@ class Workdir:
             return
         random_part = staging.name[len(_STAGING_PREFIX):]
         self.path = staging.with_name(f"{PREFIX}{_host()}-{os.getpid()}-{random_part}")
-        os.rename(staging, self.path)
+        try:
+            os.rename(staging, self.path)
+        except OSError:
+            self.path = staging
+            self.remove()
+            raise
 
     def publish_as(self, target: Path) -> bool:
         """Rename this directory to ``target`` (the same file system), without its lock; False
-        (and the directory removed) where ``target`` exists by then (another process published
-        first)."""
+        (and the directory removed) where another process published first (``target`` exists
+        and is not an empty directory, which a rename replaces)."""
         (self.path / _LOCK).unlink(missing_ok=True)
         try:
             os.rename(self.path, target)

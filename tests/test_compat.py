@@ -308,3 +308,20 @@ def test_graph_caches_off_says_so_where_an_environment_variable_forces_one_on():
                              env=env, check=True, cwd=os.path.dirname(os.path.dirname(
                                  os.path.abspath(__file__)))).stdout.split()
         assert out == [expected], (forced, out)
+
+
+def test_inductor_caches_are_cleared_under_either_name(monkeypatch):
+    """torch 2.6 and 2.7 name it clear_inductor_caches, newer torch clear_caches: a cold case
+    must start from cleared in-memory caches on both (docs/execution.md)."""
+    from torch._inductor import utils
+
+    called = []
+    monkeypatch.delattr(utils, "clear_caches", raising=False)
+    monkeypatch.setattr(utils, "clear_inductor_caches", lambda: called.append("older"),
+                        raising=False)
+    assert compat.clear_inductor_caches() and called == ["older"]
+    monkeypatch.setattr(utils, "clear_caches", lambda: called.append("newer"), raising=False)
+    assert compat.clear_inductor_caches() and called == ["older", "newer"]
+    monkeypatch.delattr(utils, "clear_caches")
+    monkeypatch.delattr(utils, "clear_inductor_caches")
+    assert compat.clear_inductor_caches() is False

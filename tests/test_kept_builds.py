@@ -53,6 +53,21 @@ def test_a_warm_up_that_fails_publishes_nothing(root):
     assert os.environ[VARIABLE].endswith("childs-own")
 
 
+def test_inductors_memory_of_the_build_directory_is_cleared_when_it_goes(root, monkeypatch):
+    """Older torch includes its cpp_prefix.h by a path in the build directory in every later
+    kernel (a cached path): cleared after the warm-up, whether it succeeded or not."""
+    from conformance import compat
+
+    cleared = []
+    monkeypatch.setattr(compat, "clear_inductor_caches", lambda: cleared.append(1) or True)
+    with kept_warm_up_builds("test-backend"):
+        _build("kernel.so")
+    with pytest.raises(RuntimeError):
+        with kept_warm_up_builds("test-backend"):
+            raise RuntimeError("failed")
+    assert cleared == [1, 1]
+
+
 def test_builds_are_not_kept_where_they_could_not_be_loaded_or_every_stage_would_not_run(
         root, monkeypatch, tmp_path):
     with kept_warm_up_builds("test-backend", usable=False):  # a graph cache forced on

@@ -314,9 +314,12 @@ def test_the_scripts_warm_up_is_a_childs_its_error_said_its_leak_set_back(capsys
             torch.set_default_dtype(torch.float64)
 
     pristine = torch_state.snapshot()
-    assert _warm_up(Fails(), pristine) is None
-    assert "; it failed: RuntimeError: injected warm-up failure" in capsys.readouterr().out
-    assert _warm_up(Fatal(), pristine).startswith("the suite cannot run test-fails here: ")
-    assert _warm_up(Leaks(), pristine) is None
-    assert torch.get_default_dtype() == torch.float32
-    assert "changed torch's global settings" in capsys.readouterr().out
+    try:
+        assert _warm_up(Fails(), pristine) is None
+        assert "; it failed: RuntimeError: injected warm-up failure" in capsys.readouterr().out
+        assert _warm_up(Fatal(), pristine).startswith("the suite cannot run test-fails here: ")
+        assert _warm_up(Leaks(), pristine) is None
+        assert torch.get_default_dtype() == torch.float32
+        assert "changed torch's global settings" in capsys.readouterr().out
+    finally:
+        torch_state.restore(pristine)  # whatever failed above, later tests run under defaults

@@ -92,9 +92,7 @@ class CpuInductor(CpuEager):
 
         torch._dynamo.reset()
         if cold:
-            clear = getattr(torch._inductor.utils, "clear_caches", None)  # torch >= 2.6
-            if clear is not None:
-                clear()
+            compat.clear_inductor_caches()
         if cache_dir:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         counters.clear()

@@ -38,16 +38,12 @@ def kept_warm_up_builds(backend_name: str, usable: bool = True):
     if root is None:
         yield
         return
-    from conformance.workdirs import Workdir
-
     kept = root / _release()
-    build = Workdir(str(root))
-    if kept.is_dir():
-        try:
-            shutil.copytree(kept, build.path, symlinks=True, dirs_exist_ok=True)
-        except (OSError, shutil.Error):  # a file copied in part (a full disk) is not a build:
-            build.remove()  # start from nothing
-            build = Workdir(str(root))
+    try:
+        build = _seeded_build_directory(root, kept)
+    except OSError:  # a full disk, a quota: build in the child's own directory, as before
+        yield
+        return
     given = os.environ.get(_CACHE_DIR_VARIABLE)
     os.environ[_CACHE_DIR_VARIABLE] = str(build.path)
     try:
@@ -60,10 +56,30 @@ def kept_warm_up_builds(backend_name: str, usable: bool = True):
             os.environ.pop(_CACHE_DIR_VARIABLE, None)
         else:
             os.environ[_CACHE_DIR_VARIABLE] = given
+        # paths into the build directory that Inductor keeps in memory (older torch includes
+        # its cpp_prefix.h by a path there in every later kernel) must not outlive it
+        from conformance.compat import clear_inductor_caches
+
+        clear_inductor_caches()
     if kept.exists():
         build.remove()
     else:
         build.publish_as(kept)
+
+
+def _seeded_build_directory(root: Path, kept: Path):
+    """A new private build directory under ``root`` holding a copy of the kept builds, if
+    any (a copy that failed part-way is thrown away: a file copied in part is not a build)."""
+    from conformance.workdirs import Workdir
+
+    build = Workdir(str(root))
+    if kept.is_dir():
+        try:
+            shutil.copytree(kept, build.path, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error):
+            build.remove()
+            build = Workdir(str(root))
+    return build
 
 
 def _release() -> str:
