@@ -44,7 +44,7 @@ class Workdir:
             self.path = staging
             return
         random_part = staging.name[len(_STAGING_PREFIX):]
-        self.path = staging.with_name(f"{PREFIX}{_host()}-{os.getpid()}-{random_part}")
+        self.path = staging.with_name(f"{PREFIX}{host_name()}-{os.getpid()}-{random_part}")
         try:
             os.rename(staging, self.path)
         except OSError:
@@ -89,14 +89,15 @@ def remove_orphaned_workdirs(root: str | None = None) -> list[Path]:
     removed = []
     for entry in entries:
         match = _NAME.fullmatch(entry.name)
-        if match and match["host"] == _host() and _own_directory(entry) \
+        if match and match["host"] == host_name() and _own_directory(entry) \
                 and _orphaned(Path(entry.path)):
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(Path(entry.path))
     return removed
 
 
-def _host() -> str:
+def host_name() -> str:
+    """This host's name as a directory name may carry it (also kept_builds')."""
     return re.sub(r"[^A-Za-z0-9.]", "_", platform.node()) or "host"
 
 

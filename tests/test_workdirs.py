@@ -34,12 +34,12 @@ def test_a_killed_processs_workdir_goes_and_one_in_use_stays(tmp_path, monkeypat
     killed.wait()
     # not a working directory: flexconf repro keeps its own for the user; an older suite's
     others = [tmp_path / "flexconf-repro-abc123", tmp_path / "flexconf-abc123",
-              tmp_path / f"flexconf-{workdirs._host()}-12-notes"]
+              tmp_path / f"flexconf-{workdirs.host_name()}-12-notes"]
     others[0].mkdir()
     others[1].mkdir()
     others[2].write_text("a file, not a directory")
     try:
-        assert killed_dir.name.startswith(f"flexconf-{workdirs._host()}-{killed.pid}-")
+        assert killed_dir.name.startswith(f"flexconf-{workdirs.host_name()}-{killed.pid}-")
         assert remove_orphaned_workdirs(str(tmp_path)) == [killed_dir]
         assert not killed_dir.exists() and running_dir.is_dir()
         assert all(p.exists() for p in others)
@@ -58,9 +58,9 @@ def test_a_killed_processs_workdir_goes_and_one_in_use_stays(tmp_path, monkeypat
 def test_only_a_lock_nobody_holds_on_this_host_makes_a_directory_an_orphan(tmp_path):
     """Named as a working directory but without a lock file (not of this module's making),
     or another host's (its lock may be local to that host): kept, lock free or not."""
-    no_lock = tmp_path / f"flexconf-{workdirs._host()}-1-abc_12"
+    no_lock = tmp_path / f"flexconf-{workdirs.host_name()}-1-abc_12"
     other_host = tmp_path / "flexconf-elsewhere.example-1-def_34"
-    free = tmp_path / f"flexconf-{workdirs._host()}-2-ghi_56"
+    free = tmp_path / f"flexconf-{workdirs.host_name()}-2-ghi_56"
     for path in (no_lock, other_host, free):
         path.mkdir()
     for path in (other_host, free):

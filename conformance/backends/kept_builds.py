@@ -20,8 +20,6 @@ whole compiled graphs could still be cached (then the warm-up would skip its sta
 from __future__ import annotations
 
 import os
-import platform
-import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,8 +83,10 @@ def _seeded_build_directory(root: Path, kept: Path):
 def _release() -> str:
     import torch
 
-    host = re.sub(r"[^A-Za-z0-9._]", "_", platform.node()) or "host"
-    return f"torch-{torch.__version__}-{(torch.version.git_version or 'unknown')[:12]}-{host}"
+    from conformance.workdirs import host_name
+
+    return (f"torch-{torch.__version__}-{(torch.version.git_version or 'unknown')[:12]}-"
+            f"{host_name()}")
 
 
 def _writable_root(backend_name: str) -> Path | None:
