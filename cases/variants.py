@@ -105,7 +105,10 @@ class ParamUse:
 def param_use(variant: Variant, shape: Shape) -> ParamUse:
     """Which of ``variant``'s parameters its builder reads, found by building its mods for
     ``shape`` on the meta device (no memory; no data) and calling them at one point, with a
-    variant that records each ``param(key)``. A parameter is missing only when the KeyError
+    variant that records each ``param(key)``. The catalog's own builders (this module's), whose
+    captured tables are at most heads by sequence length, are built on the CPU instead: a
+    comparison on meta tensors imports torch._dynamo, 1.8 s in every process that reads a case
+    file, and nothing else the suite's own processes do needs it. A parameter is missing only when the KeyError
     of its absence is what failed the build (a builder may catch it: an optional parameter).
     A builder that reads ``params`` whole (or the token, or compares or hashes the variant),
     or that fails on meta tensors, is not judged on what it leaves unread; a builder may also
@@ -114,10 +117,12 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
     from cases.pointwise import check_mods
 
     recorder = _ParamRecorder(variant.name, variant.params)
+    build = _BUILDERS[variant.name]
+    device = torch.device("cpu" if build.__module__ == __name__ else "meta")
     failure = None
     try:
-        mods = _BUILDERS[variant.name](recorder, shape, torch.device("meta"))
-        check_mods(mods.mask_mod, mods.score_mod, variant.name, "meta")
+        mods = build(recorder, shape, device)
+        check_mods(mods.mask_mod, mods.score_mod, variant.name, device)
     except Exception as exc:  # noqa: BLE001 - the case's own builder; it runs for real later
         failure = exc
     reads = tuple(dict.fromkeys(object.__getattribute__(recorder, "_reads")))

@@ -121,13 +121,15 @@ def _difference(tensors, kept) -> str:
     """How this run's output compares with the kept one (bit-identical, or the largest gap)."""
     import torch
 
+    from reference.verdict import flat_place
+
     if tensors is None:
         return f"no output here to compare (the run's was {kept.label})"
     out, theirs = tensors[0].out.double(), kept.observed.out.double()
     if torch.equal(tensors[0].out, kept.observed.out):
         return "the output is bit-identical to the run's"
     gap = (out - theirs).abs().nan_to_num(float("inf"))
-    where = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    where = flat_place(int(gap.argmax()), gap.shape)
     return f"the output differs from the run's: max |diff| {gap.max().item():.3g} at {where}"
 
 

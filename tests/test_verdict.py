@@ -132,6 +132,16 @@ def test_worst_place_points_at_the_broken_row():
     assert verdict.metrics["failing_rows"] == 1
 
 
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (4, 1, 6, 5)])
+def test_flat_place_is_torchs_unravel_index(shape):
+    from reference.verdict import flat_place
+
+    size = math.prod(shape)
+    for flat in (0, 1, size // 2, size - 1):
+        assert flat_place(flat, shape) == tuple(
+            int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+
+
 def test_wrong_shape_and_non_tensor_are_mismatches():
     case = Case(v.full(), Shape(1, 2, 2, 16, 16, 8), "bf16")
     inputs = make_inputs(case, 0)
