@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,12 +67,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    kept_home = tempfile.mkdtemp(prefix="bench-warm-up-kept-")
-    one_child(kept_home)  # the first child on this "machine" leaves its builds
+    homes = [tempfile.mkdtemp(prefix="bench-warm-up-kept-")]
+    kept_home = homes[0]
     runs: dict[str, list[dict]] = {"fresh": [], "kept": []}
-    for _ in range(args.repeats):
-        runs["fresh"].append(one_child(tempfile.mkdtemp(prefix="bench-warm-up-fresh-")))
-        runs["kept"].append(one_child(kept_home))
+    try:
+        one_child(kept_home)  # the first child on this "machine" leaves its builds
+        for _ in range(args.repeats):
+            homes.append(tempfile.mkdtemp(prefix="bench-warm-up-fresh-"))
+            runs["fresh"].append(one_child(homes[-1]))
+            runs["kept"].append(one_child(kept_home))
+    finally:  # the "machines" are this run's alone
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
     summary = {}
     for mode, measured in runs.items():
         summary[mode] = {
