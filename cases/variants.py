@@ -105,11 +105,12 @@ class ParamUse:
 def param_use(variant: Variant, shape: Shape) -> ParamUse:
     """Which of ``variant``'s parameters its builder reads, found by building its mods for
     ``shape`` on the meta device (no memory; no data) and calling them at one point, with a
-    variant that records each ``param(key)``. The catalog's own builders (this module's), whose
-    captured tables are at most heads by sequence length, are built on the CPU instead: a
-    comparison on meta tensors imports torch._dynamo, 1.8 s in every process that reads a case
-    file, and nothing else the suite's own processes do needs it. A parameter is missing only when the KeyError
-    of its absence is what failed the build (a builder may catch it: an optional parameter).
+    variant that records each ``param(key)``. The suite's own builders (the catalog's and the
+    composed variants') are built on the CPU instead, as a worker builds every case it runs:
+    any operation on meta tensors imports torch._dynamo, 1.8 s in every process that reads a
+    case file, and nothing else the suite's own processes do needs it. A parameter is missing
+    only when the KeyError of its absence is what failed the build (a builder may catch it: an
+    optional parameter).
     A builder that reads ``params`` whole (or the token, or compares or hashes the variant),
     or that fails on meta tensors, is not judged on what it leaves unread; a builder may also
     read a parameter at some shapes only (``unread`` is this shape's). ``defaulted``: the
@@ -118,7 +119,8 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
 
     recorder = _ParamRecorder(variant.name, variant.params)
     build = _BUILDERS[variant.name]
-    device = torch.device("cpu" if build.__module__ == __name__ else "meta")
+    device = torch.device("cpu" if getattr(build, "__module__", None) in _OWN_MODULES
+                          else "meta")
     failure = None
     try:
         mods = build(recorder, shape, device)
@@ -134,6 +136,11 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
     return ParamUse(reads, (missing,) if missing is not None else (),
                     tuple(k for k in given if k not in reads) if judged else None,
                     tuple(dict.fromkeys(key for _, key in absent if key != missing)))
+
+
+#: The modules whose builders param_use builds on the CPU: the suite's own, whose captured
+#: tables are per head, per bucket or per position.
+_OWN_MODULES = (__name__, "cases.composed")
 
 
 def _causes(exc: BaseException | None):

@@ -131,11 +131,13 @@ def test_reading_a_case_file_and_judging_a_case_import_neither_dynamo_nor_sympy(
              Case(v.rel_bias(8), Shape(1, 2, 2, 64, 64, 16), "bf16")]
     (tmp_path / "cases.json").write_text(json.dumps([c.to_json() for c in specs]))
     code = ("import sys\n"
+            "from cases.variants import registered_variants\n"
             "from conformance.case_file import load_case_file\n"
             "from cases.inputs import make_inputs\n"
             "from reference.golden import baseline_attention, golden_attention\n"
             "from reference.verdict import judge\n"
-            f"for case in load_case_file({str(tmp_path / 'cases.json')!r}):\n"
+            f"for case in load_case_file({str(tmp_path / 'cases.json')!r}, "
+            "registered_variants()):\n"
             "    inputs = make_inputs(case, 0)\n"
             "    wrong = baseline_attention(case, inputs) * 1.5\n"
             "    assert not judge(case, golden_attention(case, inputs),\n"
