@@ -119,7 +119,8 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
 
     recorder = _ParamRecorder(variant.name, variant.params)
     build = _BUILDERS[variant.name]
-    device = torch.device("cpu" if getattr(build, "__module__", None) in _OWN_MODULES
+    own = getattr(build, "__module__", None) in _OWN_MODULES
+    device = torch.device("cpu" if own and max(shape.Sq, shape.Skv) <= _CPU_CHECK_MAX_LENGTH
                           else "meta")
     failure = None
     try:
@@ -141,6 +142,9 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
 #: The modules whose builders param_use builds on the CPU: the suite's own, whose captured
 #: tables are per head, per bucket or per position.
 _OWN_MODULES = (__name__, "cases.composed")
+#: ... up to this sequence length (document's ids are 8 bytes a token): a longer one, most
+#: likely a typo in a case file, is checked on meta, where nothing is allocated.
+_CPU_CHECK_MAX_LENGTH = 1 << 20
 
 
 def _causes(exc: BaseException | None):
