@@ -110,11 +110,11 @@ def param_use(variant: Variant, shape: Shape) -> ParamUse:
     any operation on meta tensors imports torch._dynamo, 1.8 s in every process that reads a
     case file, and nothing else the suite's own processes do needs it. A parameter is missing
     only when the KeyError of its absence is what failed the build (a builder may catch it: an
-    optional parameter).
-    A builder that reads ``params`` whole (or the token, or compares or hashes the variant),
-    or that fails on meta tensors, is not judged on what it leaves unread; a builder may also
-    read a parameter at some shapes only (``unread`` is this shape's). ``defaulted``: the
-    keys it asked for, did not get, and built on without (an optional parameter's default)."""
+    optional parameter). A builder that reads ``params`` whole (or the token, or compares or
+    hashes the variant), or that fails where it is built (on meta tensors: one that reads
+    data), is not judged on what it leaves unread; a builder may also read a parameter at some
+    shapes only (``unread`` is this shape's). ``defaulted``: the keys it asked for, did not
+    get, and built on without (an optional parameter's default)."""
     from cases.pointwise import check_mods
 
     recorder = _ParamRecorder(variant.name, variant.params)

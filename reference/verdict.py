@@ -490,9 +490,9 @@ def _argmax(values: torch.Tensor) -> tuple[int, ...]:
 
 
 def flat_place(flat: int, shape) -> tuple[int, ...]:
-    """The index of element ``flat`` of a contiguous tensor of ``shape``. torch.unravel_index
-    computes the same, but its first call imports sympy (0.9 s, in every process that judges a
-    case)."""
+    """The index of the element at ``flat`` in row-major order (as ``argmax`` counts) in a
+    tensor of ``shape``. torch.unravel_index computes the same, but its first call imports
+    sympy (0.9 s, in every process that judges a case)."""
     place = []
     for size in reversed(tuple(shape)):
         flat, index = divmod(flat, size)
