@@ -8,6 +8,8 @@ the timed runs), the reference
 (conformance/reference_cache.py ``compute_reference``) and the verdict are the suite's own code.
 Only torch (and the backend's own package) must be installed. A backend that cannot be loaded
 is one line and exit status 1. There is no watchdog: a hang hangs, a crash kills the script.
+The script's working directory (in the temporary directory) is removed when it ends, except
+a failed case's compile artefacts, whose place it prints; a crash leaves it whole.
 """
 from __future__ import annotations
 
@@ -27,10 +29,40 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
     ``save_outputs``: write the inputs, the output, the golden and the baseline there (the
     format of ``--keep-outputs``, reference/outputs.py). ``compare``: a file kept by the run
     (``<report-dir>/outputs/...pt``); print how far this output is from the run's."""
-    from conformance.backends.base import WorkerSlot
-
     backend = _load_backend(backend_spec)
     workdir = Path(tempfile.mkdtemp(prefix="flexconf-repro-"))
+    label = "HARNESS_ERROR"  # until the case has one: an exception keeps the artefacts
+    try:
+        label, message = _reproduce(backend, backend_spec, case_spec, seed, runs, case_modules,
+                                    recorded, save_outputs, compare, workdir)
+    finally:
+        _remove_workdir(workdir, keep_artifacts=label != "PASS")
+    return _finish(label, message)
+
+
+def _remove_workdir(workdir: Path, keep_artifacts: bool) -> None:
+    """Remove the script's working directory (the case's output, the compile caches); a failed
+    case's compile artefacts stay, as a run keeps them, and their place is printed."""
+    import shutil
+
+    artifacts = workdir / "artifacts"
+    if keep_artifacts and artifacts.is_dir() and any(artifacts.iterdir()):
+        for entry in workdir.iterdir():
+            if entry.is_dir() and entry != artifacts:
+                shutil.rmtree(entry, ignore_errors=True)
+            elif not entry.is_dir():
+                entry.unlink(missing_ok=True)
+        print(f"artefacts {artifacts} (kept: the case did not pass)")
+        return
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _reproduce(backend, backend_spec: str, case_spec: dict, seed: int, runs: int,
+               case_modules: tuple[str, ...], recorded: str, save_outputs: str | None,
+               compare: str | None, workdir: Path) -> tuple[str, str]:
+    """The body of ``reproduce`` in ``workdir``: the label and message to finish with."""
+    from conformance.backends.base import WorkerSlot
+
     # the warm-up's own directory, as the executor gives a child; the case gets its own
     os.environ.update(backend.child_env(WorkerSlot(0, 1),
                                         str(workdir / "compile-cache-warm-up")))
@@ -53,9 +85,9 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
 
     reason, failure = unsupported_reason_of(backend, case)
     if failure:
-        return _finish("RUNTIME_ERROR", failure)
+        return "RUNTIME_ERROR", failure
     if reason:
-        return _finish("UNSUPPORTED", reason)
+        return "UNSUPPORTED", reason
     kept = None
     if compare:
         from reference.outputs import load_case_outputs
@@ -79,7 +111,7 @@ def reproduce(case_spec: dict, backend_spec: str, seed: int, runs: int = 3,
         save_case_outputs(_case_outputs(case, seed, label, message, tensors), save_outputs)
     if kept is not None:
         print(f"compared  {compare}: {_difference(tensors, kept)}")
-    return _finish(label, message)
+    return label, message
 
 
 def _warm_up(backend, pristine) -> str | None:

@@ -35,10 +35,12 @@ def write_run(path: Path, records, backend: str, requested: str, seed: int = SEE
     return path
 
 
-def run_script(script: Path, cwd: Path, pythonpath: str | None) -> subprocess.CompletedProcess:
+def run_script(script: Path, cwd: Path, pythonpath: str | None,
+               **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    env.update(extra_env)
     return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -129,10 +131,38 @@ def test_script_starts_with_no_process_wide_cache_as_a_cold_run_does(tmp_path):
                         "test-shows-its-cache-env", spec)
     script = tmp_path / "repro.py"
     assert main(["repro", str(results), case.id, "-o", str(script)]) == 0
-    proc = run_script(script, tmp_path, str(REPO))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    proc = run_script(script, tmp_path, str(REPO), TMPDIR=str(temporary))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("process cache "))
-    assert line.startswith("process cache off; artefacts /") and "flexconf-repro-" in line
+    assert line.startswith(f"process cache off; artefacts {temporary}/flexconf-repro-")
+    # its working directory (the output, the compile caches) went with it: every run of a
+    # script left one behind (torch's own inductor cache directory may be there)
+    assert not list(temporary.glob("flexconf-*"))
+
+
+def test_the_scripts_working_directory_keeps_only_a_failed_cases_artefacts(tmp_path, capsys):
+    from conformance.repro_runtime import _remove_workdir
+
+    for passed in (True, False):
+        workdir = tmp_path / f"flexconf-repro-{passed}"
+        (workdir / "compile-cache" / "graph").mkdir(parents=True)
+        (workdir / "output.pt").write_text("tensors")
+        (workdir / "artifacts" / "neff").mkdir(parents=True)
+        (workdir / "artifacts" / "neff" / "model.neff").write_text("a compiled graph")
+        _remove_workdir(workdir, keep_artifacts=not passed)
+        if passed:
+            assert not workdir.exists()
+        else:
+            assert [p.name for p in workdir.iterdir()] == ["artifacts"]
+            assert (workdir / "artifacts" / "neff" / "model.neff").exists()
+            assert capsys.readouterr().out == (f"artefacts {workdir / 'artifacts'} (kept: the "
+                                               "case did not pass)\n")
+    empty = tmp_path / "flexconf-repro-empty"
+    (empty / "artifacts").mkdir(parents=True)
+    _remove_workdir(empty, keep_artifacts=True)  # no artefact to keep: nothing is left
+    assert not empty.exists()
 
 
 def test_script_embeds_the_case_module_of_a_custom_variant(tmp_path, monkeypatch):
