@@ -210,6 +210,32 @@ class PrepareLog(CpuEager):
         return logged
 
 
+class LogsTheCollector(CpuEager):
+    """Logs, for each case, whether Python's garbage collector is on and how many objects
+    are frozen out of its sight (conformance/process_gc.py), when the case is prepared and
+    when it is called, to ``$FLEXCONF_TEST_GC_LOG``: "CASE_ID WHEN ENABLED FROZEN"."""
+
+    name = "test-logs-the-collector"
+
+    def prepare(self, case: Case):
+        real = super().prepare(case)
+        self._log(case, "prepare")
+
+        def logged(*args):
+            self._log(case, "call")
+            return real(*args)
+
+        return logged
+
+    @staticmethod
+    def _log(case: Case, when: str) -> None:
+        import gc
+        import os
+
+        with open(os.environ["FLEXCONF_TEST_GC_LOG"], "a") as log:
+            log.write(f"{case.id} {when} {gc.isenabled()} {gc.get_freeze_count()}\n")
+
+
 class PrepareLogDecliningCausal(PrepareLog):
     name = "test-prepare-log-declining-causal"
     declines = ("causal",)
