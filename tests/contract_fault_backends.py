@@ -184,6 +184,38 @@ class BoolSize(_Reports):
     size = True
 
 
+#: the reporting backends above, each given a case of its own by ReportsByCase
+REPORTERS = (NumpyCacheHit, TensorCacheHit, IntCacheHit, TextStages, NotANumberStage,
+             StagesPastThePhase, NumpySize, TextSize, NegativeSize, BoolSize)
+
+
+def reporter_length(index: int) -> int:
+    """The query and key length of the case on which ReportsByCase reports as REPORTERS[i]."""
+    return 64 + 8 * index
+
+
+class ReportsByCase(_Reports):
+    """Reports what ``REPORTERS[i]`` reports on a case of length ``reporter_length(i)``, and
+    nothing on any other, so that one child runs them all (a child each took 3 CPU-s)."""
+
+    name = "test-reports-by-case"
+    _reporter: _Reports = _Reports()
+
+    def prepare(self, case: Case):
+        by_length = {reporter_length(i): reporter for i, reporter in enumerate(REPORTERS)}
+        self._reporter = by_length.get(case.shape.Sq, _Reports)()
+        return super().prepare(case)
+
+    def cache_hit(self):
+        return self._reporter.cache_hit()
+
+    def compile_breakdown(self):
+        return self._reporter.compile_breakdown()
+
+    def compiled_bytes(self):
+        return self._reporter.compiled_bytes()
+
+
 class PrepareLog(CpuEager):
     """Logs the id of each case it prepares, and whether the call ran, to
     ``$FLEXCONF_TEST_PREPARE_LOG``; warms up as a plugin that does not override ``warm_up``

@@ -1,7 +1,8 @@
 """A stop signal once every case has finished (the controller's last report in, the workers
 closing their children, xdist's teardown, the results written) is ignored until the results
 are written, and a run stopped when every case had its finished record is complete (moved out
-of tests/test_interrupted_runs.py when that passed 500 lines)."""
+of tests/test_interrupted_runs.py when that passed 500 lines); and, in the same run as the
+stop that finds a worker crashed, a killed worker's records and the death of its orphans."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,7 +11,8 @@ import pytest
 
 from records.results import Label, load_results
 from tests.test_interrupted_runs import _env_importing_from
-from tests.test_plugin_runs import CASES, _stop_signals_delivered, pytest_args, run
+from tests import fault_backends
+from tests.test_plugin_runs import CASES, _stop_signals_delivered, _wait_gone, pytest_args, run
 
 
 def _signal_at_session_end(tmp_path, in_worker: bool = False) -> dict[str, str]:
@@ -34,19 +36,27 @@ def _signal_at_session_end(tmp_path, in_worker: bool = False) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_stop_signal_after_the_last_case_is_ignored_when_a_worker_crashed(tmp_path):
-    """A test whose worker died has a report of its own (xdist's, not a teardown's): the
-    watch counted teardowns only, and a stop after the last case was a traceback again (an
-    outside review)."""
-    proc = run(pytest_args(tmp_path, "tests.fault_backends:KillsWorker", CASES[:3], "-n", "2",
-                           "-p", "term_at_end"),
-               env=_signal_at_session_end(tmp_path), preexec_fn=_stop_signals_delivered)
+def test_a_killed_workers_records_survive_and_a_stop_after_the_last_case_is_ignored(tmp_path):
+    """A worker killed in a case: its records survive, the case is a CRASH, and its orphaned
+    child and the child's compiler process die too. And a test whose worker died has a report
+    of its own (xdist's, not a teardown's): the watch counted teardowns only, and a stop after
+    the last case was a traceback again (an outside review). One run shows both."""
+    pid_file = tmp_path / "child.pid"
+    env = {**_signal_at_session_end(tmp_path), fault_backends.GRANDCHILD_PID_FILE: str(pid_file)}
+    cases = CASES[:3]
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:KillsWorker", cases, "-n", "2",
+                           "-p", "term_at_end"), env=env, preexec_fn=_stop_signals_delivered)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]  # the crash fails its test
     assert "SIGTERM ignored: every case finished" in output, output[-3000:]
     results = load_results(tmp_path / "report" / "results.json")
     assert results.complete
+    assert [r.case_id for r in results.records] == [c.id for c in cases]
     assert [r.label for r in results.records] == [Label.PASS, Label.CRASH, Label.PASS]
+    assert "stopped while running this case" in results.records[1].message
+    child, compiler = map(int, pid_file.read_text().split())
+    assert _wait_gone(child), "the dead worker's child lives on"
+    assert _wait_gone(compiler), "the dead worker's child's compiler process lives on"
 
 
 @pytest.mark.slow
