@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 _IMPORTS = "import torch, torch._dynamo, torch.nn.attention.flex_attention"
 _START_AND_EXIT = {
     "collector on": _IMPORTS,
-    "paused, then frozen": f"import gc; gc.disable(); {_IMPORTS}; gc.enable(); gc.freeze()",
+    "paused, then frozen": f"import gc; gc.disable(); {_IMPORTS}; gc.enable(); gc.collect(0); "
+                           "gc.freeze()",
 }
 _COMPILES = r"""
 import json, sys

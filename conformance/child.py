@@ -29,7 +29,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from conformance.process_gc import gc_paused, keep_for_the_process
+from conformance.process_gc import imported_for_good, warming_up
 from conformance.protocol import (WORKER_PID_ENV, CaseRequest, DoneEvent, ErrorEvent, Event,
                                   Outcome, Phase, PhaseEvent, ReadyEvent, Timings, encode_event,
                                   host_result, same_result, save_output)
@@ -100,7 +100,7 @@ def warm_up_backend(backend, pristine) -> tuple[float, str | None, str | None]:
 
     start, warm_error, fatal = time.perf_counter(), None, None
     try:
-        with gc_paused():  # imports and traces what the process keeps
+        with warming_up():  # conformance/process_gc.py
             backend.warm_up()
     except FatalSetupError as exc:  # no case can run or be timed honestly in this child
         fatal = f"the suite cannot run {backend.name} here: {describe_exception(exc)}"
@@ -115,9 +115,7 @@ def warm_up_backend(backend, pristine) -> tuple[float, str | None, str | None]:
               f"({'; '.join(leaked)}); set back: every case runs under torch's defaults",
               file=sys.stderr)
         warm_error = warm_error or f"changed torch's global settings: {'; '.join(leaked)}"
-    seconds = time.perf_counter() - start
-    keep_for_the_process()  # what the start-up made lives as long as the child
-    return seconds, warm_error, fatal
+    return time.perf_counter() - start, warm_error, fatal
 
 
 def run_case(backend, request: CaseRequest, emit: Emit, fatal: str | None = None) -> None:
@@ -432,16 +430,16 @@ def main(argv: list[str] | None = None) -> int:
 
     faulthandler.enable()  # a segfault leaves a Python traceback in the log
     _die_with_parent()
-    with gc_paused():
+    with imported_for_good():  # conformance/process_gc.py
         import torch
 
         from cases import torch_state
         from conformance.backends.registry import load_backend
-    threads = int(os.environ.get("FLEXCONF_NUM_THREADS", "0"))
-    if threads > 0:
-        torch.set_num_threads(threads)
-    pristine = torch_state.snapshot()  # what every case runs under
-    with gc_paused():
+
+        threads = int(os.environ.get("FLEXCONF_NUM_THREADS", "0"))
+        if threads > 0:
+            torch.set_num_threads(threads)
+        pristine = torch_state.snapshot()  # what every case runs under
         backend = load_backend(args.backend)
     emit(PhaseEvent(Phase.WARM_UP))
     seconds, warm_error, fatal = warm_up_backend(backend, pristine)

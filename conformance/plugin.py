@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from conformance import cache_dirs, options as opts, termination
-from conformance.process_gc import gc_paused, keep_for_the_process
+from conformance.process_gc import freeze_at_exit, imported_for_good
 from conformance.run_cases import select_run_cases, shard_case_ids
 from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_count
 
@@ -62,9 +62,9 @@ def pytest_configure(config) -> None:
     if state.active and state.is_controller:
         _check_selection_expressions(config)
     if state.active:  # every process of a run needs torch (conformance/process_gc.py)
-        with gc_paused():
+        with imported_for_good():
             importlib.import_module("torch")
-        keep_for_the_process()
+        freeze_at_exit()
     if state.active and state.is_controller:
         state.validate_backend()
         state.start_run()
@@ -265,7 +265,6 @@ def pytest_unconfigure(config) -> None:
     # also after a usage error, which skips sessionfinish
     termination.restore_termination_handlers()
     _LAST_TEST.pop("watch", None)
-    keep_for_the_process()  # Python's collection at exit would walk torch's objects for 0.7 s
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

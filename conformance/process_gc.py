@@ -1,27 +1,38 @@
-"""Python's cyclic garbage collector in a run's long-lived processes: its pytest processes
-and its backend children.
+"""Python's cyclic garbage collector in a run's processes: its pytest processes and its
+backend children.
 
 With torch loaded, a process holds over a million objects that live as long as it does
 (modules, functions, torch's operator tables). Every full collection walks them all, and so
-does the one Python runs at exit, finding nothing to free: about 0.7 s of a pytest process's
-end, and 0.2-0.3 s of a child's start (importing torch and torch._dynamo, tracing the warm-up
-case). So the collector is paused while a process imports torch and while a child warms up,
-and what is alive after them, and when a pytest process ends, is frozen out of its sight for
-good (``gc.freeze``). Never inside a case's phases: a case's compile runs with the collector
-on, as in a user's process; only the start-up objects it would have walked again are frozen
-(cpu-inductor's cold compile seconds were the same either way, docs/performance.md)."""
+does the one Python runs at exit, finding nothing to free: in a process that imports torch,
+torch._dynamo and flex_attention and exits, a third of its CPU time (docs/performance.md).
+So:
+
+- ``imported_for_good()``: imports that stay to the process's end (torch, the backend's
+  module) run with the collector paused, and what lives after them is frozen out of its sight
+  (``gc.freeze``) for good, in a process that had not imported torch yet (not a
+  ``pytest.main()`` inside one that had: what it froze would include its earlier garbage);
+- ``warming_up()``: a child's warm-up runs with the collector paused, then one full collection
+  frees what it left (counted in the warm-up's seconds, not in the first case's phases).
+  Nothing of the warm-up is frozen: a backend drops what it compiled before a case
+  (``torch._dynamo.reset()``), and frozen it would never be freed;
+- ``freeze_at_exit()``: as a pytest process of a run exits (after pytest's own last
+  collection, which reports errors in finalizers), everything is frozen, so that Python's
+  collection at exit walks nothing.
+
+A case's phases run with the collector on, as in a user's process: cpu-inductor's cold
+compile seconds were the same (docs/performance.md)."""
 from __future__ import annotations
 
+import atexit
 import gc
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """The collector off for the block, then as it was (left off where it was off). What the
-    block left unreachable is collected by the collector's next run, or stays if it is
-    frozen before that (bounded: what an import or a warm-up leaves)."""
+    """The collector off for the block, then as it was (left off where it was off)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -31,7 +42,31 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def keep_for_the_process() -> None:
-    """Move every object alive now out of the collector's sight (``gc.freeze``): later
-    collections, and the one at exit, walk only what is made after this."""
+@contextmanager
+def imported_for_good() -> Iterator[None]:
+    """Imports that stay to the process's end: see the module. Where torch was imported
+    already, the block runs as it is."""
+    if "torch" in sys.modules:
+        yield
+        return
+    with gc_paused():
+        yield
+    gc.collect(0)  # what the imports left unreachable (everything they made is young)
     gc.freeze()
+
+
+@contextmanager
+def warming_up() -> Iterator[None]:
+    """A child's warm-up: see the module."""
+    try:
+        with gc_paused():
+            yield
+    finally:
+        gc.collect()
+
+
+def freeze_at_exit() -> None:
+    """Freeze everything as the process exits (an ``atexit`` hook, once per process)."""
+    if not getattr(freeze_at_exit, "registered", False):
+        atexit.register(gc.freeze)
+        freeze_at_exit.registered = True

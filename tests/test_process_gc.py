@@ -1,11 +1,11 @@
 """Python's garbage collector in a run's processes (conformance/process_gc.py): paused while
-they import torch and warm up, what lives then frozen, and on again for every case."""
+they import torch and warm up, what the imports made frozen, and on for every case."""
 from __future__ import annotations
 
 import gc
 
 from cases.model import Case, Shape, Variant
-from conformance.process_gc import gc_paused
+from conformance.process_gc import gc_paused, imported_for_good, warming_up
 from records.results import Label
 from tests.test_backends_cpu import execute
 
@@ -28,6 +28,30 @@ def test_the_pause_leaves_the_collector_as_it_found_it():
     except KeyError:
         pass
     assert gc.isenabled()
+
+
+def test_in_a_process_that_had_torch_already_nothing_is_frozen():
+    """A pytest.main() inside a process that had imported torch: freezing there would keep
+    that process's garbage of before for good."""
+    frozen = gc.get_freeze_count()
+    with imported_for_good():
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_what_a_warm_up_leaves_is_collected_and_not_frozen():
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+    frozen = gc.get_freeze_count()
+    with warming_up():
+        assert not gc.isenabled()
+        Cycle()  # unreachable at once, freed only by a collection
+        alive = Cycle()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert not any(type(o) is Cycle and o is not alive for o in gc.get_objects())
+    assert gc.is_tracked(alive)  # still the collector's to free when it is dropped
 
 
 def test_a_childs_cases_run_with_the_collector_on_and_its_start_up_frozen(tmp_path, monkeypatch):
