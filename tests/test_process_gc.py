@@ -54,9 +54,9 @@ def test_what_a_warm_up_leaves_is_collected_and_not_frozen():
     assert gc.is_tracked(alive)  # still the collector's to free when it is dropped
 
 
-def test_a_childs_cases_run_with_the_collector_on_and_its_start_up_frozen(tmp_path, monkeypatch):
+def test_a_childs_cases_run_with_the_collector_on_and_its_imports_frozen(tmp_path, monkeypatch):
     """The child pauses the collector for its imports and warm-up only: a case's phases are
-    measured with it on, as in a user's process, and what the start-up made is frozen."""
+    measured with it on, as in a user's process, and what its imports made is frozen."""
     log = tmp_path / "gc.log"
     monkeypatch.setenv("FLEXCONF_TEST_GC_LOG", str(log))  # the child inherits it
     tiny = Shape(1, 2, 2, 64, 64, 16)
