@@ -24,6 +24,7 @@ compile seconds were the same (docs/performance.md)."""
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import sys
 from contextlib import contextmanager
@@ -65,8 +66,7 @@ def warming_up() -> Iterator[None]:
         gc.collect()
 
 
+@functools.cache
 def freeze_at_exit() -> None:
-    """Freeze everything as the process exits (an ``atexit`` hook, once per process)."""
-    if not getattr(freeze_at_exit, "registered", False):
-        atexit.register(gc.freeze)
-        freeze_at_exit.registered = True
+    """Freeze everything as the process exits (an ``atexit`` hook, registered once)."""
+    atexit.register(gc.freeze)
