@@ -5,8 +5,11 @@ matmul rate, all in one run; optionally a golden of another commit (``--before R
 
     python benchmarks/bench_golden.py [--repeats 2] [--skip-largest] [--before REV]
 
-Each measurement runs in a fresh subprocess so that peak memory is its own, and runs its golden
-twice: the first call ("cold": its heap grows, page by page) and the same call again ("warm":
+Each measurement runs in a fresh subprocess so that peak memory is its own, holding torch as a
+run's pytest processes hold it, where every golden of a run is computed (its import with the
+collector paused, then frozen: conformance/process_gc.py; otherwise the first full collection
+after the import, 63-97 ms walking torch's objects, fell inside whichever first call came
+first), and runs its golden twice: the first call ("cold": its heap grows, page by page) and the same call again ("warm":
 what each golden after the first costs a process that computes one after another, as the
 suite's workers, and PyTorch's test suite, do); both are reported. "Extra peak" is the peak
 resident size over the first call (VmHWM, reset through /proc/self/clear_refs once the inputs
@@ -52,9 +55,11 @@ _WORKER = r"""
 import json, re, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, ROOT)
+from conformance.process_gc import imported_for_good  # from this tree, before --before's
+with imported_for_good():  # torch held as a run's pytest processes hold it (see the module)
+    import torch
 if sys.argv[3] == "before":  # the commit's whole tree ahead of this one: its cases/ too
     sys.path.insert(0, sys.argv[4])
-import torch
 from cases import variants as v
 from cases.inputs import make_inputs
 from cases.model import Case, Shape
