@@ -75,7 +75,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 30: an operation with no batching rule (clamp_) batched where the mod calls it; a mod that
 #:     changes its score in place, then indexes with ints, changes it once in a process's
 #:     first evaluation too (the rule for ints is asked where the mod indexes).
-REFERENCE_VERSION = 30
+#: 31: float32 backward rows carry, unshared, the rounding of the stored lse that a fused
+#:     backward recomputes P from (the global and head rules; the row rule held it already).
+REFERENCE_VERSION = 31
 
 
 @dataclass(frozen=True)

@@ -65,9 +65,11 @@ class RowNoise:
     the case dtype's unit roundoff): ``sizes``, the noise a correct kernel may leave there,
     which the row rule adds to the row's magnitude; ``unshared``, one RMS of the part of it
     that the baseline's own computation does not draw (the roundings below float16's normal
-    range and of partial sums), which the global and head rules add to the baseline's error
-    element by element in quadrature, beside the factor (verdict._unshared_excess). The rest, what cancels and a float32 kernel's
-    roundings, the baseline draws too, once: its error already holds it there."""
+    range, of partial sums, and of the float32 lse a backward recomputes P from), which the
+    global and head rules add to the baseline's error element by element in quadrature,
+    beside the factor (verdict._unshared_excess). The rest, what cancels and a float32
+    kernel's other roundings, the baseline draws too, once: its error already holds it
+    there."""
 
     sizes: dict[str, torch.Tensor]
     unshared: dict[str, torch.Tensor]
@@ -92,6 +94,8 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Cancelling(case, inputs))
     if _float32_roundings_sized(case, lse):
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
+        if grad_out is not None:
+            parts.append(_StoredLseRounding(case, inputs))
     if grad_out is not None and underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(UnderflowSizes(case, inputs))
     if grad_out is not None and partial_sums_sized(case):
@@ -99,13 +103,14 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     noise: dict[str, torch.Tensor] = {}
     unshared_var: dict[str, torch.Tensor] = {}
     for part, sizes in zip(parts, over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
-        noise = dict(noise, **{name: size + noise.get(name, 0.0)
-                               for name, size in sizes.items()})
+        if part.sized:
+            noise = dict(noise, **{name: size + noise.get(name, 0.0)
+                                   for name, size in sizes.items()})
         if part.unshared:
             unshared_var = dict(unshared_var, **{
                 name: (size / part.draws).square() + unshared_var.get(name, 0.0)
                 for name, size in sizes.items()})
-    if not noise:
+    if not noise and not unshared_var:
         return None
     return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()})
 
@@ -257,6 +262,54 @@ class _Float32Rounding(RowSizes):
         found = (("out", self.o), ("dq", self.dq), ("dk", self.dk), ("dv", self.dv)) \
             if self.backward else (("out", self.o),)
         return {name: (self.to_dtype_units * var.sqrt()).float() for name, var in found}
+
+
+class _StoredLseRounding(RowSizes):
+    """The rounding of the lse that a fused backward recomputes P from, P_ij = exp(s_ij -
+    lse_i), lse_i stored in float32 (natural or log2 units): one rounding of lse_i moves every
+    P_ij of row i by one relative amount e_i, of an RMS of at most u |lse_i| / sqrt(3) (a
+    spacing of at most 2u |lse_i| in either unit: ln 2 log2 e = 1), independent from row to
+    row. It moves dV_j = sum_i P_ij dO_i by sum_i e_i P_ij dO_i, dS_ij by e_i dS_ij, so dQ_i
+    by e_i dQ_i (one factor for the row) and dK_j = scale sum_i dS_ij q_i by scale sum_i e_i
+    dS_ij q_i. The baseline's backward takes P from its own forward, exp(s - rowmax), where
+    the largest term is exactly 1: it does not draw this, so it is unshared. The row rule
+    already holds it (|lse_i| is one of the P roundings that _Float32Rounding sizes), so it
+    is not sized again. Where |lse| is large (a sink: score + 1000 on one key) it is most of
+    a correct backward's error in dV's rows of the dominant keys, and eager's float32 backward
+    failed dV's global rule by up to 1.5x without it (docs/oracle.md). Tied rows beyond
+    float32's reach are the exponential's alone (_lse_beyond_float32): none here."""
+
+    draws = 1.0
+    unshared = True
+    sized = False
+
+    def __init__(self, case: Case, inputs: Inputs):
+        s = case.shape
+        device = inputs.q.device
+        self.dq = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=device)
+        self.dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, dtype=torch.float64, device=device)
+        self.dv = torch.zeros_like(self.dk)
+        self.group, self.scale = s.Hq // s.Hkv, 1.0 / math.sqrt(s.D)
+        self.to_dtype_units = _float32_units(case)
+
+    def add(self, t: PairTerms) -> None:
+        lse_i = t.lse.where(torch.isfinite(t.lse), 0.0)
+        rms = lse_i.abs().div_(math.sqrt(3.0)).masked_fill_(_lse_beyond_float32(t), 0.0)
+        moved_p = (rms * t.probs).square_()  # [Hq, n, m], in units of u^2
+        dv_keys = torch.bmm(moved_p.transpose(1, 2), mean_square(t.d_out))
+        del moved_p
+        hq, n, m = t.d_scores.shape
+        hkv = hq // self.group
+        dq = torch.bmm(t.d_scores.reshape(hkv, self.group * n, m), t.k).view(hq, n, -1)
+        self.dq[t.b, :, t.rows] = (rms.square() * mean_square(dq)).squeeze(-1) * self.scale ** 2
+        moved_ds = (rms * t.d_scores).square_()
+        dk_keys = self.scale ** 2 * torch.bmm(moved_ds.transpose(1, 2), mean_square(t.q))
+        add_key_rows(self.dk, t, dk_keys, self.group)
+        add_key_rows(self.dv, t, dv_keys, self.group)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {name: (self.to_dtype_units * var.sqrt()).float()
+                for name, var in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
 
 
 def _delta_rounding(t: PairTerms, dtype: torch.dtype) -> torch.Tensor:

@@ -32,10 +32,12 @@ def over_pairs(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor, lse: t
 class RowSizes:
     """One kind of row size, summed chunk by chunk: ``add`` each chunk's PairTerms, then
     ``result``. A size is ``draws`` RMS of the noise; ``unshared``: the baseline's own
-    computation does not draw that noise (row_noise.RowNoise)."""
+    computation does not draw that noise (row_noise.RowNoise); ``sized``: the size widens the
+    row rule (False: a noise another part's sizes already hold, counted only as unshared)."""
 
     draws: float = DRAWS_COVERED
     unshared: bool = False
+    sized: bool = True
 
     def add(self, t: PairTerms) -> None:
         raise NotImplementedError

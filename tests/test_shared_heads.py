@@ -117,7 +117,9 @@ def test_nothing_is_sized_where_no_head_is_shared():
         sizes = partial_sum_magnitudes(case, inputs, mods, golden.out, golden.lse, grad_out)
         assert bool(sizes) == expect, case.id
         noise = row_noise_magnitudes(case, inputs, mods, golden.out, golden.lse, grad_out)
-        assert bool(noise.unshared) == expect, case.id  # bf16: nothing underflows either
+        # bf16: nothing underflows either; fp32: the stored lse's rounding is unshared too
+        # (tests/test_stored_lse.py), partial sums or not
+        assert bool(noise.unshared) == (expect or case.dtype == "fp32"), case.id
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
