@@ -14,6 +14,11 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
     the golden itself is NaN somewhere (the case's mods make a score +inf or NaN at a visible
           pair, or the score mod's gradient NaN): flex_attention's answer is undefined there,
           for every backend alike ─▶ HARNESS_ERROR (the case's fault)
+    the baseline (a careful kernel in the case dtype, its mods evaluated in float32 or the
+          dtype, as flex_attention evaluates them) is NaN or inf where the golden is finite:
+          the case overflows the arithmetic flex_attention defines it in (a naive softplus,
+          log(1 + exp(40 s)), gives inf in float32), for every backend alike ─▶ HARNESS_ERROR
+          (the case's fault)
 """
 from __future__ import annotations
 
@@ -69,6 +74,15 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
             f"the case's own mods make flex_attention's answer NaN ({undefined}): a score of "
             "+inf or NaN at a visible pair, or a score mod whose gradient is NaN there; no "
             "backend can be judged on it; fix the variant, not the backend"))
+    overflows = _beyond_the_case_dtype(case, golden, baseline)
+    if overflows:
+        return Decision(Label.HARNESS_ERROR, (
+            f"the case overflows the arithmetic flex_attention computes it in: a careful "
+            f"{case.dtype} kernel (the baseline, its mods evaluated as flex_attention "
+            f"evaluates them) gets NaN or inf where the float64 reference is finite "
+            f"({overflows}); no backend can be judged on it; fix the variant (a score mod "
+            "that float32 holds, such as torch.nn.functional.softplus for log(1 + exp(x))), "
+            "not the backend"))
     try:
         results = load_output(obs.output_path)
     except Exception as exc:  # noqa: BLE001
@@ -112,6 +126,32 @@ def _undefined_answer(golden) -> str:
             parts[name] = grad
     found = [f"{name}: {int(torch.isnan(t).sum())} of {t.numel()} values"
              for name, t in parts.items() if t is not None and bool(torch.isnan(t).any())]
+    return "; ".join(found)
+
+
+def _beyond_the_case_dtype(case: Case, golden, baseline) -> str:
+    """Where the baseline is NaN or inf and the golden finite ("out: 368 of 1024 values; ..."),
+    in what the case checks; "" where it is nowhere. A gradient row a mod hides by overflow
+    has another right answer (reference/overflow_rows.py): it counts only where the
+    baseline's other answer is not finite either."""
+    import torch
+
+    checked = [("out", golden.out, baseline.out, None)]
+    if case.mode == "fwd+lse":
+        checked.append(("lse", golden.lse, baseline.lse, None))
+    other = baseline.masked_overflow
+    for name, grad in (baseline.grads or {}).items():
+        other_grad = None if other is None or other.grads is None else other.grads[name]
+        checked.append((name, (golden.grads or {}).get(name), grad, other_grad))
+    found = []
+    for name, want, got, other_got in checked:
+        if want is None or got is None or want.shape != got.shape:
+            continue
+        beyond = torch.isfinite(want) & ~torch.isfinite(got)
+        if other_got is not None:
+            beyond &= ~torch.isfinite(other_got)
+        if bool(beyond.any()):
+            found.append(f"{name}: {int(beyond.sum())} of {beyond.numel()} values")
     return "; ".join(found)
 
 

@@ -139,3 +139,22 @@ def test_gradients_that_are_nan_by_definition_make_the_answer_undefined_too():
     assert undefined.startswith("dq: ") and "dv" not in undefined, undefined
     forward = Case(case.variant, case.shape, "fp32", "fwd")
     assert _undefined_answer(reference_pair(forward, make_inputs(forward, 0))[0]) == ""
+
+
+def test_a_case_that_overflows_float32_where_flex_attention_computes_it_is_the_cases_fault():
+    """A naive softplus, log(1 + exp(40 s)) / 40, is finite in the float64 reference and inf in
+    float32, where flex_attention evaluates it (eager flex_attention's answer is NaN in 368 of
+    1024 values here, in float64 in none): it was the backend's MISMATCH (an outside review).
+    The baseline, a careful float32 kernel, overflows there too: the case's HARNESS_ERROR."""
+    from cases.model import Case, Shape, Variant
+    from records.results import Label
+    from tests import where_variants  # noqa: F401  the worker computes the reference: the builder
+    from tests.test_backends_cpu import execute
+
+    case = Case(Variant("softplus_naive"), Shape(1, 2, 2, 32, 32, 16), "fp32")
+    [record] = execute("cpu-eager", [case], cases_modules=("tests.where_variants",))
+    assert record.label is Label.HARNESS_ERROR, record.message
+    assert record.message.startswith(
+        "the case overflows the arithmetic flex_attention computes it in: a careful fp32 "
+        "kernel (the baseline"), record.message
+    assert "where the float64 reference is finite (out: " in record.message, record.message

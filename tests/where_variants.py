@@ -45,6 +45,17 @@ def _first_key_forced(variant, shape, device):
     return Mods(_causal, forced)
 
 
+@builder("softplus_naive")
+def _softplus_naive(variant, shape, device):
+    """A softplus of the score written out, log(1 + exp(40 s)) / 40: finite in float64, while
+    in float32, where flex_attention evaluates it, exp(40 s) overflows for s above 2.2 and the
+    score becomes inf: every float32 kernel's answer is NaN there (an outside review)."""
+    def softplus(score, b, h, q_idx, kv_idx):
+        return torch.log(1 + torch.exp(40 * score)) / 40
+
+    return Mods(_causal, softplus)
+
+
 NAMES = ("where_distance_damped", "where_sqrt_positive")
 
 
