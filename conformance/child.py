@@ -70,9 +70,31 @@ def _recognised(recogniser, exc: BaseException) -> bool:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """``Type: message`` for the unsupported mapping (exact text) and for one-line summaries."""
+    """``Type: message`` for the unsupported mapping (exact text) and for one-line summaries.
+    Where Dynamo says only "Observed exception" (the traced code raised, and Dynamo raised its
+    own error from that), what the code raised joins the first line: ``Unsupported: Observed
+    exception: raised exception ValueError('Expect query and key/value to have the same number
+    of heads ...')``; the record's one-line summary would otherwise not say why."""
     text = str(exc).strip()
+    observed = _observed_by_dynamo(exc)
+    if observed and observed not in text.split("\n", 1)[0]:
+        first, _, rest = text.partition("\n")
+        text = f"{first}: {observed}" + (f"\n{rest}" if rest else "")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _observed_by_dynamo(exc: BaseException) -> str:
+    """The text of the first of Dynamo's ObservedException among what ``exc`` was raised from
+    (its ``__cause__`` chain), "" where there is none."""
+    seen = 0
+    cause = exc.__cause__
+    while cause is not None and seen < 8:
+        kind = type(cause)
+        if kind.__module__.startswith("torch._dynamo") and any(
+                base.__name__ == "ObservedException" for base in kind.__mro__):
+            return str(cause).strip().split("\n", 1)[0]
+        cause, seen = cause.__cause__, seen + 1
+    return ""
 
 
 class CaseFailed(Exception):

@@ -163,3 +163,28 @@ def test_what_unsupported_reason_answers_is_read_as_the_docs_say(answer, reason)
 
     case = Case(Variant("causal"), Shape(1, 2, 2, 64, 64, 16))
     assert unsupported_reason_of(Answers(), case) == (reason, None)
+
+
+class _WithoutGqa(CpuEager):
+    """The docs' first backend as once written: flex_attention compiled without enable_gqa."""
+
+    name = "without-gqa"
+
+    def prepare(self, case):
+        from torch.nn.attention.flex_attention import flex_attention
+
+        compiled = torch.compile(flex_attention, backend="eager", fullgraph=True)
+        return lambda q, k, v, score_mod, block_mask: compiled(
+            q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def test_what_the_traced_code_raised_is_on_the_first_line_of_dynamos_observed_exception(tmp_path):
+    """Dynamo's error says "Observed exception" on its first line, and what flex_attention
+    raised only further down: the record's one-line summary did not say why (an outside
+    walkthrough of docs/backends.md)."""
+    torch._dynamo.reset()
+    event = run_in_process(_WithoutGqa(), Case(Variant("full"), SHAPE, "fp32"), tmp_path)
+    assert isinstance(event, ErrorEvent), event
+    first = event.message.splitlines()[0]
+    assert "Observed exception: raised exception ValueError(" in first, first
+    assert "Try setting enable_gqa=True" in first, first
