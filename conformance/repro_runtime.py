@@ -92,7 +92,10 @@ def _reproduce(backend, backend_spec: str, case_spec: dict, seed: int, runs: int
     if compare:
         from reference.outputs import load_case_outputs
 
-        kept = load_case_outputs(compare)
+        try:
+            kept = load_case_outputs(compare)
+        except ValueError as exc:  # one line, as the other mistakes: no traceback
+            raise SystemExit(f"repro: error: --compare {exc}") from None
         if kept.case.id != case.id or kept.seed != seed:
             raise SystemExit(f"{compare} holds {kept.case.id} seed {kept.seed}, not this case "
                              f"({case.id} seed {seed}); pass the file kept for this case")

@@ -113,3 +113,12 @@ def test_a_repro_script_saves_the_same_format_and_compares_with_the_kept_file(tm
                           capture_output=True, text=True, timeout=300, env=clean_env())
     assert "the output differs from the run's: max |diff|" in proc.stdout
     assert "at (0, 0, 63, " in proc.stdout  # the doubled row: batch 0, head 0, the last query
+    not_kept = tmp_path / "report" / "results.json"  # not outputs: one line, no traceback
+    for wrong, says in ((tmp_path / "gone.pt", "no such file"),
+                        (not_kept, "not a case outputs file")):
+        proc = subprocess.run([sys.executable, str(eager), "--compare", str(wrong)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env=clean_env())
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith(
+            f"repro: error: --compare {wrong}: {says}"), proc.stderr
