@@ -144,6 +144,13 @@ def directory_problem(directory: Path, make: bool = True) -> str | None:
     return None
 
 
+def output_directory_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot be written into, or made by this user when it is missing, as
+    the words after its name in a one-line error; None when it can. Nothing is made here: a
+    command refused later (a bad input file) leaves no empty directory behind."""
+    return _makeable_problem(directory)
+
+
 def _makeable_problem(directory: Path) -> str | None:
     """Why ``directory`` cannot be written into, or made by this user, without making it."""
     existing = directory

@@ -43,11 +43,12 @@ def run(args: argparse.Namespace) -> int:
 
 def check_output(output: str) -> None:
     """A -o that cannot be a directory for the report: one line (ValueError: exit 2), before
-    anything is read or written (the directory is made when missing)."""
-    from records.files import directory_problem
+    anything is read or written (a missing directory is made when the report is written, so
+    a command refused for its inputs leaves none behind)."""
+    from records.files import output_directory_problem
     from records.text import one_line
 
-    problem = directory_problem(Path(output))
+    problem = output_directory_problem(Path(output))
     if problem:
         raise ValueError(f"-o {one_line(output)}: {problem}; give a directory this user can "
                          "write, e.g. -o reports/compare")

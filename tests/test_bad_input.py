@@ -250,6 +250,11 @@ def test_a_report_output_that_is_a_file_is_one_line(tmp_path, capsys):
         f"flexconf report: error: -o {results}: it is a file, not a directory; give a "
         "directory this user can write, e.g. -o reports/compare"]
     assert results.read_bytes() == before
+    not_results = tmp_path / "notes.json"  # a bad input leaves no empty -o behind
+    not_results.write_text("not json")
+    assert main(["report", str(not_results), "-o", str(tmp_path / "new" / "report")]) == 2
+    assert capsys.readouterr().err.startswith(f"flexconf report: error: {not_results}")
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.parametrize("extra, line", [
