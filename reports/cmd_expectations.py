@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from records.results import load_results
 
     from records.text import one_line
-    from reports.gate import not_a_whole_finished_run
+    from reports.gate_inputs import not_a_whole_finished_run
 
     if not args.dry_run:  # where it writes, checked as flexconf merge -o checks it: now...
         _refuse_output(args.expectations, output_file_problem)

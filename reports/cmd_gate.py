@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     from reports.expectations import load_expectations
-    from reports.gate import check_comparable, decide, gate_text
+    from reports.gate import decide, gate_text
+    from reports.gate_inputs import check_comparable
     from reports.gate_markdown import gate_markdown
     from reports.gate_json import gate_json, write_json
     from reports.junit import gate_junit

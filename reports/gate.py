@@ -12,15 +12,15 @@ It may not ship (blocking findings) when
 Fixes and stale expectations are reported as good news; new cases (in the candidate only)
 are listed. Runs that cannot be compared (different backend, suite version, oracle (the
 reference version) or case set definition: matrix, profile, case modules, case file,
-``-k``/``-m``; a single shard; an interrupted run) raise GateInputError. A change of the
+``-k``/``-m``, ``--case-id``; a single shard; an interrupted run) raise GateInputError
+(reports/gate_inputs.py). A change of the
 compile or run budget is a flagged note, not a refusal: the labels it affects are still judged. Time findings rest on one measurement
 per run until reports/confirm.py measures them again (reports/timing.py: confirmed findings
 block, findings dismissed as noise do not).
 """
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from reports.compare import DEFAULT_SLACK_SECONDS, compare_runs, slower_cases
 from reports.expectations import (TRIAGE_REASON, Expectation, Expectations, decided_cases,
@@ -32,8 +32,8 @@ from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hi
                                 merge_duplicate_notes, order_notes, run_times_not_gated)
 from records.text import one_line
 from records.results import Label, Record, RunResults
-from records.selection import DEFINITION, first_difference, selection_of
 from reports.summary import is_fuzzed, rerun_command, verdict_line
+from reports.gate_inputs import GateInputError
 from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 
 DEFAULT_BUDGET = 1.25
@@ -46,10 +46,6 @@ BLOCKING_ORDER = ("REGRESSION", "UNEXPECTED_FAILURE", "MISSING", "COMPILE_TIME",
 #: findings that neither block nor are good news: listed so that nothing changes silently
 LISTED_KINDS = ("NEW", "KNOWN")
 CATEGORIES = ("blocking", "good news", "dismissed", "listed")
-
-
-class GateInputError(ValueError):
-    """The two runs cannot be compared; the message names the file and the fix."""
 
 
 @dataclass(frozen=True)
@@ -114,140 +110,6 @@ class GateDecision:
     @property
     def blocking(self) -> list[Finding]:
         return [f for f in self.findings if f.blocking]
-
-
-def _why_incomplete(run: RunResults, use: str) -> str:
-    """Why a run says complete=false, and the fix: a merge that lacks a shard, or holds an
-    interrupted one, or a run that was interrupted."""
-    from reports.summary import records_held
-
-    selected = run.selected_count or len(selection_of(run).case_ids or ())
-    held = records_held(replace(run, selected_count=selected)) if selected else ""
-    held = f"{held}; " if held else ""
-    merged = run.options.get("merged_shards")
-    if merged:
-        from reports.merge_facts import lacking_shards, unfinished_parts
-
-        lacking = lacking_shards(run)
-        if lacking is None:
-            return (f"its options.merged_shards {one_line(repr(merged))[:120]} is not a list "
-                    "of I/N shard names of one run (complete=false); "
-                    f"{use} a file flexconf merge wrote")
-        if lacking:
-            shown = ", ".join(lacking[:10]) + (f" and {len(lacking) - 10} more"
-                                               if len(lacking) > 10 else "")
-            return (f"a merge of shard(s) {', '.join(map(str, merged[:10]))}"
-                    f"{' ...' if len(merged) > 10 else ''} without shard(s) {shown} ({held}"
-                    f"complete=false); merge the missing shard(s) in (flexconf merge) and "
-                    f"{use} the merged file")
-
-        parts = unfinished_parts(run)
-        if parts:
-            named = "; ".join(
-                f"{one_line(p.file)}" + (f" (shard {one_line(p.shard)})" if p.shard else "")
-                + (f", --resume {shlex.quote(p.report_dir)}" if p.report_dir else "")
-                for p in parts)
-            return (f"a merge of a part whose run did not finish ({held}complete=false): "
-                    f"{named}; finish it with --resume, merge again and {use} that")
-        return (f"a merge one of whose shards was interrupted or lacks cases ({held}"
-                f"complete=false); finish that shard with --resume, merge again and {use} that")
-    report_dir = run.options.get("report_dir")
-    if not report_dir:
-        return (f"the run was interrupted ({held}complete=false); finish it with --resume "
-                f"REPORT_DIR, or {use} a finished run")
-    from conformance.run_info import matrix_path
-    from reports.summary import resume_command
-
-    return (f"the run was interrupted ({held}complete=false); finish it ("
-            f"{resume_command(run, report_dir, matrix_path())}) and {use} that, or {use} a "
-            "finished run")
-
-
-def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
-    """Why ``run`` cannot stand for the run it is part of (a compile-only pass, an interrupted
-    run, one shard), and the fix, with ``use`` ("gate", "update from") as what to do with
-    the right file; None when it can. The gate and ``expectations update`` both judge a run
-    by its whole, finished results."""
-    if run.options.get("phase") == "compile":
-        return (f"a compile-only pass (--phase compile) judged no numbers; {use} the run that "
-                "followed it")
-    if not run.complete:
-        return _why_incomplete(run, use)
-    shard = selection_of(run).shard
-    if shard:
-        return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
-                f"merge) and {use} the merged file")
-    lacking = _selected_without_record(run)  # a shard's selection is the whole run's
-    if lacking:  # complete says every selected case has one: an edited or damaged file
-        return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
-                f"record (an edited or damaged file); {use} a results file a run wrote")
-    return None
-
-
-def _selected_without_record(run: RunResults) -> tuple[int, int] | None:
-    """(cases without a record, cases selected) of a run whose selection names more cases
-    than its records hold; None when every selected case has its record."""
-    recorded = {r.case_id for r in run.records}
-    ids = selection_of(run).case_ids
-    if ids:
-        missing = sum(cid not in recorded for cid in ids)
-        return (missing, len(ids)) if missing else None
-    selected = run.selected_count
-    if isinstance(selected, int) and selected > len(recorded):
-        return selected - len(recorded), selected
-    return None
-
-
-def check_comparable(baseline: RunResults, candidate: RunResults,
-                     baseline_name: str = "baseline", candidate_name: str = "candidate") -> None:
-    """Raise GateInputError when the runs are not two complete, whole runs of one suite and
-    one case set definition (reports/selection.py: matrix, profile, case modules, case file,
-    -k, -m)."""
-    for name, run in ((baseline_name, baseline), (candidate_name, candidate)):
-        problem = not_a_whole_finished_run(run, "gate")
-        if problem:
-            raise GateInputError(f"{name}: {problem}")
-    if baseline.started_at and (baseline.started_at, baseline.environment.get("host")) == \
-            (candidate.started_at, candidate.environment.get("host")):
-        raise GateInputError(f"{baseline_name} and {candidate_name} are the same run (started "
-                             f"{one_line(baseline.started_at)}): a copy compared with itself "
-                             "shows nothing; gate a new run of the candidate release")
-    differences = [(what, repr(old), repr(new)) for what, old, new in (
-        ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
-        ("suite version", baseline.suite_version, candidate.suite_version)) if old != new]
-    definition = first_difference(selection_of(baseline), selection_of(candidate), DEFINITION)
-    if definition:
-        differences.append(definition)
-    if differences:
-        what, old, new = differences[0]
-        raise GateInputError(f"{candidate_name}: {what} {new} differs from the baseline's {old} "
-                             f"({baseline_name}); gate two runs of the same {what}")
-    _check_same_oracle(baseline, candidate, baseline_name, candidate_name)
-
-
-def _check_same_oracle(baseline: RunResults, candidate: RunResults, baseline_name: str,
-                       candidate_name: str) -> None:
-    """Raise GateInputError when another oracle judged the baseline: a label that changed
-    could then be the suite's change, not the release's. A file that records no version
-    (written before 2026-12-04) is not checked: what was not recorded cannot be."""
-    old, new = baseline.reference_version, candidate.reference_version
-    if old is None or new is None or old == new:
-        return
-    # the run judged by the older oracle is the one to run again (versions only grow)
-    older, older_name, newer = (baseline, baseline_name, candidate) \
-        if _version_order(old) < _version_order(new) else (candidate, candidate_name, baseline)
-    revision = newer.environment.get("git_revision")  # "<sha>", "<sha>-dirty" or None
-    clean = isinstance(revision, str) and not revision.endswith("-dirty")
-    at_revision = f", git checkout {one_line(revision)}" if clean else ""
-    raise GateInputError(
-        f"{candidate_name}: reference version {one_line(repr(new))} differs from the "
-        f"baseline's {one_line(repr(old))} ({baseline_name}): another oracle judged it; run "
-        f"{older_name} again with the suite that judged the other (reference version "
-        f"{one_line(repr(newer.reference_version))}{at_revision})")
-
-
-def _version_order(version) -> float:
-    return float(version) if isinstance(version, (int, float)) else float("-inf")
 
 
 def decide(baseline: RunResults, candidate: RunResults,

@@ -59,6 +59,20 @@ def test_runs_of_one_case_file_are_comparable_whatever_matrix_an_older_suite_rec
     assert gate(tmp_path, old, new) == 0
 
 
+def test_a_k_run_against_a_case_id_run_names_both_differences(tmp_path, capsys):
+    """Only the -k difference was named, and the fix ("the same -k expression") did not say
+    that --case-id differed too (an outside walkthrough)."""
+    old = selected(run([record(A)]), keyword="b1-")
+    new = selected(run([record(A)]))
+    new = replace(new, options={**new.options, "case_ids": [A]})
+    assert gate(tmp_path, old, new) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (f"-k expression '' differs from the baseline's 'b1-'; --case-id {[A]!r} differs "
+            "from the baseline's none") in err, err
+    assert err.endswith("gate two runs of the same -k expression and --case-id"), err
+
+
 def test_a_baseline_of_another_matrix_without_a_selection_block_is_refused(tmp_path, capsys):
     old = run([record(A)])
     old = replace(old, options={**old.options, "matrix": "extended"})
@@ -274,7 +288,7 @@ def test_missing_directories_of_the_gate_outputs_are_made(tmp_path):
 
 
 def test_an_incomplete_merge_is_refused_with_what_it_lacks(tmp_path, capsys):
-    from reports.gate import GateInputError, check_comparable
+    from reports.gate_inputs import GateInputError, check_comparable
 
     whole = run([record("causal/b1-h8x8-s128x128-d64/bf16/fwd")])
     lacking = replace(whole, complete=False, options={**whole.options,
