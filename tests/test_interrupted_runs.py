@@ -69,6 +69,8 @@ def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, signal_name):
         (CASES[0].id, Label.PASS), (CASES[1].id, Label.CRASH)]
     assert "INCOMPLETE" in (report / "index.html").read_text()
     assert "INCOMPLETE" in (report / "summary.md").read_text()
+    # how many of how many, as the report and the gate say it (an outside walkthrough)
+    assert "2 of 3 selected cases on " in output and "(incomplete run)" in output, output[-3000:]
     assert json.loads((report / "previous" / "results.json").read_text())["suite_version"] == "old"
     # what to type next, printed where the run stopped (it was only in docs/execution.md)
     finish = [line for line in output.splitlines() if line.startswith("finish it: ")]
