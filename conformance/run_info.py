@@ -43,14 +43,22 @@ def pythonpath_env(options: dict[str, Any]) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(roots)} if roots else {}
 
 
+#: What a printed PYTHONPATH keeps of the one the person's shell has (a plugin installed with
+#: ``pip --target`` onto it, say): the shell's own entries, after the run's.
+KEEPS_PYTHONPATH = "${PYTHONPATH:+:$PYTHONPATH}"
+
+
 def shell_command(env: dict[str, str], words: Sequence[str]) -> str:
-    """``KEY=value ... word ...`` as a shell line, each value and word quoted (and kept to one
-    line): every command the suite prints for a person to paste goes through here."""
+    """``KEY=value ... word ...`` as a POSIX shell line, each value and word quoted (and kept
+    to one line): every command the suite prints for a person to paste goes through here. A
+    PYTHONPATH adds to the shell's own (KEEPS_PYTHONPATH) instead of replacing it."""
     import shlex
 
     from records.text import one_line
 
-    return " ".join([f"{key}={shlex.quote(one_line(value))}" for key, value in env.items()]
+    return " ".join([f"{key}={shlex.quote(one_line(value))}"
+                     + (KEEPS_PYTHONPATH if key == "PYTHONPATH" else "")
+                     for key, value in env.items()]
                     + [shlex.quote(one_line(word)) for word in words])
 
 

@@ -22,7 +22,7 @@ from cases.inputs import make_inputs
 from cases.model import MODES, Case
 from cases.variants import build_mods
 from conformance import fuzz, fuzz_grammar
-from conformance.run_info import case_file_command
+from conformance.run_info import KEEPS_PYTHONPATH, case_file_command
 from reference.golden import reference_pair
 from reference.verdict import judge
 from records.results import Label, Record
@@ -179,7 +179,7 @@ def test_search_through_the_supervised_executor_saves_a_spec_that_reruns_and_fuz
     rerun_dir = tmp_path / "rerun"
     command = case_file_command(path, spec, 3, (), rerun_dir)
     # a module:object backend comes with the PYTHONPATH it was imported from
-    assert command == (f"PYTHONPATH={REPO} pytest conformance/ --backend {spec} "
+    assert command == (f"PYTHONPATH={REPO}{KEEPS_PYTHONPATH} pytest conformance/ --backend {spec} "
                        f"--case-file {path} --seed 3 --report-dir {rerun_dir}")
     # the whole conformance/ directory: the matrix runs the spec, test_fuzz.py skips
     proc = subprocess.run(
@@ -202,7 +202,8 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     saved = tmp_path / "report" / "fuzz-failures" / "fuzz_composed_b1-h2x1-s67x67-d16_bf16_fwd.json"
     assert f"[MISMATCH] fuzzed case fuzz/{MINIMAL_FAILING_ID}" in proc.stdout
-    assert (f"run it again: PYTHONPATH={REPO} pytest conformance/ --backend {spec} --case-file "
+    assert (f"run it again: PYTHONPATH={REPO}{KEEPS_PYTHONPATH} pytest conformance/ --backend "
+            f"{spec} --case-file "
             f"{saved} --seed 3 --report-dir {tmp_path / 'report'}-fuzz-rerun") in proc.stdout
     assert json.loads(saved.read_text())["cases"][0]["id"] == MINIMAL_FAILING_ID
     # results.json: the examples drawn up to the first failure, then the minimal failing case;

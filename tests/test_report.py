@@ -222,7 +222,7 @@ def test_rerun_command_names_every_option_that_selected_the_case_and_its_own_rep
                    cases_modules_pythonpath=["/src/cases", "/src/my plugin"])
     results = replace(results, options=options)
     assert rerun_command(results, "odd'id`$(x)") == (
-        "PYTHONPATH='/src/my plugin:/src/cases' pytest conformance/ "
+        "PYTHONPATH='/src/my plugin:/src/cases'${PYTHONPATH:+:$PYTHONPATH} pytest conformance/ "
         "--backend tests.fault_backends:WrongNumbers --profile smoke "
         "--cases-module my_cases --case-file '/tmp/my cases.json' --seed 7 "
         "--compile-timeout 600 --run-timeout 300 --timed-runs 5 --compile-cache warm "

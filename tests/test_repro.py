@@ -15,6 +15,7 @@ from conformance.backends.base import WorkerSlot
 from conformance.backends.registry import load_backend
 from conformance.cli import main
 from conformance.executor import Executor, Settings
+from conformance.run_info import KEEPS_PYTHONPATH
 from conformance.reference_cache import ReferenceCache
 from records.results import Label, Record, RunResults, load_results, write_results
 
@@ -69,7 +70,8 @@ def test_script_reproduces_the_mismatch_and_its_numbers(broken_run, tmp_path, ca
     out = capsys.readouterr().out
     assert f"wrote {script}" in out
     # the module:object backend is not embedded: the printed command says where it is
-    assert out.rstrip().endswith(f"run it with: PYTHONPATH={REPO} python '{script}'")
+    assert out.rstrip().endswith(f"run it with: PYTHONPATH={REPO}{KEEPS_PYTHONPATH} python "
+                                 f"'{script}'")
     text = script.read_text()
     assert f"BACKEND = {WRONG!r}" in text and f"SEED = {SEED}" in text
     proc = run_script(script, tmp_path, str(REPO))  # the module:object backend is imported

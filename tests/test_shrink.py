@@ -19,6 +19,7 @@ from cases.model import Case, Shape, Variant
 from conformance.cli import main
 from conformance.shrink import case_from_argument, scale_lengths, shrink
 from records.results import Label, Record, load_results, write_results
+from conformance.run_info import KEEPS_PYTHONPATH
 from tests.shape_fault_backends import MIN_FAILING_SQ
 
 START = Case(Variant("sliding_window", (("w", 32),)), Shape(2, 4, 2, 128, 128, 32))
@@ -122,7 +123,7 @@ def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     assert printed["smallest"] == f"{SMALLEST}: MISMATCH"
     assert printed["spec"] == str(out / "smallest.json")
     # the backend is a module:object of this checkout: both lines name where it was found
-    env = f"PYTHONPATH={REPO} "
+    env = f"PYTHONPATH={REPO}{KEEPS_PYTHONPATH} "
     assert printed["rerun"] == (f"{env}pytest conformance/ --backend {BACKEND} --case-file "
                                 f"{out / 'smallest.json'} --seed 2 --report-dir {out / 'rerun'}")
     assert printed["repro"] == f"{env}flexconf repro {out / 'results.json'} {SMALLEST} -o repro.py"
@@ -132,12 +133,8 @@ def test_flexconf_shrink_end_to_end_on_a_broken_backend(tmp_path, capsys):
     assert json.loads((out / "smallest.json").read_text())["cases"][0]["id"] == SMALLEST
     # the repro line as printed, from another directory where tests.* is not importable
     # without that PYTHONPATH (flexconf is conformance.cli)
-    words = shlex.split(printed["repro"])
-    assignment, command = words[0], words[1:]
     run_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run_env.update([assignment.split("=", 1)])
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", *command[1:]], cwd=tmp_path,
-                          env=run_env, capture_output=True, text=True, timeout=300)
+    proc = run_printed(printed["repro"], tmp_path, run_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "repro.py").is_file()
 
@@ -224,16 +221,13 @@ def test_shrink_of_a_case_module_variant_loads_the_module_and_prints_commands_th
     assert printed["smallest"].endswith(": MISMATCH")
     assert "HARNESS_ERROR" not in (out / "results.json").read_text()
     words = shlex.split(printed["rerun"])
-    assert words[0] == f"PYTHONPATH={REPO}{os.pathsep}{mods}"
+    assert words[0] == f"PYTHONPATH={REPO}{os.pathsep}{mods}{KEEPS_PYTHONPATH}"
     assert words[1:3] == ["pytest", f"{REPO}/conformance/"]
     assert "--cases-module" in words and words[words.index("--cases-module") + 1] == "my_variants"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     rerun_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    rerun_env.update([words[0].split("=", 1)])
-    rerun = subprocess.run([sys.executable, "-m", *words[1:], "-p", "no:cacheprovider"],
-                           cwd=elsewhere, env=rerun_env, capture_output=True, text=True,
-                           timeout=600)
+    rerun = run_printed(printed["rerun"] + " -p no:cacheprovider", elsewhere, rerun_env)
     assert rerun.returncode == 1, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     again = load_results(out / "rerun" / "results.json")
     assert [r.label for r in again.records] == [Label.MISMATCH]
@@ -274,3 +268,11 @@ def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_pa
     saved.write_text(json.dumps({"cases": [shrunk.to_json()], "fuzz": {"seed": 7}}))
     assert spec_seed(str(saved)) == 7 and spec_seed(str(specs)) is None
     assert spec_seed("full/b1-h1x1-s129x129-d8/bf16/fwd") is None
+
+
+def run_printed(line: str, cwd, env: dict) -> subprocess.CompletedProcess:
+    """A command line the suite printed, pasted into a POSIX shell: bash, with this Python's
+    bin directory first on PATH (its pytest, flexconf and python)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=600)
