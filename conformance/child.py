@@ -79,7 +79,7 @@ def describe_exception(exc: BaseException) -> str:
     observed = _observed_by_dynamo(exc)
     if observed and observed not in text.split("\n", 1)[0]:
         first, _, rest = text.partition("\n")
-        text = f"{first}: {observed}" + (f"\n{rest}" if rest else "")
+        text = (f"{first}: {observed}" if first else observed) + (f"\n{rest}" if rest else "")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

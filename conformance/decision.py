@@ -15,10 +15,10 @@ executor (``conformance/executor.py``) and by a reproduction script (``repro_run
           pair, or the score mod's gradient NaN): flex_attention's answer is undefined there,
           for every backend alike ─▶ HARNESS_ERROR (the case's fault)
     the baseline (a careful kernel in the case dtype, its mods evaluated in float32 or the
-          dtype, as flex_attention evaluates them) is NaN or inf where the golden is finite:
-          the case overflows the arithmetic flex_attention defines it in (a naive softplus,
-          log(1 + exp(40 s)), gives inf in float32), for every backend alike ─▶ HARNESS_ERROR
-          (the case's fault)
+          dtype, as flex_attention evaluates them) is NaN or inf where the golden is finite
+          (the case overflows the arithmetic flex_attention defines it in: a naive softplus,
+          log(1 + exp(40 s)), gives inf in float32), and the backend's answer passes with those
+          values left out ─▶ HARNESS_ERROR (the case's fault); wrong elsewhere ─▶ MISMATCH
 """
 from __future__ import annotations
 
@@ -74,15 +74,6 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
             f"the case's own mods make flex_attention's answer NaN ({undefined}): a score of "
             "+inf or NaN at a visible pair, or a score mod whose gradient is NaN there; no "
             "backend can be judged on it; fix the variant, not the backend"))
-    overflows = _beyond_the_case_dtype(case, golden, baseline)
-    if overflows:
-        return Decision(Label.HARNESS_ERROR, (
-            f"the case overflows the arithmetic flex_attention computes it in: a careful "
-            f"{case.dtype} kernel (the baseline, its mods evaluated as flex_attention "
-            f"evaluates them) gets NaN or inf where the float64 reference is finite "
-            f"({overflows}); no backend can be judged on it; fix the variant (a score mod "
-            "that float32 holds, such as torch.nn.functional.softplus for log(1 + exp(x))), "
-            "not the backend"))
     try:
         results = load_output(obs.output_path)
     except Exception as exc:  # noqa: BLE001
@@ -90,6 +81,18 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     from reference.verdict import judge
 
     differing = results.differing
+    beyond = _beyond_the_case_dtype(case, golden, baseline)
+    if beyond and _right_wherever_defined(case, golden, baseline, beyond,
+                                          [results.first, *(o for _, o in differing)]):
+        counts = "; ".join(f"{name}: {int(where.sum())} of {where.numel()} values"
+                           for name, where in beyond.items())
+        return Decision(Label.HARNESS_ERROR, (
+            f"the case overflows the arithmetic flex_attention computes it in: a careful "
+            f"{case.dtype} kernel (the baseline, its mods evaluated as flex_attention "
+            f"evaluates them) gets NaN or inf where the float64 reference is finite "
+            f"({counts}), and the backend's answer passes everywhere else; no backend can be "
+            "judged there; fix the variant (a score mod that float32 holds, such as "
+            "torch.nn.functional.softplus for log(1 + exp(x))), not the backend"))
     judged = []  # (call number, verdict, result): the first call, then each that differs
     for number, observed in [(1, results.first), *differing]:
         try:
@@ -129,13 +132,17 @@ def _undefined_answer(golden) -> str:
     return "; ".join(found)
 
 
-def _beyond_the_case_dtype(case: Case, golden, baseline) -> str:
-    """Where the baseline is NaN or inf and the golden finite ("out: 368 of 1024 values; ..."),
-    in what the case checks; "" where it is nowhere. A gradient row a mod hides by overflow
-    has another right answer (reference/overflow_rows.py): it counts only where the
-    baseline's other answer is not finite either."""
+def _beyond_the_case_dtype(case: Case, golden, baseline) -> dict:
+    """{name: bool mask} of the values (out, lse, dq, dk, dv: what the case checks) where the
+    baseline is NaN or inf and the golden finite; empty where there are none. Rows a mod hides
+    by overflow are the verdict's, which takes their other right answer (reference/
+    overflow_rows.py): in out and lse they are left out (their float32 lse is -inf), in a
+    gradient a value counts only where the baseline's other answer is not finite either."""
     import torch
 
+    from reference.overflow_rows import rows_hidden_by_overflow
+
+    hidden = rows_hidden_by_overflow(golden.lse, case.dtype)
     checked = [("out", golden.out, baseline.out, None)]
     if case.mode == "fwd+lse":
         checked.append(("lse", golden.lse, baseline.lse, None))
@@ -143,16 +150,49 @@ def _beyond_the_case_dtype(case: Case, golden, baseline) -> str:
     for name, grad in (baseline.grads or {}).items():
         other_grad = None if other is None or other.grads is None else other.grads[name]
         checked.append((name, (golden.grads or {}).get(name), grad, other_grad))
-    found = []
+    found = {}
     for name, want, got, other_got in checked:
         if want is None or got is None or want.shape != got.shape:
             continue
-        beyond = torch.isfinite(want) & ~torch.isfinite(got)
+        beyond = torch.isfinite(want) & ~torch.isfinite(got.to(want.device))
         if other_got is not None:
-            beyond &= ~torch.isfinite(other_got)
+            beyond &= ~torch.isfinite(other_got.to(want.device))
+        if hidden is not None and name in ("out", "lse"):
+            rows = hidden.to(want.device)
+            beyond &= ~(rows.unsqueeze(-1) if name == "out" else rows)
         if bool(beyond.any()):
-            found.append(f"{name}: {int(beyond.sum())} of {beyond.numel()} values")
-    return "; ".join(found)
+            found[name] = beyond
+    return found
+
+
+def _right_wherever_defined(case: Case, golden, baseline, beyond: dict, calls: list) -> bool:
+    """Whether every call's answer passes the verdict with the values in ``beyond`` (where
+    the case overflows its own arithmetic) taken as the golden's, in it and in the baseline:
+    a backend wrong anywhere else is judged as any other (MISMATCH)."""
+    from dataclasses import replace
+
+    from reference.verdict import judge
+
+    def defined(ref):
+        changed = {}
+        for name, where in beyond.items():
+            whole = name in ("out", "lse")
+            have = getattr(ref, name, None) if whole else (ref.grads or {}).get(name)
+            want = getattr(golden, name) if whole else golden.grads[name]
+            if have is None or have.shape != where.shape:
+                continue
+            have = have.where(~where.to(have.device), want.to(have.device, have.dtype))
+            changed[name] = have
+        grads = {name: changed.pop(name) for name in list(changed) if name not in ("out", "lse")}
+        if grads:
+            changed["grads"] = {**ref.grads, **grads}
+        return replace(ref, **changed)
+
+    try:
+        base = defined(baseline)
+        return all(judge(case, golden, base, defined(observed)).passed for observed in calls)
+    except Exception:  # noqa: BLE001 - judged as any other case below, which says what failed
+        return False
 
 
 #: Backend labels that the case's own mods, failing in the reference too, explain: the same

@@ -199,6 +199,21 @@ class WrongNumbers(_Faulty):
         return wrong
 
 
+class OnePercentOff(CpuEager):
+    """Every output value 1% off, on every variant (the first output of a tuple)."""
+
+    name = "test-one-percent-off"
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+
+        def wrong(*args):
+            got = real(*args)
+            return (got[0] * 1.01, *got[1:]) if isinstance(got, tuple) else got * 1.01
+
+        return wrong
+
+
 class _WrongOnOneCall(CpuEager):
     """Computes correctly, except that call ``wrong_call`` (the first call is 1) doubles one
     query row of one head; with ``one_buffer``, every call writes into one tensor that it

@@ -51,6 +51,26 @@ def _build_pad_by_score(variant, shape, device) -> Mods:
     return Mods(None, padded_score if form == "where" else padded_bias)
 
 
+@builder("pad_twice")
+def _build_pad_twice(variant, shape, device) -> Mods:
+    """Left padding of S/4 tokens in batch 0 as two additive float32 mins, one for a padded
+    query and one for a padded key, under a causal mask (an outside review): a padded query
+    sees only padded keys, whose score plus twice the min is -inf in float32 and -6.8e38 in
+    float64, a row hidden by overflow (reference/overflow_rows.py), lse -inf in the
+    baseline."""
+    pads = torch.tensor([shape.Sq // 4, 0] * shape.B, device=device)[:shape.B]
+    least = torch.finfo(torch.float32).min
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def biased(score, b, h, q_idx, kv_idx):
+        return (score + torch.where(q_idx < pads[b], least, 0.0)
+                + torch.where(kv_idx < pads[b], least, 0.0))
+
+    return Mods(causal, biased)
+
+
 def padded_rows(case: Case) -> torch.Tensor:
     """[B, Hq, Sq] bool: the rows whose query is padding (every key hidden by the fill)."""
     s = case.shape

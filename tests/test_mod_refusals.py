@@ -148,13 +148,23 @@ def test_a_case_that_overflows_float32_where_flex_attention_computes_it_is_the_c
     The baseline, a careful float32 kernel, overflows there too: the case's HARNESS_ERROR."""
     from cases.model import Case, Shape, Variant
     from records.results import Label
-    from tests import where_variants  # noqa: F401  the worker computes the reference: the builder
+    import importlib
+
     from tests.test_backends_cpu import execute
 
     case = Case(Variant("softplus_naive"), Shape(1, 2, 2, 32, 32, 16), "fp32")
-    [record] = execute("cpu-eager", [case], cases_modules=("tests.where_variants",))
-    assert record.label is Label.HARNESS_ERROR, record.message
-    assert record.message.startswith(
+    # rows hidden by overflow: the baseline's lse is -inf there, and the verdict's (a review)
+    padded = Case(Variant("pad_twice"), Shape(2, 2, 2, 64, 64, 16), "fp32", "fwd+lse")
+    modules = ("tests.where_variants", "tests.padding_variants")
+    for module in modules:  # their builders: this worker computes the reference
+        importlib.import_module(module)
+    overflowing, hidden = execute("cpu-eager", [case, padded], cases_modules=modules)
+    assert overflowing.label is Label.HARNESS_ERROR, overflowing.message
+    assert overflowing.message.startswith(
         "the case overflows the arithmetic flex_attention computes it in: a careful fp32 "
-        "kernel (the baseline"), record.message
-    assert "where the float64 reference is finite (out: " in record.message, record.message
+        "kernel (the baseline"), overflowing.message
+    assert "where the float64 reference is finite (out: " in overflowing.message
+    assert hidden.label is Label.PASS, hidden.message
+    # a backend wrong where the case is defined is the backend's MISMATCH, on both
+    wrong = execute("tests.fault_backends:OnePercentOff", [case, padded], cases_modules=modules)
+    assert [r.label for r in wrong] == [Label.MISMATCH, Label.MISMATCH], [r.message for r in wrong]
