@@ -276,7 +276,7 @@ class _StoredLseRounding(RowSizes):
     already holds it (|lse_i| is one of the P roundings that _Float32Rounding sizes), so it
     is not sized again. Where |lse| is large (a sink: score + 1000 on one key) it is most of
     a correct backward's error in dV's rows of the dominant keys, and eager's float32 backward
-    failed dV's global rule by up to 1.5x without it (docs/oracle.md). Tied rows beyond
+    failed dV's global rule at 1.5-1.6x without it (docs/oracle.md). Tied rows beyond
     float32's reach are the exponential's alone (_lse_beyond_float32): none here."""
 
     draws = 1.0
