@@ -11,10 +11,10 @@ collector paused, then frozen: conformance/process_gc.py; otherwise the first fu
 after the import, 63-97 ms walking torch's objects, fell inside whichever first call came
 first), and runs its golden twice: the first call ("cold": its heap grows, page by page) and
 the same call again ("warm": what each golden after the first costs a process that computes
-one after another, as the suite's workers, and PyTorch's test suite, do); both are reported. "Extra peak" is the peak
-resident size over the first call (VmHWM, reset through /proc/self/clear_refs once the inputs
-are made and the imports done, before the clock) minus the resident size at that point. The
-goldens of one case run alternately ``--repeats`` times and the fastest run of each counts (of
+one after another, as the suite's workers, and PyTorch's test suite, do); both are
+reported. "Extra peak" is the peak resident size over the first call (VmHWM, reset through
+/proc/self/clear_refs once the inputs are made and the imports done, before the clock) minus
+the resident size at that point. The goldens of one case run alternately ``--repeats`` times and the fastest run of each counts (of
 first calls and of second calls alike), so a change of load on a shared machine does not land
 on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
 The matmul rate is the rate of the golden's own two products (one full-width query chunk
