@@ -10,26 +10,26 @@ run's pytest processes hold it, where every golden of a run is computed (its imp
 collector paused, then frozen: conformance/process_gc.py; otherwise the first full collection
 after the import, 63-97 ms walking torch's objects, fell inside whichever first call came
 first), and runs its golden twice: the first call ("cold": its heap grows, page by page) and
-the same call again ("warm": what each golden after the first costs a process that computes
-one after another, as the suite's workers, and PyTorch's test suite, do); both are
-reported. "Extra peak" is the peak resident size over the first call (VmHWM, reset through
-/proc/self/clear_refs once the inputs are made and the imports done, before the clock) minus
-the resident size at that point. The goldens of one case run alternately ``--repeats`` times and the fastest run of each counts (of
-first calls and of second calls alike), so a change of load on a shared machine does not land
-on one side only; for memory the ratio takes our largest extra peak and PyTorch's smallest.
-The matmul rate is the rate of the golden's own two products (one full-width query chunk
-against all keys, q k^T then p v as the golden runs it, V with a column of ones and zero
-columns, counted on the flops executed, best of 5, each product writing into memory made
-once and just used), measured before each turn of a case's runs and after the last (the
-fastest counts; docs/performance.md says how much lower the rate came out, and how much
-higher the shares, before 2026-12-02 14:29, with fresh memory each time); the share of it is counted
-on the unmasked work, 4 D flops per visible query-key pair. The share of a large square
-matmul's rate is shown beside it, a ceiling that does not move with the golden's chunk shapes.
-Two floors of ours run in the same turns (benchmarks/golden_floor.py): "floor", the golden's
-two products and its score mod on the golden's own chunks and nothing of the softmax, and
-"products", the products alone (without a score mod the two are the same, and only
-"products" runs); the share of the matmul rate at the floor's time is about the most any
-softmax could reach with the mod evaluated as flex_attention defines it.
+the same call again ("warm": what each golden after the first costs a process that computes one
+after another, as the suite's workers, and PyTorch's test suite, do); both are reported. "Extra
+peak" is the peak resident size over the first call (VmHWM, reset through /proc/self/clear_refs
+once the inputs are made and the imports done, before the clock) minus the resident size at
+that point. The goldens of one case run alternately ``--repeats`` times and the fastest run of
+each counts (of first calls and of second calls alike), so a change of load on a shared machine
+does not land on one side only; for memory the ratio takes our largest extra peak and PyTorch's
+smallest. The matmul rate is the rate of the golden's own two products (one full-width query
+chunk against all keys, q k^T then p v as the golden runs it, V with a column of ones and zero
+columns, counted on the flops executed, best of 5, each product writing into memory made once
+and just used), measured before each turn of a case's runs and after the last (the fastest
+counts; docs/performance.md says how much lower the rate came out, and how much higher the
+shares, before 2026-12-02 14:29, with fresh memory each time); the share of it is counted on
+the unmasked work, 4 D flops per visible query-key pair. The share of a large square matmul's
+rate is shown beside it, a ceiling that does not move with the golden's chunk shapes. Two
+floors of ours run in the same turns (benchmarks/golden_floor.py): "floor", the golden's two
+products and its score mod on the golden's own chunks and nothing of the softmax, and
+"products", the products alone (without a score mod the two are the same, and only "products"
+runs); the share of the matmul rate at the floor's time is about the most any softmax could
+reach with the mod evaluated as flex_attention defines it.
 """
 from __future__ import annotations
 
