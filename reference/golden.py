@@ -77,7 +77,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     first evaluation too (the rule for ints is asked where the mod indexes).
 #: 31: float32 backward rows carry, unshared, the rounding of the stored lse that a fused
 #:     backward recomputes P from (the global and head rules; the row rule held it already).
-REFERENCE_VERSION = 31
+#: 32: fwd+lse rows carry the size of a float32 kernel's score roundings in its lse.
+REFERENCE_VERSION = 32
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,8 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     whose scores are large enough for them to count, _float32_roundings_sized; otherwise, in
     bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own roundings
     set those limits; added to fp16 runs with inputs x4 it moved no margin). None: nothing to
-    add (a 16-bit forward)."""
+    add (a 16-bit forward without the lse). With ``fwd+lse``, the float32 lse's rows too
+    (``lse``: the roundings of its scores, _LseRounding)."""
     parts: list[RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
@@ -96,6 +97,8 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(_Float32Rounding(case, inputs, backward=grad_out is not None))
         if grad_out is not None:
             parts.append(_StoredLseRounding(case, inputs))
+    if case.mode == "fwd+lse":
+        parts.append(_LseRounding(case, inputs))
     if grad_out is not None and underflows_before_float32(torch_dtype(case.dtype)):
         parts.append(UnderflowSizes(case, inputs))
     if grad_out is not None and partial_sums_sized(case):
@@ -262,6 +265,33 @@ class _Float32Rounding(RowSizes):
         found = (("out", self.o), ("dq", self.dq), ("dk", self.dk), ("dv", self.dv)) \
             if self.backward else (("out", self.o),)
         return {name: (self.to_dtype_units * var.sqrt()).float() for name, var in found}
+
+
+class _LseRounding(RowSizes):
+    """The float32 lse a kernel returns (``fwd+lse``, every dtype: flex_attention returns it in
+    float32) is off by sum_j P_ij e_ij, e_ij the rounding of score s'_ij: its dot product's
+    (_dot_rounding, through the mod's slope) and the mod's result's, |s'_ij| u. The
+    baseline's own draw of it can be near 0 by chance (it multiplies its kept keys alone, in
+    another order), so where a row is held by one or a few keys whose terms cancel (|q . k|
+    far below sum |q_d k_d|) a correct kernel failed the lse rule, which scaled with |lse|
+    alone: eager's lse 1.43x its limit on composed-prefix1-scale4 b1-h8x2 s255 d64 fp32 x8,
+    16 of 20 seeds (an outside fuzzing run). Sized as 4 RMS per pair (DRAWS_COVERED), in
+    quadrature over the row's keys; the verdict adds it to the lse row's limit."""
+
+    def __init__(self, case: Case, inputs: Inputs):
+        s = case.shape
+        self.lse = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device)
+        self.to_dtype_units = _float32_units(case)
+
+    def add(self, t: PairTerms) -> None:
+        per_pair = _score_rounding(t) * DRAWS_COVERED
+        if t.slope is not None:
+            per_pair.mul_(t.slope.abs())
+        per_pair = _finite(per_pair.add_(t.modded.abs()))
+        self.lse[t.b, :, t.rows] = per_pair.mul_(t.probs).square_().sum(-1)
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return {"lse": (self.to_dtype_units * self.lse.sqrt()).float()}
 
 
 class _StoredLseRounding(RowSizes):
