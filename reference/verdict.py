@@ -61,7 +61,6 @@ class Verdict:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-
 def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
           observed: Any) -> Verdict:
     """Compare what the backend computed for ``case`` with the golden, relative to the baseline.
