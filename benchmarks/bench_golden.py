@@ -129,7 +129,7 @@ def matmul_rate_gflops(shape: str) -> float:
     sys.path.insert(0, str(ROOT))
     from cases.model import Shape
     from reference.chunk_plan import CHUNK_SCORE_ELEMENTS
-    from reference.kernel import _with_ones_column
+    from reference.chunks import _with_ones_column
 
     s = Shape.parse(shape)
     rows = max(1, min(s.Sq, CHUNK_SCORE_ELEMENTS // (s.Hq * s.Skv)))

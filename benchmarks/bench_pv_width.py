@@ -1,5 +1,5 @@
 """The float64 rate of the golden's P V product by the width of V, at the golden's chunk shapes:
-why reference/kernel.py pads V (with its column of ones) to a multiple of _PV_COLUMN_MULTIPLE.
+why reference/chunks.py pads V (with its column of ones) to a multiple of _PV_COLUMN_MULTIPLE.
 
     python benchmarks/bench_pv_width.py [--repeats 8]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reference.chunk_plan import CHUNK_SCORE_ELEMENTS  # noqa: E402
-from reference.kernel import _PV_COLUMN_MULTIPLE  # noqa: E402
+from reference.chunks import _PV_COLUMN_MULTIPLE  # noqa: E402
 from reference.heap import keep_freed_heap  # noqa: E402
 
 HEADS = 8

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cases.inputs import Inputs  # noqa: E402
 from cases.model import Case  # noqa: E402
 from cases.variants import Mods, build_mods  # noqa: E402
-from reference.kernel import chunk_scores, query_chunks  # noqa: E402  the golden's own
+from reference.chunks import query_chunks  # noqa: E402  the golden's own
+from reference.kernel import chunk_scores  # noqa: E402
 from reference.heap import keep_freed_heap  # noqa: E402
 
 
@@ -38,9 +39,9 @@ def products_and_score_mod(case: Case, inputs: Inputs, with_score_mod: bool = Tr
     mods = build_mods(case.variant, case.shape, inputs.q.device)
     products_only = Mods(mods.mask_mod, None)
     checksum = 0.0
-    for chunk in query_chunks(case, inputs, mods, torch.float64):
+    for chunk in query_chunks(case, inputs, mods, torch.float64, addends_shared=True):
         checksum += _floor_of_chunk(chunk, mods if with_score_mod else products_only)
-        del chunk  # a batch's K and V go before the next batch's are made, as in the golden
+        del chunk  # batch by batch, its K and V go before the next's are made, as in the golden
     return checksum
 
 

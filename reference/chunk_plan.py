@@ -7,12 +7,13 @@ whole chunk are skipped (exactly: they would contribute exp(-inf) = 0). Chunks a
 key range their rows see, so rows that see few keys go in taller chunks, whose products are
 larger matmuls; a mask that does not depend on b is planned so for the first batch only, and
 the plan is reused by the others, where the batches are large enough for that to pay and their
-mask small enough to hold (_plan_serves_every_batch). The mask is evaluated point by point, as
+mask small enough to hold (shared_plan). The mask is evaluated point by point, as
 flex_attention defines it (cases.pointwise.evaluate_mask).
 
-``plan_batches(s, mods, heads)`` (``s`` the case's Shape) is the one entry: for each batch in
+``plan_batches(s, mods, heads)`` (``s`` the case's Shape) is the entry: for each batch in
 order, (b as a [1] tensor, its chunks as (rows slice, mask broadcastable to [Hq, rows, Skv] or
-None, kept keys as a slice or an index tensor)).
+None, kept keys as a slice or an index tensor)). ``shared_plan`` gives those chunks once, as a
+list, where one plan serves every batch.
 """
 from __future__ import annotations
 
@@ -57,31 +58,33 @@ def plan_batches(s: Shape, mods: Mods, heads: torch.Tensor):
     The chunks are planned batch by batch, lazily, unless the mask does not depend on b
     (cases.pointwise.mask_dependence, exact or erring towards a dependence): then the first
     batch's plan, held as a list, serves every batch (see _SHARED_PLAN_MIN_PAIRS)."""
-    def planned(batch: torch.Tensor):
-        for span, mask in _row_spans(s, mods, batch, heads):
-            yield span, mask, _kept_keys(mask, s.Skv)
-
     batches = [torch.tensor([b], device=heads.device) for b in range(s.B)]
-    if not _plan_serves_every_batch(s, mods, heads.device):
-        for batch in batches:
-            yield batch, planned(batch)
-        return
+    pays = s.B > 1 and mods.mask_mod is not None and s.Sq * s.Skv >= _SHARED_PLAN_MIN_PAIRS
+    plan = shared_plan(s, mods, heads) if pays else None
+    for batch in batches:
+        yield batch, _planned(s, mods, batch, heads) if plan is None else plan
+
+
+def shared_plan(s: Shape, mods: Mods, heads: torch.Tensor) -> list | None:
+    """The chunks of every batch, planned once (for b = 0) as a list, where one plan serves
+    all: there is no mask, or it does not depend on b and holding it takes at most
+    _SHARED_PLAN_BYTES; None otherwise."""
+    if mods.mask_mod is not None:
+        depends = _mask_dependence_of(mods.mask_mod, heads.device)
+        held_bytes = ((s.Hq if "h" in depends else 1) * (s.Sq if "q_idx" in depends else 1)
+                      * s.Skv)
+        if "b" in depends or held_bytes > _SHARED_PLAN_BYTES:
+            return None
     # Each mask is copied out of its window: a window view would also hold the window's rows
     # that were handed on to the next window (see _row_spans).
-    plan = [(span, None if mask is None else mask.clone(), keys)
-            for span, mask, keys in planned(batches[0])]
-    for batch in batches:
-        yield batch, plan
+    first = torch.tensor([0], device=heads.device)
+    return [(span, None if mask is None else mask.clone(), keys)
+            for span, mask, keys in _planned(s, mods, first, heads)]
 
 
-def _plan_serves_every_batch(s: Shape, mods: Mods, device: torch.device) -> bool:
-    """Whether one batch's plan may serve all: the mask ignores b, the batches are large
-    enough for sharing to pay, and their mask fits in _SHARED_PLAN_BYTES."""
-    if s.B == 1 or mods.mask_mod is None or s.Sq * s.Skv < _SHARED_PLAN_MIN_PAIRS:
-        return False
-    depends = _mask_dependence_of(mods.mask_mod, device)
-    held_bytes = (s.Hq if "h" in depends else 1) * (s.Sq if "q_idx" in depends else 1) * s.Skv
-    return "b" not in depends and held_bytes <= _SHARED_PLAN_BYTES
+def _planned(s: Shape, mods: Mods, batch: torch.Tensor, heads: torch.Tensor):
+    for span, mask in _row_spans(s, mods, batch, heads):
+        yield span, mask, _kept_keys(mask, s.Skv)
 
 
 #: mask_mod -> {device: mask_dependence}: reference.golden.reference_pair plans the same mods up

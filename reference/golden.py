@@ -78,7 +78,10 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 31: float32 backward rows carry, unshared, the rounding of the stored lse that a fused
 #:     backward recomputes P from (the global and head rules; the row rule held it already).
 #: 32: fwd+lse rows carry the size of a float32 kernel's score roundings in its lse.
-REFERENCE_VERSION = 32
+#: 33: the batches of a span of rows share one evaluation of an addend that ignores b (the
+#:     chunks come span by span: dK and dV of a shared key/value batch summed in another
+#:     order, float64 rounding; the forward is bit for bit the same).
+REFERENCE_VERSION = 33
 
 
 @dataclass(frozen=True)

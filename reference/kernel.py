@@ -1,26 +1,22 @@
 """The chunked attention kernel that computes both the golden (float64) and the baseline (the
 case dtype's careful float32 kernel) of reference/golden.py, forward and backward.
 
-Memory stays bounded: one batch at a time, query rows in chunks, and key columns that the
-mask excludes for a whole chunk are skipped (exactly: they would contribute exp(-inf) = 0);
-reference/chunk_plan.py cuts the chunks. The score_mod and mask_mod of each chunk run under
+It works one query chunk at a time (reference/chunks.py makes them, reference/chunk_plan.py
+cuts them), so memory stays bounded. The score_mod and mask_mod of each chunk run under
 flex_attention's four nested torch.vmap over the chunk's b, h, q_idx and kv_idx
 (cases/pointwise.py), never once on broadcast index grids.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from cases.inputs import Inputs
 from cases.model import Case
-from cases.pointwise import check_mods, evaluate_score
-from cases.score_addend import adds_to_score, score_addend
-from cases.score_dtype import traced_score_dtype
+from cases.pointwise import evaluate_score
 from cases.variants import Mods
-from reference.chunk_plan import plan_batches
+from reference.chunks import Chunk, chunk_addend, kept_key_indices, query_chunks
 from reference.heap import keep_freed_heap
 
 
@@ -74,14 +70,6 @@ _BASELINE_EXP_CLAMP = -70.0
 #: 0.53 s (docs/performance.md).
 _UNSHIFTED_LOG2_BOUND = 256.0
 
-#: The golden's P V product runs on V with a column of ones appended, so the same product
-#: gives the softmax normalizer (the row sums of P) without a pass of its own, padded with zero
-#: columns to a multiple of this. MKL's float64 kernel computes the output 24 columns at a time
-#: on the development VM (AMD EPYC): a width of 64 leaves a partial block and ran at 39-45
-#: GFLOP/s at the golden's chunk shapes, 72 columns at 55-75, and 144 faster than 128, more
-#: than the zero columns cost (benchmarks/bench_pv_width.py measures it on any machine; where
-#: a BLAS has no such blocks they are work for nothing: 12.5% of P V at D = 64, 50% at 16, 32).
-_PV_COLUMN_MULTIPLE = 24
 
 
 def chunked_attention(
@@ -97,9 +85,9 @@ def chunked_attention(
     s = case.shape
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
-    for chunk in query_chunks(case, inputs, mods, compute_dtype):
+    for chunk in query_chunks(case, inputs, mods, compute_dtype, addends_shared=True):
         out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = _attend(chunk, mods, probs_dtype)
-        del chunk  # a batch's K and V go before the next batch's are made (see query_chunks)
+        del chunk  # batch by batch, its K and V go before the next's are made (query_chunks)
     return out, lse
 
 
@@ -115,7 +103,8 @@ def chunked_gradients(
     dq = torch.zeros(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=device)
     dk = torch.zeros(s.Bkv, s.Hkv, s.Skv, s.D, dtype=compute_dtype, device=device)
     dv = torch.zeros_like(dk)
-    for chunk in query_chunks(case, inputs, mods, compute_dtype, requires_grad=True):
+    for chunk in query_chunks(case, inputs, mods, compute_dtype, requires_grad=True,
+                              addends_shared=True):
         with torch.enable_grad():
             out, _ = _attend(chunk, mods, probs_dtype)
             if not out.requires_grad:  # every row of the chunk is fully masked
@@ -133,64 +122,6 @@ def chunked_gradients(
         if g_v is not None:
             dv[chunk.kv_batch] += g_v[..., :s.D]  # V's columns of V | 1 | 0...
     return {"dq": dq, "dk": dk, "dv": dv}
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One query chunk of one batch: its rows, operands in the compute dtype, mask, the index
-    vectors the mods are evaluated on, and the key columns any of its rows may see."""
-
-    b: int
-    kv_batch: int
-    rows: slice
-    q: torch.Tensor  # [Hq, n, D]
-    k: torch.Tensor  # [Hkv, Skv, D] of kv_batch (shared by the batch's chunks)
-    v: torch.Tensor
-    v_ones: torch.Tensor | None  # the golden's V | 1 | 0..., see _with_ones_column
-    mask: torch.Tensor | None  # broadcastable to [Hq, n, Skv]
-    keys: slice | torch.Tensor
-    batch: torch.Tensor  # [1]: b
-    heads: torch.Tensor  # [Hq]
-    q_idx: torch.Tensor  # [n]
-    scale: float
-    group: int  # query heads per key/value head
-    golden: bool  # the float64 golden (scale in q, exp as exp2), not the baseline
-    key_norm: float | None  # max ||k_j|| of the batch where its softmax may skip the shift
-    score_adds: bool  # the golden's score mod adds to the score (cases/score_addend.py)
-    traced_dtype: torch.dtype  # the score's dtype as the mods read it (cases/score_dtype.py)
-
-
-def query_chunks(case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
-                 requires_grad: bool = False):
-    """The query chunks of ``case``, batch by batch (operands are leaves that require grad
-    when asked, so autograd can run through one chunk at a time)."""
-    s = case.shape
-    device = inputs.q.device
-    traced_dtype = traced_score_dtype(case)
-    check_mods(mods.mask_mod, mods.score_mod, case.variant.token, device, traced_dtype)
-    heads = torch.arange(s.Hq, device=device)
-    golden = compute_dtype == torch.float64
-    score_adds = (golden and mods.score_mod is not None
-                  and adds_to_score(mods.score_mod, compute_dtype, (s.B, s.Hq, s.Sq, s.Skv),
-                                    device, traced_dtype))
-    for b, (batch, plan) in enumerate(plan_batches(s, mods, heads)):
-        kv_batch = b if s.Bkv == s.B else 0
-        k = inputs.k[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-        if golden:  # V | 1 | 0... is the leaf, V a view of it: one copy, one graph per chunk
-            v_ones = _with_ones_column(inputs.v[kv_batch], compute_dtype)
-            v_ones.requires_grad_(requires_grad)
-            v = v_ones[..., :s.D]
-        else:
-            v = inputs.v[kv_batch].to(compute_dtype).requires_grad_(requires_grad)
-            v_ones = None
-        key_norm = _key_norm_for_unshifted(k, v) if golden and mods.score_mod is None else None
-        for span, mask, keys in plan:
-            q_idx = torch.arange(span.start, span.stop, device=device)
-            q = inputs.q[b, :, span].to(compute_dtype).requires_grad_(requires_grad)
-            yield Chunk(b, kv_batch, span, q, k, v, v_ones, mask, keys, batch, heads, q_idx,
-                        1.0 / math.sqrt(s.D), s.Hq // s.Hkv, golden, key_norm, score_adds,
-                        traced_dtype)
-        del k, v, v_ones  # not held while the next batch's are made: 140 MB at the largest case
 
 
 def stacked_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -248,13 +179,8 @@ def _mod_output(chunk: Chunk, mods: Mods, scores: torch.Tensor) -> tuple[torch.T
     as is, or of the scores themselves), not a tensor of its own: an operation's result
     (tanh(score), score + bias) is not one, and needs no copy."""
     out = evaluate_score(mods.score_mod, scores.unsqueeze(0), chunk.batch, chunk.heads,
-                         chunk.q_idx, _kept_key_indices(chunk), chunk.traced_dtype)
+                         chunk.q_idx, kept_key_indices(chunk), chunk.traced_dtype)
     return out[0], out._is_view()
-
-
-def _kept_key_indices(chunk: Chunk) -> torch.Tensor:
-    """The kv_idx of the chunk's kept keys, the grid its mods are evaluated on."""
-    return torch.arange(chunk.k.shape[1], device=chunk.k.device)[chunk.keys]
 
 
 def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
@@ -268,8 +194,7 @@ def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
     (log2 e is applied after the shift, as for any score mod): a huge addend, such as
     finfo.min or -1e9 as a mask, stays what the mod makes of it. None where the mod does not
     add after all (then it runs on the scores)."""
-    addend = score_addend(mods.score_mod, q.dtype, chunk.batch, chunk.heads, chunk.q_idx,
-                          _kept_key_indices(chunk), chunk.traced_dtype)
+    addend = chunk_addend(chunk, mods, q.dtype)
     if addend is None:
         return None
     hq, n, d = q.shape
@@ -281,28 +206,6 @@ def _scores_plus_addend(chunk: Chunk, mods: Mods, q: torch.Tensor,
     if q_rows.requires_grad or k_cols.requires_grad:  # autograd: not in place
         return torch.baddbmm(stacked, q_rows, k_cols).view(hq, n, m)
     return stacked.baddbmm_(q_rows, k_cols).view(hq, n, m)
-
-
-def _key_norm_for_unshifted(k: torch.Tensor, v: torch.Tensor) -> float | None:
-    """The largest ||k_j|| of a batch's keys, or None where its V is not within the bound of
-    the unshifted softmax (|v| <= 2^_UNSHIFTED_LOG2_BOUND, see there) or K's norms overflow;
-    a NaN anywhere gives None (comparisons with NaN are false)."""
-    key_norm = float(k.detach().norm(dim=-1).amax())
-    v_max = float(v.detach().abs().amax())
-    if key_norm < math.inf and v_max <= 2.0 ** _UNSHIFTED_LOG2_BOUND:
-        return key_norm
-    return None
-
-
-def _with_ones_column(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[Hkv, Skv, D] -> [Hkv, Skv, W] in ``dtype``: V, a column of ones, zero columns up to W,
-    the next multiple of _PV_COLUMN_MULTIPLE (a new tensor: the golden's leaf for autograd)."""
-    hkv, skv, d = v.shape
-    width = -(-(d + 1) // _PV_COLUMN_MULTIPLE) * _PV_COLUMN_MULTIPLE
-    v_ones = torch.zeros(hkv, skv, width, dtype=dtype, device=v.device)
-    v_ones[..., :d] = v
-    v_ones[..., d] = 1.0
-    return v_ones
 
 
 def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
@@ -322,7 +225,7 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
     scale into q, a pass over [Hq, n, D] instead of one over the scores (float64 rounding
     only), and the baseline scales its float32 scores as fused kernels do. The golden's P V
-    product also sums P's rows, on V with a column of ones (_PV_COLUMN_MULTIPLE); the baseline
+    product also sums P's rows, on V with a column of ones (reference/chunks.py); the baseline
     sums them before it rounds P to the case dtype, as fused kernels do. P V keeps its own
     layout: (V^T P^T)^T ran at 1.3x its rate at some chunk shapes and at half at others (MKL,
     by the number of rows), so it was left out.
@@ -342,7 +245,7 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     scores = chunk_scores(chunk, mods, q, k_sel)
     if mask is not None:
         _apply_mask(scores, mask[..., keys])
-    if log2_units and _shift_is_needless(q, chunk.scale * _LOG2E, chunk.key_norm):
+    if log2_units and _shift_is_needless(q, chunk.scale * _LOG2E, chunk):
         probs, row_max = scores.exp2_(), None
     else:
         # The shift cancels in the softmax, so it is a constant for autograd (exact gradients).
@@ -413,11 +316,14 @@ class _DivideWithRoundedDelta(torch.autograd.Function):
         return grad / denom, -(grad * rounded).sum(-1, keepdim=True) / denom, None
 
 
-def _shift_is_needless(q: torch.Tensor, scale: float, key_norm: float | None) -> bool:
+def _shift_is_needless(q: torch.Tensor, scale: float, chunk: Chunk) -> bool:
     """Whether the golden's scores q k^T ``scale`` of this chunk (``scale`` in log2 units)
     are all within _UNSHIFTED_LOG2_BOUND by Cauchy-Schwarz, given the batch's largest key
-    norm (None: see _key_norm_for_unshifted)."""
-    if key_norm is None:
+    norm, and its V within the bound too (|v| <= 2^_UNSHIFTED_LOG2_BOUND, see there). Never
+    where K's norms overflow or K or V holds a NaN (comparisons with NaN are false)."""
+    key_norm, value_max = chunk.key_norm, chunk.value_max
+    if key_norm is None or not (key_norm < math.inf
+                                and value_max <= 2.0 ** _UNSHIFTED_LOG2_BOUND):
         return False
     q_norm = float(q.detach().norm(dim=-1).amax()) * scale
     return q_norm * key_norm <= _UNSHIFTED_LOG2_BOUND

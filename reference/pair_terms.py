@@ -12,7 +12,8 @@ from cases.inputs import Inputs
 from cases.model import Case
 from cases.variants import Mods
 from reference.heap import keep_freed_heap
-from reference.kernel import modded_scores, query_chunks, stacked_product
+from reference.chunks import query_chunks
+from reference.kernel import modded_scores, stacked_product
 
 
 @dataclass(frozen=True)

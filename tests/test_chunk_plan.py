@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import reference.chunk_plan as chunk_plan
-import reference.kernel as kernel_module
+import reference.chunks as chunks_module
 from cases import variants as v
 from cases.inputs import Inputs, make_inputs
 from cases.model import Case, Shape
@@ -36,7 +36,7 @@ _SMALL_CHUNKS = 4 * 256 * 16
 
 
 def _chunks_of(case: Case, inputs: Inputs, mods: Mods) -> list:
-    return list(kernel_module.query_chunks(case, inputs, mods, torch.float64))
+    return list(chunks_module.query_chunks(case, inputs, mods, torch.float64))
 
 
 @pytest.mark.parametrize("variant", [v.causal(), v.alibi(), v.sliding_window(40),

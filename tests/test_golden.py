@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+import reference.chunks as chunks_module
 import reference.kernel as kernel_module
 from cases import variants as v
 from cases.inputs import Inputs, make_inputs, torch_dtype
@@ -124,9 +125,9 @@ def test_the_golden_gets_the_normalizer_from_a_column_of_ones_in_its_p_v_product
     float64 evaluation at every head size tried here."""
     for d in (1, 8, 23, 64, 71):
         values = torch.randn(2, 5, d)
-        v_ones = kernel_module._with_ones_column(values, torch.float64)
+        v_ones = chunks_module._with_ones_column(values, torch.float64)
         assert v_ones.dtype == torch.float64 and torch.equal(v_ones[..., :d], values.double())
-        assert v_ones.shape[-1] % kernel_module._PV_COLUMN_MULTIPLE == 0
+        assert v_ones.shape[-1] % chunks_module._PV_COLUMN_MULTIPLE == 0
         assert v_ones.shape[-1] >= d + 1
         assert torch.all(v_ones[..., d] == 1) and torch.all(v_ones[..., d + 1:] == 0)
         case = Case(v.causal(), Shape(1, 2, 2, 40, 40, d), "fp32")
@@ -276,7 +277,7 @@ def test_the_baseline_is_the_fused_kernels_rounding_bit_for_bit(variant):
             case = Case(variant, shape, dtype)
             inputs = make_inputs(case, 1)
             mods = build_mods(variant, shape)
-            chunks = list(kernel_module.query_chunks(case, inputs, mods, torch.float32))
+            chunks = list(chunks_module.query_chunks(case, inputs, mods, torch.float32))
             assert [c.keys for c in chunks] == [slice(0, shape.Skv)] * shape.B  # one each
             assert torch.equal(baseline_attention(case, inputs),
                                _fused_kernel_rounding(case, inputs)), (shape.token, dtype)

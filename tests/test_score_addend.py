@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-import reference.kernel as kernel_module
+import reference.chunks as chunks_module
 from cases import variants as v
 from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape
@@ -232,7 +232,7 @@ def _case(shape: str, mode: str = "fwd") -> Case:
 
 def _unfused(monkeypatch):
     """The kernel as if no mod added to the score: every mod evaluated on its scores."""
-    monkeypatch.setattr(kernel_module, "adds_to_score", lambda *args: False)
+    monkeypatch.setattr(chunks_module, "adds_to_score", lambda *args: False)
 
 
 @pytest.mark.parametrize("mod", ADDING, ids=lambda m: m.__name__)
@@ -242,8 +242,8 @@ def test_accumulating_the_addend_gives_the_mods_own_add_to_float64_rounding(
     case = _case(shape)
     mods = Mods(None, mod)
     calls = []
-    real = kernel_module.score_addend
-    monkeypatch.setattr(kernel_module, "score_addend",
+    real = chunks_module.score_addend
+    monkeypatch.setattr(chunks_module, "score_addend",
                         lambda *a: calls.append(1) or real(*a))
     for seed in (0, 1):
         inputs = make_inputs(case, seed)
@@ -297,7 +297,7 @@ def test_a_chunk_whose_addend_cannot_be_had_falls_back_to_the_mod_on_its_scores(
     case = _case("b2-h4x2-s40x40-d16")
     inputs = make_inputs(case, 0)
     mods = Mods(None, alibi_like)
-    monkeypatch.setattr(kernel_module, "score_addend", lambda *args: None)
+    monkeypatch.setattr(chunks_module, "score_addend", lambda *args: None)
     fell_back = chunked_attention(case, inputs, mods, torch.float64)
     _unfused(monkeypatch)
     want = chunked_attention(case, inputs, mods, torch.float64)
