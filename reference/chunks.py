@@ -130,6 +130,7 @@ def _span_by_span(case: Case, inputs: Inputs, mods: Mods, plan: list, requires_g
                         addend=addend,
                         q=_query_operand(inputs, b, span, torch.float64, requires_grad),
                         **common)
+        del addend  # before the next span's is made: two would be held at once
 
 
 def _plan_sharing_addends(case: Case, mods: Mods, heads: torch.Tensor,
