@@ -42,15 +42,19 @@ class Tolerance:
 
     fudge: float  # global and per-head: error <= (1 + fudge) * baseline error + atol
     atol: float
-    row_factor: float  # per row: rms <= row_factor * baseline rms + unit_roundoff * rms(G)
+    row_factor: float  # per row: rms <= row_factor * baseline rms + rms(ulp(G)) (_ulps)
     unit_roundoff: float
+    smallest_normal: float  # below it the dtype's spacing is fixed (subnormal numbers)
 
 
 #: PyTorch's fudge factors (1.1 for 16-bit types, 10 for float32); row factors: docs/oracle.md.
 TOLERANCES: dict[str, Tolerance] = {
-    "bf16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -8),
-    "fp16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -11),
-    "fp32": Tolerance(fudge=10.0, atol=1e-9, row_factor=20.0, unit_roundoff=2.0 ** -24),
+    "bf16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -8,
+                      smallest_normal=2.0 ** -126),
+    "fp16": Tolerance(fudge=1.1, atol=1e-7, row_factor=4.0, unit_roundoff=2.0 ** -11,
+                      smallest_normal=2.0 ** -14),
+    "fp32": Tolerance(fudge=10.0, atol=1e-9, row_factor=20.0, unit_roundoff=2.0 ** -24,
+                      smallest_normal=2.0 ** -126),
 }
 
 
@@ -183,7 +187,7 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     if malformed:
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
-                                unshared_noise, tol.unit_roundoff)
+                                unshared_noise, tol)
     return _decide(stats, tol, key_rows=what in ("dk", "dv"))
 
 
@@ -193,7 +197,7 @@ class _ErrorStats:
 
     row_rms_obs: torch.Tensor  # [B, H, S]
     row_rms_base: torch.Tensor
-    row_rms_golden: torch.Tensor  # the row's magnitude: rms of G, plus its row_noise
+    row_floor: torch.Tensor  # rms of ulp(G) over the row, plus u times its row_noise
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
     head_sum_unshared: torch.Tensor  # what unshared noise adds to it (_unshared_excess)
@@ -211,9 +215,10 @@ class _ErrorStats:
     @classmethod
     def collect(cls, golden: torch.Tensor, baseline: torch.Tensor, observed: torch.Tensor,
                 row_noise: torch.Tensor | None, unshared_noise: torch.Tensor | None,
-                unit_roundoff: float) -> "_ErrorStats":
+                tol: Tolerance) -> "_ErrorStats":
         B, H, S, D = golden.shape
-        rows_obs, rows_base, rows_gold, heads_obs, heads_base, heads_gold, excused = \
+        unit_roundoff = tol.unit_roundoff
+        rows_obs, rows_base, rows_floor, heads_obs, heads_base, heads_gold, excused = \
             [], [], [], [], [], [], []
         heads_unshared = []
         max_err, max_place = -1.0, (0, 0, 0, 0)
@@ -232,15 +237,15 @@ class _ErrorStats:
             err_base = (baseline[b].to(torch.float64) - g).abs()
             rows_obs.append(err_obs.pow(2).mean(-1).sqrt())
             rows_base.append(err_base.pow(2).mean(-1).sqrt())
-            magnitude = g.pow(2).mean(-1).sqrt()
+            row_floor = _ulps(g, tol).pow(2).mean(-1).sqrt()
             magnitude_sum = g.abs().sum((-1, -2))
             head_excused = torch.zeros(H, dtype=torch.float64)
             if row_noise is not None:
                 noise = row_noise[b].to(torch.float64)
-                magnitude = magnitude + noise
+                row_floor = row_floor + unit_roundoff * noise
                 magnitude_sum = magnitude_sum + D * noise.sum(-1)
                 head_excused = _noisiest_row_excused(err_obs, noise, D, unit_roundoff)
-            rows_gold.append(magnitude)
+            rows_floor.append(row_floor)
             heads_obs.append(err_obs.sum((-1, -2)))
             excused.append(head_excused)
             heads_base.append(err_base.sum((-1, -2)))
@@ -252,13 +257,22 @@ class _ErrorStats:
                 max_err = float(finite_err.flatten()[flat])
                 max_place = (b, *flat_place(flat, (H, S, D)))
         return cls(
-            torch.stack(rows_obs), torch.stack(rows_base), torch.stack(rows_gold),
+            torch.stack(rows_obs), torch.stack(rows_base), torch.stack(rows_floor),
             torch.stack(heads_obs), torch.stack(heads_base), torch.stack(heads_unshared),
             torch.stack(heads_gold),
             torch.stack(excused), S, S * D,
             max(max_err, 0.0), tuple(int(x) for x in max_place),
             nan_count + inf_count, nan_count, inf_count, first_bad,
         )
+
+
+def _ulps(golden: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """The dtype's unit in the last place at each golden value, the gap between the two values
+    of the dtype around it: u 2^e for |G| = m 2^e with m in [1/2, 1), between u|G| and 2u|G|
+    (2u times the smallest normal number at and below it). The row rule allows one of them in
+    every element: a correct kernel may round an element the other way."""
+    exponent = torch.frexp(golden.abs().clamp_min(tol.smallest_normal)).exponent
+    return torch.exp2(exponent.to(torch.float64)).mul_(tol.unit_roundoff)
 
 
 #: The sampling floor of the global and per-head limits is this many units of the dtype's
@@ -273,8 +287,9 @@ def _sampling_floor(mean_abs_golden, rows: int, tol: Tolerance):
     mean|G| at 1,024 rows); over few rows it is not: in a row that sees a few keys every
     element's error comes from the same few rounded probabilities, so a head of one row
     (decoding) holds one or two roundings, of the backend and of the baseline alike, and their
-    ratio is anything. With one row the floor keeps the head rule no stricter than the row
-    rule, which allows 4x the baseline's rms plus u * rms(G) (a mean is about 0.8 of an rms)."""
+    ratio is anything. With one row the floor keeps the head rule about as lenient as the row
+    rule, which allows 4x the baseline's rms plus an ulp of each element (_ulps) in rms: the
+    floor, 2u * mean|G|, is at least an ulp of each element in the mean."""
     return tol.atol + SAMPLING_FLOOR_ULPS * tol.unit_roundoff * mean_abs_golden / math.sqrt(rows)
 
 
@@ -335,7 +350,7 @@ def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
     head_margins = head_obs / (factor * head_base + head_floor)
     worst_head = _argmax(head_margins)
 
-    row_limit = tol.row_factor * st.row_rms_base + tol.unit_roundoff * st.row_rms_golden
+    row_limit = tol.row_factor * st.row_rms_base + st.row_floor
     row_limit = row_limit.clamp_min(tol.atol)
     row_margins = st.row_rms_obs / row_limit
     worst_row = _argmax(row_margins)
