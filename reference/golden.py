@@ -81,8 +81,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #: 33: the batches of a span of rows share one evaluation of an addend that ignores b (the
 #:     chunks come span by span: dK and dV of a shared key/value batch summed in another
 #:     order, float64 rounding; the forward is bit for bit the same).
-#: 34: the row rule's dtype term is an ulp of each golden element (rms over the row), no
-#:     longer u * rms(G): a row whose size is in one element failed one rounding the other way.
+#: 34: the row rule's dtype term is at least an ulp of the row's largest element (over
+#:     sqrt(D)): a row whose size is in one element failed one rounding the other way.
 REFERENCE_VERSION = 34
 
 

@@ -1,7 +1,8 @@
-"""The row rule's dtype term (reference/verdict.py, _ulps): one unit in the last place of the
-case dtype at every golden element, the RMS of them over the row. A correct kernel may round any
-element the other way, which the former term, u * rms(G), did not allow where a row's size is in
-one element: eager flex_attention's correct fp16 output failed there (a fuzzed case, below)."""
+"""The row rule's dtype term (reference/verdict.py, _row_floor): the larger of u * rms(G) and one
+unit in the last place of the case dtype at the row's largest element, over sqrt(D). A correct
+kernel may round any element the other way, which u * rms(G) alone did not allow where a row's
+size is in one element: eager flex_attention's correct fp16 output failed there (a fuzzed case,
+below). Rows whose size is spread keep u * rms(G)."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,7 @@ from cases.model import Case, Shape
 from cases.variants import build_mods
 from conformance import compat
 from reference.golden import Reference, reference_pair
-from reference.verdict import TOLERANCES, _ulps, judge
+from reference.verdict import TOLERANCES, _row_floor, _ulps, judge
 
 _INT_VIEW = {"fp16": torch.int16, "bf16": torch.int16, "fp32": torch.int32}
 
@@ -33,6 +34,16 @@ def test_an_ulp_is_the_gap_to_the_next_value_of_the_dtype(dtype):
     following = (finite.view(_INT_VIEW[dtype]) + 1).view(torch_type)
     gap = following.double() - finite.double()
     assert torch.equal(_ulps(finite.double(), TOLERANCES[dtype]), gap)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_rows_whose_size_is_spread_keep_u_times_their_rms(dtype):
+    rows = torch.randn(64, 128, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    tol = TOLERANCES[dtype]
+    assert torch.equal(_row_floor(rows, tol), tol.unit_roundoff * rows.pow(2).mean(-1).sqrt())
+    peaked = rows.clone()
+    peaked[:, 0] = 40.0  # most of the row's size in one element
+    assert torch.all(_row_floor(peaked, tol) > tol.unit_roundoff * peaked.pow(2).mean(-1).sqrt())
 
 
 def _row_case() -> Case:
@@ -74,8 +85,8 @@ def test_a_row_rounded_the_other_way_in_its_largest_element_passes(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_rows_off_by_more_than_the_baselines_error_and_an_ulp_fail_the_row_rule(seed):
     """The limit is 4x the baseline's RMS error (about 0.3 ulp, rounded to nearest) plus an
-    ulp of each element. On these four rows, 2 ulps off everywhere reach 0.75-1.25x the limit
-    (0.92-1.77x with the former u * rms(G)), 3 ulps 1.19-1.91x (1.47-2.70x)."""
+    ulp of the largest element over sqrt(D). On these four rows, 2 ulps off everywhere reach
+    0.76-1.27x the limit (0.92-1.77x with u * rms(G) alone), 3 ulps 1.20-1.94x (1.47-2.70x)."""
     golden = _one_big_element(seed)
     baseline = golden.to(torch.float16)
     off_everywhere = baseline.clone()
