@@ -100,34 +100,34 @@ def test_rows_off_by_more_than_the_baselines_error_and_an_ulp_fail_the_row_rule(
     assert not verdict.passed and verdict.metrics["worst_place"]["q"] == 1
 
 
+def _eager_on_the_fuzzed_case(dtype: str, seed: int):
+    """The verdict on eager flex_attention's (correct) output of the fuzzed case these tests
+    come from, ``composed-scale2-cap20-alibi8/b2-h4x1-s257x31-d8/<dtype>/fwd+lse``."""
+    case = Case(variant_from_token("composed-scale2-cap20-alibi8"),
+                Shape.parse("b2-h4x1-s257x31-d8"), dtype, mode="fwd+lse")
+    mods = build_mods(case.variant, case.shape)
+    inputs = make_inputs(case, seed)
+    golden, baseline = reference_pair(case, inputs)
+    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
+                                None, enable_gqa=True, return_lse=True)
+    return judge(case, golden, baseline, Reference(out, lse))
+
+
 def test_eagers_correct_fp16_output_passes_where_it_failed_one_row():
     """Found by probing a near miss of a fuzzing run: eager flex_attention, seed 43 of 60, one
     row at 1.14x its limit before: its largest element (1.107) one ulp off, the baseline's
     rounded to nearest."""
-    case = Case(variant_from_token("composed-scale2-cap20-alibi8"),
-                Shape.parse("b2-h4x1-s257x31-d8"), "fp16", mode="fwd+lse")
-    mods = build_mods(case.variant, case.shape)
-    inputs = make_inputs(case, 43)
-    golden, baseline = reference_pair(case, inputs)
-    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
-                                None, enable_gqa=True, return_lse=True)
-    verdict = judge(case, golden, baseline, Reference(out, lse))
+    verdict = _eager_on_the_fuzzed_case("fp16", 43)
     assert verdict.passed, verdict.summary
     assert verdict.metrics["worst_row_margin"] < 0.9
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a known false MISMATCH (docs/oracle.md): eager rounds its "
-                   "raw scores q k^T to the case dtype, which no 16-bit row-noise term sizes yet")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a known false MISMATCH (docs/oracle.md): eager rounds its raw scores "
+                   "q k^T to the case dtype, which no 16-bit row-noise term sizes yet")
 def test_eagers_rounding_of_its_raw_scores_is_not_sized_yet():
     """Eager's correct bf16 output on the same fuzzed case, seed 436: one row at 1.27x (1.42x
     with u * rms(G) alone), its error about 2 ulps spread over the row. When the rounding is
     sized this passes, and strict xfail says so."""
-    case = Case(variant_from_token("composed-scale2-cap20-alibi8"),
-                Shape.parse("b2-h4x1-s257x31-d8"), "bf16", mode="fwd+lse")
-    mods = build_mods(case.variant, case.shape)
-    inputs = make_inputs(case, 436)
-    golden, baseline = reference_pair(case, inputs)
-    out, lse = compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, mods.score_mod,
-                                None, enable_gqa=True, return_lse=True)
-    verdict = judge(case, golden, baseline, Reference(out, lse))
+    verdict = _eager_on_the_fuzzed_case("bf16", 436)
     assert verdict.passed, verdict.summary
