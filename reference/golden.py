@@ -23,6 +23,7 @@ from cases.inputs import Inputs, torch_dtype
 from cases.model import Case
 from cases.variants import Mods, build_mods
 from reference.overflow_rows import masking_hidden_rows, rows_hidden_by_overflow
+from reference.probability_rounding import probabilities_rounded
 from reference.row_noise import row_noise_magnitudes
 from reference.kernel import chunked_attention, chunked_gradients
 
@@ -83,7 +84,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     order, float64 rounding; the forward is bit for bit the same).
 #: 34: the row rule's dtype term is at least an ulp of the row's largest element (over
 #:     sqrt(D)): a row whose size is in one element failed one rounding the other way.
-REFERENCE_VERSION = 34
+#: 35: 16-bit output rows carry the size of P's rounding for the P V product (2 RMS).
+REFERENCE_VERSION = 35
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,13 @@ def reference_pair(case: Case, inputs: Inputs,
 def _pair(case: Case, inputs: Inputs, mods: Mods,
           grad_out: torch.Tensor | None) -> tuple[Reference, Reference]:
     dtype = torch_dtype(case.dtype)
-    out, lse = chunked_attention(case, inputs, mods, torch.float64)
+    s = case.shape
+    squares = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device) \
+        if probabilities_rounded(case) else None
+    out, lse = chunked_attention(case, inputs, mods, torch.float64, probability_squares=squares)
     base_out, base_lse = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
     baseline = Reference(base_out.to(dtype), base_lse)
-    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out)
+    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out, squares)
     golden = Reference(out, lse, row_noise=noise.sizes if noise else None,
                        unshared_noise=noise.unshared if noise else None)
     if grad_out is not None:

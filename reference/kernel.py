@@ -74,19 +74,26 @@ _UNSHIFTED_LOG2_BOUND = 256.0
 
 def chunked_attention(
     case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
-    probs_dtype: torch.dtype | None = None,
+    probs_dtype: torch.dtype | None = None, probability_squares: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``case`` computed in ``compute_dtype``; returns (out, lse) in it.
 
     With ``probs_dtype``, the unnormalized probabilities exp(s - rowmax) are rounded to it
     before the product with V (the normalizer is summed before rounding).
+    With ``probability_squares`` ([B, Hq, Sq], the golden's only), each row's sum_j P_ij^2
+    ms(V_j) (P normalized; ms: the mean square over the head dim) is written into it, for the
+    size of P's rounding (reference/probability_rounding.py): one more pass over P, 0.2-0.35
+    of the golden's time at S8192, where a pass of its own took 1.5-2.2 times it.
     """
     keep_freed_heap()
     s = case.shape
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
     for chunk in query_chunks(case, inputs, mods, compute_dtype, addends_shared=True):
-        out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = _attend(chunk, mods, probs_dtype)
+        squares = None if probability_squares is None \
+            else probability_squares[chunk.b, :, chunk.rows]
+        out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = \
+            _attend(chunk, mods, probs_dtype, squares)
         del chunk  # batch by batch, its K and V go before the next's are made (query_chunks)
     return out, lse
 
@@ -218,8 +225,10 @@ def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
     scores[..., span].masked_fill_(~mask[..., span], -math.inf)
 
 
-def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
-    """Softmax attention of one query chunk over its kept key columns.
+def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
+            squares_into: torch.Tensor | None = None):
+    """Softmax attention of one query chunk over its kept key columns (and, given
+    ``squares_into``, [Hq, n], each row's sum_j P_ij^2 ms(V_j) written into it: golden only).
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
@@ -236,6 +245,8 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
     k_sel = k[:, keys]  # [Hkv, m, D]
     m = k_sel.shape[1]
     if m == 0:  # every row of the chunk is fully masked
+        if squares_into is not None:
+            squares_into.zero_()
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     golden = chunk.golden
@@ -262,6 +273,11 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None):
         out_and_denom = torch.bmm(probs.view(hkv, group * n, m), chunk.v_ones[:, keys])
         out_and_denom = out_and_denom.view(hq, n, -1)
         out, denom = out_and_denom[..., :d_v], out_and_denom[..., d_v:d_v + 1]
+        if squares_into is not None:  # P is not read again: squared in place
+            ms_v = chunk.v[:, keys].square().mean(-1, keepdim=True)  # [Hkv, m, 1]
+            squares_into.copy_(torch.bmm(probs.square_().view(hkv, group * n, m), ms_v)
+                               .view(hq, n).div_(torch.where(denom > 0, denom, 1.0)
+                                                 .squeeze(-1).square()))
     else:
         denom = probs.sum(-1, keepdim=True)  # summed before the probabilities are rounded
         if probs_dtype is not None:

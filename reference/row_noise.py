@@ -1,9 +1,10 @@
 """How much rounding noise a correct kernel leaves in each row of a float32 output, and of
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
-those rows by what a careful kernel can do. Four sources, summed per row
+those rows by what a careful kernel can do. Five sources, summed per row
 (row_noise_magnitudes); the third, dS and P below float16's normal range
-(reference/underflow_noise.py), is described there, and the fourth, partial sums over shared
-key/value heads, in reference/partial_sums.py:
+(reference/underflow_noise.py), is described there, the fourth, partial sums over shared
+key/value heads, in reference/partial_sums.py, and the fifth, the rounding of P for the P V
+product in 16-bit outputs, in reference/probability_rounding.py:
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -46,6 +47,7 @@ from cases.variants import Mods
 from reference.kernel import stacked_product
 from reference.overflow_rows import FLOAT32_LSE_RESOLVES
 from reference.pair_terms import PairTerms
+from reference.probability_rounding import probability_rounding_sizes
 from reference.partial_sums import PartialSums, partial_sums_sized
 from reference.row_sizes import (DRAWS_COVERED, RowSizes, add_key_rows, mean_square,
                                  over_pairs, spacing)
@@ -76,8 +78,8 @@ class RowNoise:
 
 
 def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
-                         lse: torch.Tensor, grad_out: torch.Tensor | None = None
-                         ) -> RowNoise | None:
+                         lse: torch.Tensor, grad_out: torch.Tensor | None = None,
+                         probability_squares: torch.Tensor | None = None) -> RowNoise | None:
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
@@ -87,9 +89,11 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     roundings of P and dP (float32_rounding_magnitudes: float32 cases, and 16-bit cases
     whose scores are large enough for them to count, _float32_roundings_sized; otherwise, in
     bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own roundings
-    set those limits; added to fp16 runs with inputs x4 it moved no margin). None: nothing to
-    add (a 16-bit forward without the lse). With ``fwd+lse``, the float32 lse's rows too
-    (``lse``: the roundings of its scores, _LseRounding)."""
+    set those limits; added to fp16 runs with inputs x4 it moved no margin). With ``fwd+lse``,
+    the float32 lse's rows too (``lse``: the roundings of its scores, _LseRounding). Given
+    the golden's ``probability_squares`` (16-bit cases), the output rows also carry the size
+    of P's rounding for the P V product (reference/probability_rounding.py). None: nothing to
+    add."""
     parts: list[RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
@@ -113,6 +117,9 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
             unshared_var = dict(unshared_var, **{
                 name: (size / part.draws).square() + unshared_var.get(name, 0.0)
                 for name, size in sizes.items()})
+    if probability_squares is not None:
+        rounding = probability_rounding_sizes(case, inputs, probability_squares)
+        noise = dict(noise, out=rounding + noise.get("out", 0.0))
     if not noise and not unshared_var:
         return None
     return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()})
