@@ -84,7 +84,8 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     order, float64 rounding; the forward is bit for bit the same).
 #: 34: the row rule's dtype term is at least an ulp of the row's largest element (over
 #:     sqrt(D)): a row whose size is in one element failed one rounding the other way.
-#: 35: 16-bit output rows carry the size of P's rounding for the P V product (2 RMS).
+#: 35: 16-bit output rows carry, in the row rule only, 2 RMS of the rounding of their largest
+#:     P V term, and gradient rows of their largest dS K, dS^T Q and P^T dO terms.
 REFERENCE_VERSION = 35
 
 
@@ -107,6 +108,10 @@ class Reference:
     #: A backward case with rows a score mod hides by overflow (reference/overflow_rows.py):
     #: the same computation with those rows masked, the gradients' other right answer.
     masked_overflow: Reference | None = None
+    #: Per row, noise the row rule alone adds (in units of u): the roundings of a 16-bit
+    #: kernel's product operands (row_noise.RowNoise.row_only), which the global and head
+    #: rules judge by the baseline's own draw.
+    row_only_noise: dict[str, torch.Tensor] | None = None
 
 
 def reference_pair(case: Case, inputs: Inputs,
@@ -133,14 +138,15 @@ def _pair(case: Case, inputs: Inputs, mods: Mods,
           grad_out: torch.Tensor | None) -> tuple[Reference, Reference]:
     dtype = torch_dtype(case.dtype)
     s = case.shape
-    squares = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device) \
+    largest = torch.zeros(s.B, s.Hq, s.Sq, dtype=torch.float64, device=inputs.q.device) \
         if probabilities_rounded(case) else None
-    out, lse = chunked_attention(case, inputs, mods, torch.float64, probability_squares=squares)
+    out, lse = chunked_attention(case, inputs, mods, torch.float64, largest_pv_terms=largest)
     base_out, base_lse = chunked_attention(case, inputs, mods, torch.float32, probs_dtype=dtype)
     baseline = Reference(base_out.to(dtype), base_lse)
-    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out, squares)
+    noise = row_noise_magnitudes(case, inputs, mods, out, lse, grad_out, largest)
     golden = Reference(out, lse, row_noise=noise.sizes if noise else None,
-                       unshared_noise=noise.unshared if noise else None)
+                       unshared_noise=noise.unshared if noise else None,
+                       row_only_noise=noise.row_only if noise else None)
     if grad_out is not None:
         golden = replace(golden, grads=chunked_gradients(
             case, inputs, mods, grad_out, torch.float64))

@@ -74,26 +74,27 @@ _UNSHIFTED_LOG2_BOUND = 256.0
 
 def chunked_attention(
     case: Case, inputs: Inputs, mods: Mods, compute_dtype: torch.dtype,
-    probs_dtype: torch.dtype | None = None, probability_squares: torch.Tensor | None = None,
+    probs_dtype: torch.dtype | None = None, largest_pv_terms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``case`` computed in ``compute_dtype``; returns (out, lse) in it.
 
     With ``probs_dtype``, the unnormalized probabilities exp(s - rowmax) are rounded to it
     before the product with V (the normalizer is summed before rounding).
-    With ``probability_squares`` ([B, Hq, Sq], the golden's only), each row's sum_j P_ij^2
-    ms(V_j) (P normalized; ms: the mean square over the head dim) is written into it, for the
-    size of P's rounding (reference/probability_rounding.py): one more pass over P, 0.2-0.35
-    of the golden's time at S8192, where a pass of its own took 1.5-2.2 times it.
+    With ``largest_pv_terms`` ([B, Hq, Sq], the golden's only), each row's largest term of the
+    P V product, max_j P_ij^2 ms(V_j) (P normalized; ms: the mean square over the head dim),
+    is written into it, for the size of P's rounding (reference/probability_rounding.py): two
+    more passes over P, 0.37-0.54 of the golden's time at S8192 (docs/performance.md), where
+    a pass over the pair terms of its own took 1.5-2.2 times the golden.
     """
     keep_freed_heap()
     s = case.shape
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
     for chunk in query_chunks(case, inputs, mods, compute_dtype, addends_shared=True):
-        squares = None if probability_squares is None \
-            else probability_squares[chunk.b, :, chunk.rows]
+        largest = None if largest_pv_terms is None \
+            else largest_pv_terms[chunk.b, :, chunk.rows]  # a view: chunk.rows is a slice
         out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = \
-            _attend(chunk, mods, probs_dtype, squares)
+            _attend(chunk, mods, probs_dtype, largest)
         del chunk  # batch by batch, its K and V go before the next's are made (query_chunks)
     return out, lse
 
@@ -226,9 +227,9 @@ def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
-            squares_into: torch.Tensor | None = None):
+            largest_into: torch.Tensor | None = None):
     """Softmax attention of one query chunk over its kept key columns (and, given
-    ``squares_into``, [Hq, n], each row's sum_j P_ij^2 ms(V_j) written into it: golden only).
+    ``largest_into``, [Hq, n], each row's max_j P_ij^2 ms(V_j) written into it: golden only).
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
@@ -245,8 +246,8 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
     k_sel = k[:, keys]  # [Hkv, m, D]
     m = k_sel.shape[1]
     if m == 0:  # every row of the chunk is fully masked
-        if squares_into is not None:
-            squares_into.zero_()
+        if largest_into is not None:
+            largest_into.zero_()
         zeros = torch.zeros(hq, n, v.shape[-1], dtype=q.dtype, device=q.device)
         return zeros, torch.full((hq, n), -math.inf, dtype=q.dtype, device=q.device)
     golden = chunk.golden
@@ -270,15 +271,17 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
     d_v = v.shape[-1]
     if golden:  # one product gives P V and the normalizer, P 1 (P is never rounded here)
         assert probs_dtype is None, "the golden keeps its probabilities in float64"
+        assert largest_into is None or not probs.requires_grad, "the forward golden's only"
         out_and_denom = torch.bmm(probs.view(hkv, group * n, m), chunk.v_ones[:, keys])
         out_and_denom = out_and_denom.view(hq, n, -1)
         out, denom = out_and_denom[..., :d_v], out_and_denom[..., d_v:d_v + 1]
-        if squares_into is not None:  # P is not read again: squared in place
-            ms_v = chunk.v[:, keys].square().mean(-1, keepdim=True)  # [Hkv, m, 1]
-            squares_into.copy_(torch.bmm(probs.square_().view(hkv, group * n, m), ms_v)
-                               .view(hq, n).div_(torch.where(denom > 0, denom, 1.0)
-                                                 .squeeze(-1).square()))
+        if largest_into is not None:  # P is not read again: scaled in place
+            rms_v = chunk.v[:, keys].square().mean(-1).sqrt_().unsqueeze(1)  # [Hkv, 1, m]
+            largest = probs.view(hkv, group * n, m).mul_(rms_v).amax(-1).view(hq, n)
+            largest_into.copy_(largest.div_(torch.where(denom > 0, denom, 1.0).squeeze(-1))
+                               .square_())
     else:
+        assert largest_into is None, "the golden's only"
         denom = probs.sum(-1, keepdim=True)  # summed before the probabilities are rounded
         if probs_dtype is not None:
             probs = probs.to(probs_dtype).to(q.dtype)

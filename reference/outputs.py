@@ -110,6 +110,7 @@ def reference_to_dict(ref: Reference) -> dict:
     return {"out": _cpu(ref.out), "lse": None if ref.lse is None else _cpu(ref.lse),
             "grads": on_cpu(ref.grads), "row_noise": on_cpu(ref.row_noise),
             "unshared_noise": on_cpu(ref.unshared_noise),
+            "row_only_noise": on_cpu(ref.row_only_noise),
             "masked_overflow": None if ref.masked_overflow is None
             else reference_to_dict(ref.masked_overflow)}
 
@@ -120,7 +121,8 @@ def reference_from_dict(data: dict) -> Reference:
     other = data.get("masked_overflow")
     return Reference(data["out"], data.get("lse"), data.get("grads"), noise,
                      data.get("unshared_noise"),
-                     None if other is None else reference_from_dict(other))
+                     None if other is None else reference_from_dict(other),
+                     data.get("row_only_noise"))
 
 
 def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
@@ -136,4 +138,5 @@ def _tensors(outputs: CaseOutputs) -> list[torch.Tensor]:
         found += list((ref.grads or {}).values())
         found += list((ref.row_noise or {}).values())
         found += list((ref.unshared_noise or {}).values())
+        found += list((ref.row_only_noise or {}).values())
     return found

@@ -1,4 +1,4 @@
-"""How much rounding noise a correct kernel leaves in each row of a float32 output, and of
+"""How much rounding noise a correct kernel leaves in each row of an output, and of
 dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict can judge
 those rows by what a careful kernel can do. Five sources, summed per row
 (row_noise_magnitudes); the third, dS and P below float16's normal range
@@ -37,7 +37,7 @@ fails a row 1e-4 off), more with larger scores, as the roundings grow (docs/orac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -47,7 +47,8 @@ from cases.variants import Mods
 from reference.kernel import stacked_product
 from reference.overflow_rows import FLOAT32_LSE_RESOLVES
 from reference.pair_terms import PairTerms
-from reference.probability_rounding import probability_rounding_sizes
+from reference.gradient_roundings import GradientOperandRounding
+from reference.probability_rounding import probabilities_rounded, probability_rounding_sizes
 from reference.partial_sums import PartialSums, partial_sums_sized
 from reference.row_sizes import (DRAWS_COVERED, RowSizes, add_key_rows, mean_square,
                                  over_pairs, spacing)
@@ -71,15 +72,20 @@ class RowNoise:
     global and head rules add to the baseline's error element by element in quadrature,
     beside the factor (verdict._unshared_excess). The rest, what cancels and a float32
     kernel's other roundings, the baseline draws too, once: its error already holds it
-    there."""
+    there. ``row_only``: the roundings of a 16-bit kernel's product operands (P for P V,
+    reference/probability_rounding.py; dS and P in the gradients,
+    reference/gradient_roundings.py), which the baseline draws too but which in a row held
+    by a few terms can be far below a correct kernel's draw; the row rule alone adds them,
+    as the global and head rules, over many rows, judge them by the baseline's draw."""
 
     sizes: dict[str, torch.Tensor]
     unshared: dict[str, torch.Tensor]
+    row_only: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tensor,
                          lse: torch.Tensor, grad_out: torch.Tensor | None = None,
-                         probability_squares: torch.Tensor | None = None) -> RowNoise | None:
+                         largest_pv_terms: torch.Tensor | None = None) -> RowNoise | None:
     """Per row of the output (float32 cases) and, given dO, of dQ, dK and dV, the size of the
     noise a correct kernel leaves there beside the golden's own magnitude, in units of the
     case dtype's unit roundoff: what cancels in gradient rows (cancelling_magnitudes), what dS
@@ -90,10 +96,11 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     whose scores are large enough for them to count, _float32_roundings_sized; otherwise, in
     bfloat16 and float16 units it is 2^-16 and 2^-13 of itself, and the dtype's own roundings
     set those limits; added to fp16 runs with inputs x4 it moved no margin). With ``fwd+lse``,
-    the float32 lse's rows too (``lse``: the roundings of its scores, _LseRounding). Given
-    the golden's ``probability_squares`` (16-bit cases), the output rows also carry the size
-    of P's rounding for the P V product (reference/probability_rounding.py). None: nothing to
-    add."""
+    the float32 lse's rows too (``lse``: the roundings of its scores, _LseRounding). In
+    16-bit cases, for the row rule alone (RowNoise.row_only), the roundings of the product
+    operands: the output's from the golden's ``largest_pv_terms``
+    (reference/probability_rounding.py), the gradients' from the pair terms
+    (reference/gradient_roundings.py). None: nothing to add."""
     parts: list[RowSizes] = []
     if grad_out is not None:
         parts.append(_Cancelling(case, inputs))
@@ -107,22 +114,26 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
         parts.append(UnderflowSizes(case, inputs))
     if grad_out is not None and partial_sums_sized(case):
         parts.append(PartialSums(case, inputs))
+    if grad_out is not None and probabilities_rounded(case):
+        parts.append(GradientOperandRounding(case, inputs))
     noise: dict[str, torch.Tensor] = {}
+    row_only: dict[str, torch.Tensor] = {}
     unshared_var: dict[str, torch.Tensor] = {}
     for part, sizes in zip(parts, over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
-        if part.sized:
+        if part.row_only:
+            row_only = dict(row_only, **sizes)
+        elif part.sized:
             noise = dict(noise, **{name: size + noise.get(name, 0.0)
                                    for name, size in sizes.items()})
         if part.unshared:
             unshared_var = dict(unshared_var, **{
                 name: (size / part.draws).square() + unshared_var.get(name, 0.0)
                 for name, size in sizes.items()})
-    if probability_squares is not None:
-        rounding = probability_rounding_sizes(case, inputs, probability_squares)
-        noise = dict(noise, out=rounding + noise.get("out", 0.0))
-    if not noise and not unshared_var:
+    if largest_pv_terms is not None:
+        row_only["out"] = probability_rounding_sizes(largest_pv_terms)
+    if not noise and not unshared_var and not row_only:
         return None
-    return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()})
+    return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()}, row_only)
 
 
 #: A 16-bit case's float32 roundings are sized where a row's scores are so large (a fill

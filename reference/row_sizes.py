@@ -33,11 +33,13 @@ class RowSizes:
     """One kind of row size, summed chunk by chunk: ``add`` each chunk's PairTerms, then
     ``result``. A size is ``draws`` RMS of the noise; ``unshared``: the baseline's own
     computation does not draw that noise (row_noise.RowNoise); ``sized``: the size widens the
-    row rule (False: a noise another part's sizes already hold, counted only as unshared)."""
+    row rule (False: a noise another part's sizes already hold, counted only as unshared);
+    ``row_only``: the size widens the row rule alone (row_noise.RowNoise.row_only)."""
 
     draws: float = DRAWS_COVERED
     unshared: bool = False
     sized: bool = True
+    row_only: bool = False
 
     def add(self, t: PairTerms) -> None:
         raise NotImplementedError

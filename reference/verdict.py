@@ -77,10 +77,11 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     tol = TOLERANCES[case.dtype]
     noise = golden.row_noise or {}
     unshared = golden.unshared_noise or {}
+    row_only = golden.row_only_noise or {}
     hidden = rows_hidden_by_overflow(golden.lse, case.dtype)
     gold_out, base_out, as_masked = _masked_where_taken(golden.out, base.out, obs.out, hidden)
     verdict = _judge_tensor(gold_out, base_out, obs.out, tol, "output", noise.get("out"),
-                            unshared.get("out"))
+                            unshared.get("out"), row_only.get("out"))
     if hidden is not None:
         verdict.metrics.update(overflow_rows=int(hidden.sum()), overflow_rows_zero=as_masked)
     parts: list[tuple[str, Verdict]] = []
@@ -115,7 +116,8 @@ def _judge_gradient(name: str, golden: Reference, baseline: Reference, observed:
     for gold, base in answers:
         noise, unshared = gold.row_noise or {}, gold.unshared_noise or {}
         verdicts.append(_judge_tensor(gold.grads[name], base.grads[name], got, tol, name,
-                                      noise.get(name), unshared.get(name)))
+                                      noise.get(name), unshared.get(name),
+                                      (gold.row_only_noise or {}).get(name)))
         if verdicts[-1].passed:
             break
     verdict = verdicts[-1] if verdicts[-1].passed else verdicts[0]
@@ -177,17 +179,19 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any,
 
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
                   tol: Tolerance, what: str, row_noise: torch.Tensor | None = None,
-                  unshared_noise: torch.Tensor | None = None) -> Verdict:
+                  unshared_noise: torch.Tensor | None = None,
+                  row_only_noise: torch.Tensor | None = None) -> Verdict:
     """The three rules on one tensor; ``row_noise`` (the size of the noise a correct kernel
     leaves in each row, reference/row_noise.py) is added to each row's magnitude, which the
     dtype terms of the limits scale with; ``unshared_noise`` (one RMS of the part of it the
     baseline does not draw) enters the global and head limits as what it adds to the
-    baseline's error of each element in quadrature (_unshared_excess)."""
+    baseline's error of each element in quadrature (_unshared_excess); ``row_only_noise``
+    (RowNoise.row_only) is added to the row rule's floor alone, times u."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
-                                unshared_noise, tol)
+                                unshared_noise, row_only_noise, tol)
     return _decide(stats, tol, key_rows=what in ("dk", "dv"))
 
 
@@ -197,7 +201,7 @@ class _ErrorStats:
 
     row_rms_obs: torch.Tensor  # [B, H, S]
     row_rms_base: torch.Tensor
-    row_floor: torch.Tensor  # _row_floor, plus u times the row's row_noise
+    row_floor: torch.Tensor  # _row_floor, plus u times the row's row_noise and row_only noise
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
     head_sum_unshared: torch.Tensor  # what unshared noise adds to it (_unshared_excess)
@@ -215,7 +219,7 @@ class _ErrorStats:
     @classmethod
     def collect(cls, golden: torch.Tensor, baseline: torch.Tensor, observed: torch.Tensor,
                 row_noise: torch.Tensor | None, unshared_noise: torch.Tensor | None,
-                tol: Tolerance) -> "_ErrorStats":
+                row_only_noise: torch.Tensor | None, tol: Tolerance) -> "_ErrorStats":
         B, H, S, D = golden.shape
         unit_roundoff = tol.unit_roundoff
         rows_obs, rows_base, rows_floor, heads_obs, heads_base, heads_gold, excused = \
@@ -245,6 +249,8 @@ class _ErrorStats:
                 row_floor = row_floor + unit_roundoff * noise
                 magnitude_sum = magnitude_sum + D * noise.sum(-1)
                 head_excused = _noisiest_row_excused(err_obs, noise, D, unit_roundoff)
+            if row_only_noise is not None:
+                row_floor = row_floor + unit_roundoff * row_only_noise[b].to(torch.float64)
             rows_floor.append(row_floor)
             heads_obs.append(err_obs.sum((-1, -2)))
             excused.append(head_excused)
