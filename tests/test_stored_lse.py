@@ -85,7 +85,7 @@ def test_the_unshared_sizes_are_the_formula_and_the_row_sizes_do_not_move(monkey
 class _Nothing:
     """A row size that sizes nothing and is not unshared (the part taken out)."""
 
-    draws, unshared, sized = 1.0, False, False
+    draws, unshared, sized, row_only = 1.0, False, False, False
 
     def __init__(self, *args):
         pass
