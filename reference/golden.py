@@ -84,9 +84,11 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     order, float64 rounding; the forward is bit for bit the same).
 #: 34: the row rule's dtype term is at least an ulp of the row's largest element (over
 #:     sqrt(D)): a row whose size is in one element failed one rounding the other way.
-#: 35: 16-bit output rows carry, in the row rule only, 2 RMS of the rounding of their largest
-#:     P V term, and gradient rows of their largest dS K, dS^T Q and P^T dO terms.
-REFERENCE_VERSION = 35
+#: 35: 16-bit output rows carry 2 RMS of P's rounding for the P V product (summed over all
+#:     terms, in all three rules: too loose, an outside review).
+#: 36: ... instead, in the row rule only, 2 RMS of the rounding of their largest P V term,
+#:     and dQ rows of their largest dS K term.
+REFERENCE_VERSION = 36
 
 
 @dataclass(frozen=True)

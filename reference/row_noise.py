@@ -73,7 +73,7 @@ class RowNoise:
     beside the factor (verdict._unshared_excess). The rest, what cancels and a float32
     kernel's other roundings, the baseline draws too, once: its error already holds it
     there. ``row_only``: the roundings of a 16-bit kernel's product operands (P for P V,
-    reference/probability_rounding.py; dS and P in the gradients,
+    reference/probability_rounding.py; dS for dQ,
     reference/gradient_roundings.py), which the baseline draws too but which in a row held
     by a few terms can be far below a correct kernel's draw; the row rule alone adds them,
     as the global and head rules, over many rows, judge them by the baseline's draw."""

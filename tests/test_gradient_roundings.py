@@ -1,6 +1,6 @@
-"""The roundings of a 16-bit backward's operands, dS and P (reference/gradient_roundings.py):
-eager flex_attention's correct backward passes where its two roundings of dS failed dQ rows,
-and realistic gradient faults are still caught there."""
+"""The rounding of a 16-bit backward's dS for dQ (reference/gradient_roundings.py): eager
+flex_attention's correct backward passes where its roundings of dS failed dQ rows, and
+realistic gradient faults are still caught there."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,7 +18,7 @@ from tests.fa_style_backward import eager_backward
 #: The fuzzed case of tests/test_row_floor.py, backward: most rows held by two to five keys.
 _TOKEN, _SHAPE = "composed-scale2-cap20-alibi8", "b2-h4x1-s257x31-d8"
 
-#: Of seeds 300-999 per dtype, those where eager's dQ failed the row rule before the
+#: Of seeds 300-999 per dtype, those where eager's dQ failed the row rule before its
 #: roundings of dS were sized (1.02x, 1.19x; 1.11x, 1.02x, 1.06x).
 _FAILED_BEFORE = [("bf16", 641), ("bf16", 934), ("fp16", 352), ("fp16", 436), ("fp16", 945)]
 
@@ -54,8 +54,8 @@ def _one_row_off(grads: dict, name: str, factor: float, place: dict) -> dict:
                                          ("fp16", "dk"), ("fp16", "dv")])
 def test_a_gradients_busiest_row_three_percent_off_is_still_caught(name, dtype):
     """Eager's correct gradients with the row of largest golden norm 3% off: caught on the
-    three seeds, though those rows' limits now carry the roundings of their largest terms
-    (margins 1.09-17.4, 4-20% below what they were). Not bf16 dQ: 3% is 7.7 bf16 units in a
+    three seeds (dQ rows' limits now carry the roundings of their largest terms: margins
+    4-20% below what they were). Not bf16 dQ: 3% is 7.7 bf16 units in a
     row of two to five terms, within what a correct kernel's roundings reach there (0.88-1.44
     before, 0.75-1.09 now: caught on 1 of the 3 seeds, then and now)."""
     for seed in (300, 301, 302):
