@@ -3,8 +3,9 @@ dQ, dK and dV, where the row's own terms are few or cancel, so that the verdict 
 those rows by what a careful kernel can do. Five sources, summed per row
 (row_noise_magnitudes); the third, dS and P below float16's normal range
 (reference/underflow_noise.py), is described there, the fourth, partial sums over shared
-key/value heads, in reference/partial_sums.py, and the fifth, the rounding of P for the P V
-product in 16-bit outputs, in reference/probability_rounding.py:
+key/value heads, in reference/partial_sums.py, and the fifth, which the row rule alone adds,
+the rounding of P for the P V product in 16-bit outputs (reference/probability_rounding.py)
+and of dS for dQ (reference/gradient_roundings.py):
 
 What cancels (cancelling_magnitudes). dQ_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, with
 dP_ij = dO_i . v_j and delta_i = dO_i . O_i.
@@ -73,10 +74,10 @@ class RowNoise:
     beside the factor (verdict._unshared_excess). The rest, what cancels and a float32
     kernel's other roundings, the baseline draws too, once: its error already holds it
     there. ``row_only``: the roundings of a 16-bit kernel's product operands (P for P V,
-    reference/probability_rounding.py; dS for dQ,
-    reference/gradient_roundings.py), which the baseline draws too but which in a row held
-    by a few terms can be far below a correct kernel's draw; the row rule alone adds them,
-    as the global and head rules, over many rows, judge them by the baseline's draw."""
+    reference/probability_rounding.py; dS for dQ, reference/gradient_roundings.py), whose
+    draw in a row held by a few terms can be far above the baseline's (which draws P's too,
+    and not dS's); the row rule alone adds them, as the global and head rules, over many
+    rows, judge them by the baseline's error."""
 
     sizes: dict[str, torch.Tensor]
     unshared: dict[str, torch.Tensor]
@@ -99,7 +100,7 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     the float32 lse's rows too (``lse``: the roundings of its scores, _LseRounding). In
     16-bit cases, for the row rule alone (RowNoise.row_only), the roundings of the product
     operands: the output's from the golden's ``largest_pv_terms``
-    (reference/probability_rounding.py), the gradients' from the pair terms
+    (reference/probability_rounding.py), dQ's from the pair terms
     (reference/gradient_roundings.py). None: nothing to add."""
     parts: list[RowSizes] = []
     if grad_out is not None:
