@@ -121,17 +121,15 @@ def row_noise_magnitudes(case: Case, inputs: Inputs, mods: Mods, out: torch.Tens
     row_only: dict[str, torch.Tensor] = {}
     unshared_var: dict[str, torch.Tensor] = {}
     for part, sizes in zip(parts, over_pairs(case, inputs, mods, out, lse, grad_out, parts)):
-        if part.row_only:
-            row_only = dict(row_only, **sizes)
-        elif part.sized:
-            noise = dict(noise, **{name: size + noise.get(name, 0.0)
-                                   for name, size in sizes.items()})
+        if part.sized or part.row_only:
+            summed = row_only if part.row_only else noise
+            summed.update({name: size + summed.get(name, 0.0) for name, size in sizes.items()})
         if part.unshared:
             unshared_var = dict(unshared_var, **{
                 name: (size / part.draws).square() + unshared_var.get(name, 0.0)
                 for name, size in sizes.items()})
     if largest_pv_terms is not None:
-        row_only["out"] = probability_rounding_sizes(largest_pv_terms)
+        row_only["out"] = probability_rounding_sizes(largest_pv_terms) + row_only.get("out", 0.0)
     if not noise and not unshared_var and not row_only:
         return None
     return RowNoise(noise, {name: var.sqrt() for name, var in unshared_var.items()}, row_only)
