@@ -88,7 +88,9 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     terms, in all three rules: too loose, an outside review).
 #: 36: ... instead, in the row rule only, 2 RMS of the rounding of their largest P V term,
 #:     and dQ rows of their largest dS K term.
-REFERENCE_VERSION = 36
+#: 37: no P V term counted above (1 - P_max) / u rms(V_j): a row that sees one key gets no
+#:     size for P's rounding, a row that one key dominates the size of what the others weigh.
+REFERENCE_VERSION = 37
 
 
 @dataclass(frozen=True)
