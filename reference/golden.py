@@ -88,9 +88,11 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     terms, in all three rules: too loose, an outside review).
 #: 36: ... instead, in the row rule only, 2 RMS of the rounding of their largest P V term,
 #:     and dQ rows of their largest dS K term.
-#: 37: no P V term counted above (1 - P_max) / u rms(V_j): a row that sees one key gets no
-#:     size for P's rounding, a row that one key dominates the size of what the others weigh.
-REFERENCE_VERSION = 37
+#: 37: (one commit, 1b5ef51) rows held by one key sized by what their other keys weigh.
+#: 38: 36 again: a kernel whose running maximum is not the row's largest score (an integer
+#:     one in log2 units; a constant one under a softcap) rounds the largest probability at
+#:     another scale than 1, and failed in those rows (an outside review).
+REFERENCE_VERSION = 38
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,6 @@ from cases.pointwise import evaluate_score
 from cases.variants import Mods
 from reference.chunks import Chunk, chunk_addend, kept_key_indices, query_chunks
 from reference.heap import keep_freed_heap
-from reference.probability_rounding import largest_pv_terms as rows_largest_pv_terms
-from reference.probability_rounding import probability_unit
 
 
 #: The golden computes exp(x) as exp2(x * log2(e)), as flex_attention's Triton kernels compute
@@ -83,22 +81,20 @@ def chunked_attention(
     With ``probs_dtype``, the unnormalized probabilities exp(s - rowmax) are rounded to it
     before the product with V (the normalizer is summed before rounding).
     With ``largest_pv_terms`` ([B, Hq, Sq], the golden's only), each row's largest term of the
-    P V product, counted as reference/probability_rounding.largest_pv_terms counts it in the
-    case dtype's u, is written into it, for the size of P's rounding: two more passes over P
-    (three where the softmax is not shifted), 0.37-0.54 of the golden's time at S8192
-    (docs/performance.md), where a pass over the pair terms of its own took 1.5-2.2 times
-    the golden.
+    P V product, max_j P_ij^2 ms(V_j) (P normalized; ms: the mean square over the head dim),
+    is written into it, for the size of P's rounding (reference/probability_rounding.py): two
+    more passes over P, 0.37-0.54 of the golden's time at S8192 (docs/performance.md), where
+    a pass over the pair terms of its own took 1.5-2.2 times the golden.
     """
     keep_freed_heap()
     s = case.shape
-    unit = probability_unit(case) if largest_pv_terms is not None else None
     out = torch.empty(s.B, s.Hq, s.Sq, s.D, dtype=compute_dtype, device=inputs.q.device)
     lse = torch.empty(s.B, s.Hq, s.Sq, dtype=compute_dtype, device=inputs.q.device)
     for chunk in query_chunks(case, inputs, mods, compute_dtype, addends_shared=True):
         largest = None if largest_pv_terms is None \
             else largest_pv_terms[chunk.b, :, chunk.rows]  # a view: chunk.rows is a slice
         out[chunk.b, :, chunk.rows], lse[chunk.b, :, chunk.rows] = \
-            _attend(chunk, mods, probs_dtype, largest, unit)
+            _attend(chunk, mods, probs_dtype, largest)
         del chunk  # batch by batch, its K and V go before the next's are made (query_chunks)
     return out, lse
 
@@ -231,10 +227,9 @@ def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
-            largest_into: torch.Tensor | None = None, unit: float | None = None):
+            largest_into: torch.Tensor | None = None):
     """Softmax attention of one query chunk over its kept key columns (and, given
-    ``largest_into``, [Hq, n], each row's largest P V term written into it, in units of
-    ``unit``: probability_rounding.largest_pv_terms; golden only).
+    ``largest_into``, [Hq, n], each row's max_j P_ij^2 ms(V_j) written into it: golden only).
 
     Heads that share a key/value head are stacked along the rows, so both products are plain
     batched matmuls over the key/value heads with no copies. The golden (float64) folds the
@@ -281,8 +276,10 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
         out_and_denom = out_and_denom.view(hq, n, -1)
         out, denom = out_and_denom[..., :d_v], out_and_denom[..., d_v:d_v + 1]
         if largest_into is not None:  # P is not read again: scaled in place
-            largest_into.copy_(rows_largest_pv_terms(probs, denom, chunk.v[:, keys],
-                                                     row_max is not None, unit))
+            rms_v = chunk.v[:, keys].square().mean(-1).sqrt_().unsqueeze(1)  # [Hkv, 1, m]
+            largest = probs.view(hkv, group * n, m).mul_(rms_v).amax(-1).view(hq, n)
+            largest_into.copy_(largest.div_(torch.where(denom > 0, denom, 1.0).squeeze(-1))
+                               .square_())
     else:
         assert largest_into is None, "the golden's only"
         denom = probs.sum(-1, keepdim=True)  # summed before the probabilities are rounded

@@ -24,22 +24,15 @@ faults pass there (a float16 P rounded to bfloat16; a 16-bit P V accumulator). T
 term is never below float16's normal range where a row has at most 16,384 keys (its P is at
 least 1/16,384 = 2^-14).
 
-A row that one key holds, its other keys' probabilities summing to less than HELD_BY_ONE_KEY
-(1 - P_max, P normalized), gets the size of what those others weigh instead: (1 - P_max) / u for every term, at most. Its largest
-probability is rounded by at most 1 - P_max there, because every kernel rounds it from a
-value within that of 1, and 1 is representable: eager rounds its normalized P_max = 1 / sum;
-FlashAttention, the templates and the baseline round exp(0) = 1 exactly at the row's maximum.
-Each other term P_j <= 1 - P_max is rounded by at most u P_j. A row that sees one key (P = 1,
-its output V_j exactly) so gets no size: with it, causal row 0 scaled by 1.005 passed, and by
-1.01 on some bfloat16 seeds (an outside review). Only there: a kernel that rescales lazily
-(FlashAttention 4 keeps a stale maximum while the row's grows by less than 2^8, in log2
-units) rounds its largest term at another scale than 1, but only where a key seen before
-weighs at least 2^-8 of it."""
+Rows that one key holds keep the size too, even a row that sees one key, whose P is 1: a
+kernel whose running maximum is not the row's largest score (rounded up to an integer in log2
+units, or a constant under a softcap) rounds that P at another scale, by up to u of it.
+Bounding those rows by what their other keys weigh (REFERENCE_VERSION 37) failed such kernels
+(tests/test_largest_probability_scales.py; docs/oracle.md, "P's rounding")."""
 from __future__ import annotations
 
 import torch
 
-from cases.inputs import torch_dtype
 from cases.model import Case
 
 #: The size is this many RMS of the rounding of a row's largest term. Measured on the fuzzed
@@ -49,13 +42,6 @@ from cases.model import Case
 #: S128 and S256 cases fell by 9-17%, the global and head rules' not at all.
 P_DRAWS_COVERED = 2.0
 
-#: A row whose other keys' probabilities sum to less than this (1 - P_max) is held by its
-#: largest key alone (see the module): 2^-16, far below the 2^-9 that a lazy rescale leaves
-#: them at least (the key that set a stale maximum, at most 2^8 below the row's in log2
-#: units, weighs at least 2^-8 of the largest). tests/test_rows_held_by_one_key.py: a kernel
-#: twice as lazy (2^16) passes, and fails where rows held to 2^-8 counted.
-HELD_BY_ONE_KEY = 2.0 ** -16
-
 
 def probabilities_rounded(case: Case) -> bool:
     """Whether a correct kernel rounds ``case``'s probabilities for the P V product: in every
@@ -63,38 +49,9 @@ def probabilities_rounded(case: Case) -> bool:
     return case.dtype != "fp32"
 
 
-def probability_unit(case: Case) -> float:
-    """u of ``case``'s dtype (half its machine epsilon), the unit of the sizes here."""
-    return torch.finfo(torch_dtype(case.dtype)).eps / 2
-
-
-def largest_pv_terms(probs: torch.Tensor, denom: torch.Tensor, values: torch.Tensor,
-                     largest_is_one: bool, unit: float) -> torch.Tensor:
-    """[Hq, n]: per row of one golden chunk, its largest term max_j P_ij^2 ms(V_j) (P
-    normalized; ms: the mean square over the head dim), and in a row held by one key (1 -
-    P_max below HELD_BY_ONE_KEY) at most ((1 - P_max) / ``unit``)^2 max_j ms(V_j), the
-    maximum over the chunk's keys (see the module). ``probs`` [Hq, n, m] is the chunk's
-    unnormalized P (scaled in place: not read again), ``denom`` [Hq, n, 1] its row sums,
-    ``values`` [Hkv, m, D] the keys' V; ``largest_is_one``: each row's largest unnormalized
-    term is exactly 1 (the shifted softmax's exp2(0)), else it is found in a pass of its own.
-    Fully masked rows give 0."""
-    hq, n, m = probs.shape
-    hkv = values.shape[0]
-    ms_v = values.square().mean(-1)  # [Hkv, m]
-    sums = denom.squeeze(-1)
-    safe = torch.where(sums > 0, sums, 1.0)
-    top = 1.0 if largest_is_one else probs.amax(-1)
-    stacked = probs.view(hkv, -1, m)  # the query heads that share a key/value head, stacked
-    largest = stacked.mul_(ms_v.sqrt().unsqueeze(1)).amax(-1).view(hq, n).div_(safe)
-    rest = (sums - top).clamp_min_(0.0).div_(safe)  # 1 - P_max
-    bound = (rest / unit).square_().view(hkv, -1).mul_(ms_v.amax(-1, keepdim=True))
-    bound = torch.where(rest < HELD_BY_ONE_KEY, bound.view(hq, n), torch.inf)
-    return torch.minimum(largest.square_(), bound)
-
-
 def probability_rounding_sizes(largest_pv_terms: torch.Tensor) -> torch.Tensor:
     """[B, Hq, Sq] float32: per output row, P_DRAWS_COVERED RMS of the rounding of its largest
-    P V term, in units of the dtype's u, from the golden's largest terms per row (max_j
-    min(P_ij, (1 - P_max) / u)^2 ms(V_j): ``largest_pv_terms``, written by
-    reference/kernel.chunked_attention): a relative rounding of RMS at most u / sqrt(3)."""
+    P V term, in units of the dtype's u, from the golden's max_j P_ij^2 ms(V_j) per row
+    (``largest_pv_terms``, reference/kernel.chunked_attention): a relative rounding of RMS at
+    most u / sqrt(3)."""
     return (largest_pv_terms / 3.0).sqrt_().mul_(P_DRAWS_COVERED).float()
