@@ -76,8 +76,10 @@ class RowNoise:
     there. ``row_only``: the roundings of a 16-bit kernel's product operands (P for P V,
     reference/probability_rounding.py; dS for dQ, reference/gradient_roundings.py), whose
     draw in a row held by a few terms can be far above the baseline's (which draws P's too,
-    and not dS's); the row rule alone adds them, as the global and head rules, over many
-    rows, judge them by the baseline's error."""
+    and not dS's); the row rule alone takes them, as the global and head rules, over many
+    rows, judge them by the baseline's error: the output's (P's, a draw the baseline makes
+    too) in quadrature with its factor times the baseline's row error, dQ's (roundings the
+    baseline never makes) on top of it (verdict._decide)."""
 
     sizes: dict[str, torch.Tensor]
     unshared: dict[str, torch.Tensor]

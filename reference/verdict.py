@@ -15,7 +15,9 @@ implementation in the case dtype achieves on the same inputs), at three scales:
    NOISE_SHARE);
 3. per query row (b, h, q): RMS over the head dim of (O - G) <= row_factor * RMS of (R - G)
    + u * RMS(G row), u the dtype's unit roundoff, so one wrong row, a dropped key block or an
-   off-by-one at a mask boundary cannot hide in a mean.
+   off-by-one at a mask boundary cannot hide in a mean (plus the row's noise sizes,
+   reference/row_noise.py; the 16-bit output's size of P's rounding joins the first term in
+   quadrature, _judge_tensor).
 
 Any NaN or Inf where the golden is finite fails on its own. The same rules judge dQ, dK and
 dV of backward cases (rows are query rows of dQ, key rows of dK and dV). The log-sum-exp of
@@ -186,13 +188,19 @@ def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
     dtype terms of the limits scale with; ``unshared_noise`` (one RMS of the part of it the
     baseline does not draw) enters the global and head limits as what it adds to the
     baseline's error of each element in quadrature (_unshared_excess); ``row_only_noise``
-    (RowNoise.row_only) is added to the row rule's floor alone, times u."""
+    (RowNoise.row_only) enters the row rule alone, times u. The output's is P's rounding
+    (reference/probability_rounding.py), a draw the baseline makes too: it is combined in
+    quadrature with row_factor times the baseline's row error, the size of the draw that error
+    may lack where a few terms hold the row. Added on top, it widened rows of many keys too,
+    where the baseline's draw is a stable one: a bfloat16 row 1.5% off was caught in 59% of
+    rows against 99% before it was sized (docs/oracle.md). dQ's (dS's roundings,
+    reference/gradient_roundings.py) are roundings the baseline never makes: added on top."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
                                 unshared_noise, row_only_noise, tol)
-    return _decide(stats, tol, key_rows=what in ("dk", "dv"))
+    return _decide(stats, tol, key_rows=what in ("dk", "dv"), row_only_drawn=what == "output")
 
 
 @dataclass
@@ -201,7 +209,8 @@ class _ErrorStats:
 
     row_rms_obs: torch.Tensor  # [B, H, S]
     row_rms_base: torch.Tensor
-    row_floor: torch.Tensor  # _row_floor, plus u times the row's row_noise and row_only noise
+    row_floor: torch.Tensor  # _row_floor, plus u times the row's row_noise
+    row_only: torch.Tensor  # u times the row's row_only noise (0 without it)
     head_sum_obs: torch.Tensor  # [B, H]
     head_sum_base: torch.Tensor
     head_sum_unshared: torch.Tensor  # what unshared noise adds to it (_unshared_excess)
@@ -224,6 +233,7 @@ class _ErrorStats:
         unit_roundoff = tol.unit_roundoff
         rows_obs, rows_base, rows_floor, heads_obs, heads_base, heads_gold, excused = \
             [], [], [], [], [], [], []
+        rows_only = []
         heads_unshared = []
         max_err, max_place = -1.0, (0, 0, 0, 0)
         nan_count = inf_count = 0
@@ -249,8 +259,8 @@ class _ErrorStats:
                 row_floor = row_floor + unit_roundoff * noise
                 magnitude_sum = magnitude_sum + D * noise.sum(-1)
                 head_excused = _noisiest_row_excused(err_obs, noise, D, unit_roundoff)
-            if row_only_noise is not None:
-                row_floor = row_floor + unit_roundoff * row_only_noise[b].to(torch.float64)
+            rows_only.append(torch.zeros_like(row_floor) if row_only_noise is None
+                             else unit_roundoff * row_only_noise[b].to(torch.float64))
             rows_floor.append(row_floor)
             heads_obs.append(err_obs.sum((-1, -2)))
             excused.append(head_excused)
@@ -264,7 +274,8 @@ class _ErrorStats:
                 max_place = (b, *flat_place(flat, (H, S, D)))
         return cls(
             torch.stack(rows_obs), torch.stack(rows_base), torch.stack(rows_floor),
-            torch.stack(heads_obs), torch.stack(heads_base), torch.stack(heads_unshared),
+            torch.stack(rows_only), torch.stack(heads_obs), torch.stack(heads_base),
+            torch.stack(heads_unshared),
             torch.stack(heads_gold),
             torch.stack(excused), S, S * D,
             max(max_err, 0.0), tuple(int(x) for x in max_place),
@@ -348,9 +359,11 @@ def _unshared_excess(err_base: torch.Tensor, unshared_noise: torch.Tensor | None
     return (torch.hypot(err_base, noise) - err_base).sum((-1, -2))
 
 
-def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
+def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False,
+            row_only_drawn: bool = False) -> Verdict:
     """The three rules' verdict; ``key_rows``: rows are keys (dK, dV), which the summary says
-    (the metrics' places keep the key ``q`` for the row index either way)."""
+    (the metrics' places keep the key ``q`` for the row index either way). The row rule's
+    own noise (RowNoise.row_only) joins it as _judge_tensor says, by ``row_only_drawn``."""
     factor = 1.0 + tol.fudge
     n_heads = st.head_sum_obs.numel()
     mean_obs = float(st.head_sum_obs.sum()) / (n_heads * st.elements_per_head)
@@ -367,7 +380,10 @@ def _decide(st: _ErrorStats, tol: Tolerance, key_rows: bool = False) -> Verdict:
     head_margins = head_obs / (factor * head_base + head_floor)
     worst_head = _argmax(head_margins)
 
-    row_limit = tol.row_factor * st.row_rms_base + st.row_floor
+    if row_only_drawn:  # a draw the baseline made too: what its own draw may lack of it
+        row_limit = torch.hypot(tol.row_factor * st.row_rms_base, st.row_only) + st.row_floor
+    else:  # roundings the baseline never makes: on top of what it draws
+        row_limit = tol.row_factor * st.row_rms_base + st.row_only + st.row_floor
     row_limit = row_limit.clamp_min(tol.atol)
     row_margins = st.row_rms_obs / row_limit
     worst_row = _argmax(row_margins)

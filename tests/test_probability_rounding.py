@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from cases import variants
 from cases.composed import variant_from_token
 from cases.inputs import make_inputs, torch_dtype
 from cases.model import Case, Shape
@@ -99,7 +101,8 @@ def _judged_kernel(dtype: str, seed: int, bits_short: int = 0):
 
 
 #: Of seeds 0-299 per dtype, those where the kernel that rounds P at its own scale failed the
-#: row rule before its rounding was sized (1.06x; 1.15x and 1.02x); 0.49-0.55 now, the worst.
+#: row rule before its rounding was sized (1.06x; 1.15x and 1.02x); 0.59-0.80 now, and 0.80
+#: the worst of all 300 in fp16 (0.66 in bf16).
 _FAILED_BEFORE = [("bf16", 12), ("fp16", 226), ("fp16", 261)]
 
 
@@ -108,7 +111,7 @@ def test_a_kernel_that_rounds_p_at_another_scale_passes_where_it_failed(dtype, s
     case, golden, baseline, observed = _judged_kernel(dtype, seed)
     verdict = judge(case, golden, baseline, observed)
     assert verdict.passed, verdict.summary
-    assert verdict.metrics["worst_row_margin"] < 0.7
+    assert verdict.metrics["worst_row_margin"] < 0.85
     unsized = judge(case, replace(golden, row_only_noise=None), baseline, observed)
     assert not unsized.passed and unsized.metrics["failed_rules"] == ["row"]
 
@@ -185,3 +188,27 @@ def test_a_float16_kernel_that_rounds_p_to_bfloat16_is_caught_when_decoding(seed
                                torch.float32, probs_dtype=torch.bfloat16)
     verdict = judge(case, golden, baseline, Reference(out.to(torch.float16)))
     assert not verdict.passed
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("variant", ["alibi", "document"])
+def test_rows_of_many_keys_one_and_a_half_percent_off_are_caught(variant):
+    """The size joins the row rule in quadrature with 4 times the baseline's row error, which
+    is a stable draw where many keys hold a row: eager's correct bfloat16 output passes, and
+    of 40 of its rows (5 per head) scaled by 1.015, 40 fail (ALiBi) and 38 (document, whose
+    first rows see a few keys). Added on top of it, the size let 22 and 23 of them pass."""
+    case = Case(getattr(variants, variant)(), Shape.parse("b1-h8x8-s256x256-d128"), "bf16",
+                mode="fwd")
+    inputs = make_inputs(case, 5)
+    golden, baseline = reference_pair(case, inputs)
+    mods = build_mods(case.variant, case.shape)
+    block_mask = create_block_mask(mods.mask_mod, None, None, 256, 256, "cpu")
+    out = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
+                         block_mask=block_mask)
+    assert judge(case, golden, baseline, out).metrics["failing_rows"] == 0
+    rows = torch.randperm(256, generator=torch.Generator().manual_seed(1))[:40]
+    faulty = out.clone()
+    for h in range(8):
+        picked = rows[5 * h:5 * h + 5]
+        faulty[0, h, picked] = (out[0, h, picked].double() * 1.015).to(out.dtype)
+    assert judge(case, golden, baseline, faulty).metrics["failing_rows"] >= 36
