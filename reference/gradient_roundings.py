@@ -30,19 +30,22 @@ import torch
 from cases.inputs import Inputs
 from cases.model import Case
 from reference.pair_terms import PairTerms
-from reference.probability_rounding import P_DRAWS_COVERED
 from reference.row_sizes import RowSizes, mean_square
 
 #: The roundings of each dS_ij sized: an allowance measured on eager (above), not a count.
 DS_ROUNDINGS = 2
 
+#: The size is this many RMS of those roundings of a row's largest term: 2, as P's was while
+#: it too was added on top of the baseline's row error (reference/probability_rounding.py).
+DS_DRAWS_COVERED = 2.0
+
 
 class GradientOperandRounding(RowSizes):
-    """Per dQ row, P_DRAWS_COVERED RMS of the roundings of its largest term (see the module),
+    """Per dQ row, DS_DRAWS_COVERED RMS of the roundings of its largest term (see the module),
     scale^2 DS_ROUNDINGS max_j dS_ij^2 ms(k_j) / 3 under the root, in units of the dtype's u,
     chunk by chunk. The row rule alone adds it (row_noise.RowNoise.row_only)."""
 
-    draws = P_DRAWS_COVERED
+    draws = DS_DRAWS_COVERED
     row_only = True
 
     def __init__(self, case: Case, inputs: Inputs):

@@ -101,8 +101,8 @@ def _judged_kernel(dtype: str, seed: int, bits_short: int = 0):
 
 
 #: Of seeds 0-299 per dtype, those where the kernel that rounds P at its own scale failed the
-#: row rule before its rounding was sized (1.06x; 1.15x and 1.02x); 0.59-0.80 now, and 0.80
-#: the worst of all 300 in fp16 (0.66 in bf16).
+#: row rule before its rounding was sized (1.06x; 1.15x and 1.02x); 0.53-0.71 now, and 0.71
+#: the worst of all 300 in fp16 (0.61 in bf16).
 _FAILED_BEFORE = [("bf16", 12), ("fp16", 226), ("fp16", 261)]
 
 
@@ -111,7 +111,7 @@ def test_a_kernel_that_rounds_p_at_another_scale_passes_where_it_failed(dtype, s
     case, golden, baseline, observed = _judged_kernel(dtype, seed)
     verdict = judge(case, golden, baseline, observed)
     assert verdict.passed, verdict.summary
-    assert verdict.metrics["worst_row_margin"] < 0.85
+    assert verdict.metrics["worst_row_margin"] < 0.75
     unsized = judge(case, replace(golden, row_only_noise=None), baseline, observed)
     assert not unsized.passed and unsized.metrics["failed_rules"] == ["row"]
 

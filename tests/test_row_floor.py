@@ -133,8 +133,8 @@ def test_eagers_rounding_of_p_passes_where_it_failed(dtype, seed):
     """Eager's correct output on the same fuzzed case failed one row on these seeds (1.27x,
     1.13x and 1.17x) until the rows carried the size of P's rounding: eager rounds the
     normalized P, the baseline exp(s - rowmax), two draws of one noise, and where two to five
-    keys hold a row the baseline's was a tenth of eager's. 0.68-0.78 of their limits now."""
+    keys hold a row the baseline's was a tenth of eager's. 0.59-0.68 of their limits now."""
     verdict = _eager_on_the_fuzzed_case(dtype, seed)
     assert verdict.passed, verdict.summary
-    assert verdict.metrics["worst_row_margin"] < 0.85
+    assert verdict.metrics["worst_row_margin"] < 0.75
     assert not _eager_on_the_fuzzed_case(dtype, seed, p_rounding_sized=False).passed
