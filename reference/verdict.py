@@ -83,7 +83,7 @@ def judge(case: Case, golden: Reference, baseline: torch.Tensor | Reference,
     hidden = rows_hidden_by_overflow(golden.lse, case.dtype)
     gold_out, base_out, as_masked = _masked_where_taken(golden.out, base.out, obs.out, hidden)
     verdict = _judge_tensor(gold_out, base_out, obs.out, tol, "output", noise.get("out"),
-                            unshared.get("out"), row_only.get("out"))
+                            unshared.get("out"), row_only.get("out"), row_only_drawn=True)
     if hidden is not None:
         verdict.metrics.update(overflow_rows=int(hidden.sum()), overflow_rows_zero=as_masked)
     parts: list[tuple[str, Verdict]] = []
@@ -182,25 +182,27 @@ def _malformed(what: str, golden: torch.Tensor, observed: Any,
 def _judge_tensor(golden: torch.Tensor, baseline: torch.Tensor, observed: Any,
                   tol: Tolerance, what: str, row_noise: torch.Tensor | None = None,
                   unshared_noise: torch.Tensor | None = None,
-                  row_only_noise: torch.Tensor | None = None) -> Verdict:
+                  row_only_noise: torch.Tensor | None = None,
+                  row_only_drawn: bool = False) -> Verdict:
     """The three rules on one tensor; ``row_noise`` (the size of the noise a correct kernel
     leaves in each row, reference/row_noise.py) is added to each row's magnitude, which the
     dtype terms of the limits scale with; ``unshared_noise`` (one RMS of the part of it the
     baseline does not draw) enters the global and head limits as what it adds to the
     baseline's error of each element in quadrature (_unshared_excess); ``row_only_noise``
     (RowNoise.row_only) enters the row rule alone, times u. The output's is P's rounding
-    (reference/probability_rounding.py), a draw the baseline makes too: it is combined in
-    quadrature with row_factor times the baseline's row error, the size of the draw that error
-    may lack where a few terms hold the row. Added on top, it widened rows of many keys too,
-    where the baseline's draw is a stable one: a bfloat16 row 1.5% off was caught in 59% of
-    rows against 99% before it was sized (docs/oracle.md). dQ's (dS's roundings,
+    (reference/probability_rounding.py), a draw the baseline makes too (``row_only_drawn``,
+    as judge passes it): it is combined in quadrature with row_factor times the baseline's
+    row error, the size of the draw that error may lack where a few terms hold the row. Added
+    on top, it widened rows of many keys too, where the baseline's draw is a stable one: a
+    bfloat16 row 1.5% off was caught in 59% of rows against 99% before it was sized
+    (docs/oracle.md). dQ's (dS's roundings,
     reference/gradient_roundings.py) are roundings the baseline never makes: added on top."""
     malformed = _malformed(what, golden, observed, baseline.dtype)
     if malformed:
         return malformed
     stats = _ErrorStats.collect(golden, baseline, observed.detach().cpu(), row_noise,
                                 unshared_noise, row_only_noise, tol)
-    return _decide(stats, tol, key_rows=what in ("dk", "dv"), row_only_drawn=what == "output")
+    return _decide(stats, tol, key_rows=what in ("dk", "dv"), row_only_drawn=row_only_drawn)
 
 
 @dataclass

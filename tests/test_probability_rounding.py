@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 
 from cases import variants
 from cases.composed import variant_from_token
@@ -22,6 +22,7 @@ from reference.pair_terms import pair_terms
 from reference.probability_rounding import P_DRAWS_COVERED
 from reference.row_noise import float32_rounding_magnitudes
 from reference.verdict import judge
+from tests.fa_style_backward import block_mask_of
 
 #: ``scale2`` at D 8 with 31 keys: most rows are held by two to five keys (as in the fuzzed
 #: case eager failed, docs/oracle.md), and the scores are q k^T * 2 / sqrt(8), easy to write.
@@ -201,10 +202,9 @@ def test_rows_of_many_keys_one_and_a_half_percent_off_are_caught(variant):
                 mode="fwd")
     inputs = make_inputs(case, 5)
     golden, baseline = reference_pair(case, inputs)
-    mods = build_mods(case.variant, case.shape)
-    block_mask = create_block_mask(mods.mask_mod, None, None, 256, 256, "cpu")
-    out = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
-                         block_mask=block_mask)
+    out = flex_attention(inputs.q, inputs.k, inputs.v,
+                         score_mod=build_mods(case.variant, case.shape).score_mod,
+                         block_mask=block_mask_of(case))
     assert judge(case, golden, baseline, out).metrics["failing_rows"] == 0
     rows = torch.randperm(256, generator=torch.Generator().manual_seed(1))[:40]
     faulty = out.clone()
