@@ -306,7 +306,8 @@ class RunLifecycle:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
         tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         of = "" if complete or not expected else f" of {len(expected)} selected"
-        self.summary_lines.append(f"{len(results.records)}{of} cases on {self.backend.name}: "
+        cases = "case" if len(results.records) == 1 and not of else "cases"
+        self.summary_lines.append(f"{len(results.records)}{of} {cases} on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
         if finished_first:

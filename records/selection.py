@@ -90,6 +90,23 @@ def selection_of(run: RunResults) -> Selection:
                      markexpr=None, shard=options.get("shard"), case_ids=None, recorded=False)
 
 
+def selected_without_record(run: RunResults) -> tuple[int, int] | None:
+    """(cases without a record, cases selected) of a run whose selection names cases its
+    records lack; None when each has its record (or the selection is unknown). A complete run
+    with any lacking is an edited or damaged file: the gate refuses it, and its report does
+    not call it conforming. A shard's recorded case_ids are the whole run's, so a shard is
+    held to its own count (selected_count)."""
+    recorded = {r.case_id for r in run.records}
+    selection = selection_of(run)
+    if selection.case_ids and not selection.shard:
+        missing = sum(cid not in recorded for cid in selection.case_ids)
+        return (missing, len(selection.case_ids)) if missing else None
+    selected = run.selected_count
+    if isinstance(selected, int) and not isinstance(selected, bool) and selected > len(recorded):
+        return selected - len(recorded), selected
+    return None
+
+
 def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINITION,
                      ) -> tuple[str, str, str] | None:
     """(what, a's value, b's value), as text for people, of the first of ``fields`` in which

@@ -9,7 +9,8 @@ import shlex
 from dataclasses import replace
 
 from records.results import RunResults
-from records.selection import DEFINITION, first_difference, selection_of
+from records.selection import (DEFINITION, first_difference, selected_without_record,
+                               selection_of)
 from records.text import one_line
 
 
@@ -78,24 +79,10 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
     if shard:
         return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
                 f"merge) and {use} the merged file")
-    lacking = _selected_without_record(run)  # a shard's selection is the whole run's
+    lacking = selected_without_record(run)
     if lacking:  # complete says every selected case has one: an edited or damaged file
         return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
                 f"record (an edited or damaged file); {use} a results file a run wrote")
-    return None
-
-
-def _selected_without_record(run: RunResults) -> tuple[int, int] | None:
-    """(cases without a record, cases selected) of a run whose selection names more cases
-    than its records hold; None when every selected case has its record."""
-    recorded = {r.case_id for r in run.records}
-    ids = selection_of(run).case_ids
-    if ids:
-        missing = sum(cid not in recorded for cid in ids)
-        return (missing, len(ids)) if missing else None
-    selected = run.selected_count
-    if isinstance(selected, int) and selected > len(recorded):
-        return selected - len(recorded), selected
     return None
 
 

@@ -10,7 +10,7 @@ from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.metrics import took_masked_answer
 from records.results import Label, Record, RunResults
-from records.selection import matrix_selects
+from records.selection import matrix_selects, selected_without_record
 from conformance.run_info import shell_command
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
@@ -49,6 +49,9 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
     if not results.complete:
         held = records_held(results)
         parts.append(f"run INCOMPLETE: {held}" if held else "run INCOMPLETE")
+    elif lacking := selected_without_record(results):
+        parts.append(f"file DAMAGED: it says complete, but {lacking[0]} of its {lacking[1]} "
+                     "selected cases have no record (an edited or damaged file)")
     return " · ".join(parts)
 
 
@@ -68,8 +71,10 @@ def records_held(results: RunResults) -> str:
 def conforms(results: RunResults) -> bool:
     """dEQP rule: a run conforms when it is complete and every label is acceptable. A
     compile-only pass never conforms: it judged no numbers; nor does a run of no case (an
-    empty --shard part)."""
+    empty --shard part), nor a file that says complete but lacks records of its selection
+    (edited or damaged: the gate refuses it too)."""
     return (results.complete and not is_compile_pass(results) and bool(results.records)
+            and selected_without_record(results) is None
             and all(r.label.acceptable for r in results.records))
 
 
