@@ -104,10 +104,16 @@ class CaseFailed(Exception):
 
 
 def _guard(phase: Phase, fn: Callable[[], Any], harness: bool = False, backend=None) -> Any:
+    """``fn()``; its exception as a CaseFailed of ``phase``: the suite's fault where
+    ``harness`` (the suite's own code: inputs, mods), except running out of memory, which is
+    never the suite's or the mod's fault (docs/labels.md), else as classify_exception says."""
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a labelled event
-        outcome = Outcome.HARNESS if harness else classify_exception(exc, backend)
+        from records.errors import is_out_of_memory
+
+        outcome = (Outcome.OOM if harness and is_out_of_memory(exc)
+                   else Outcome.HARNESS if harness else classify_exception(exc, backend))
         raise CaseFailed(phase, outcome, exc) from exc
 
 
