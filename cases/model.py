@@ -20,6 +20,13 @@ MODES = ("fwd", "fwd+lse", "fwd+bwd")
 
 _SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
 
+#: The largest value of a shape field, and the most elements an operand (q, k, v, the output)
+#: may have: far beyond any device, but within torch's signed 64-bit sizes, so a shape too
+#: large for the host runs out of memory (OUT_OF_MEMORY) instead of overflowing inside torch
+#: (a harness error); a larger one is refused where the case is read.
+LARGEST_DIMENSION = 2 ** 31 - 1
+LARGEST_OPERAND_ELEMENTS = 2 ** 56
+
 
 #: The id of a fuzzed example's record: ``fuzz/`` then the case's own id. The case (and so its
 #: inputs, golden and spec) is the same as without the prefix; the prefix says where the
@@ -64,6 +71,16 @@ class Shape:
         for name in ("B", "Hq", "Hkv", "Sq", "Skv", "D", "Bkv"):
             if getattr(self, name) < 1:
                 raise ValueError(f"shape {name}={getattr(self, name)} must be >= 1")
+            if getattr(self, name) > LARGEST_DIMENSION:
+                raise ValueError(f"shape {name}={getattr(self, name)} is above "
+                                 f"{LARGEST_DIMENSION}; give a size a device can hold")
+        for operand, dims in (("q", ("B", "Hq", "Sq", "D")), ("k", ("Bkv", "Hkv", "Skv", "D"))):
+            elements = 1
+            for name in dims:
+                elements *= getattr(self, name)
+            if elements > LARGEST_OPERAND_ELEMENTS:
+                raise ValueError(f"shape {'*'.join(dims)} = {elements} elements of {operand}, "
+                                 f"above 2^56; give smaller dimensions")
         if self.Hq % self.Hkv:
             raise ValueError(f"Hq={self.Hq} must be a multiple of Hkv={self.Hkv} (GQA)")
         if self.Bkv not in (1, self.B):

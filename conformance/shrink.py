@@ -188,6 +188,7 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     """A case from a case id (the catalog's, a composed variant's or a case module's) or from a
     case spec file (its first case). ValueError, one line, when it is none of these."""
     from cases.catalog import PROFILES, find_case, matrix
+    from cases.catalog_params import param_problem
     from cases.custom import import_case_modules, load_case_modules
     from cases.names import entry_point_case_modules
     from cases.variants import registered_variants
@@ -215,6 +216,9 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
         variant = (composed.variant_from_token(parts[0]) if parts[0].startswith(composed.NAME)
                    else _variant_of_token(parts[0], {c.variant for c in pool}))
         if variant is not None:
+            problem = param_problem(variant)  # as a spec file of the case is refused
+            if problem is not None:
+                raise ValueError(f"case {text!r}: variant {variant.name!r}: {problem}")
             scale = int(parts[4][1:]) if len(parts) == 5 and parts[4][1:].isdigit() else 1
             return Case(variant, Shape.parse(parts[1]), parts[2], parts[3], scale)
     raise ValueError(f"no case with id {text!r}: its variant {parts[0]!r} is none of the "

@@ -57,6 +57,14 @@ def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
     ({"variant": "sliding_window", "params": {"w": -5}},
      "case 0: variant 'sliding_window': its w is -5; give a whole number from 1 to 2147483647 "
      "(the window's length in keys)"),
+    # an outside audit: a D of 10^20 ran, a HARNESS_ERROR (torch's size overflowed) with a
+    # C++ stack after it
+    ({"shape": {"B": 1, "Hq": 2, "Hkv": 2, "Sq": 64, "Skv": 64, "D": 10 ** 20}},
+     "case 0 is not a valid case spec (shape D=100000000000000000000 is above 2147483647; give "
+     "a size a device can hold); write the fields of Case.to_json (docs/cases.md)"),
+    ({"shape": {"B": 4096, "Hq": 4096, "Hkv": 1, "Sq": 2 ** 31 - 1, "Skv": 64, "D": 4096}},
+     "case 0 is not a valid case spec (shape B*Hq*Sq*D = 147573952520956936192 elements of q, "
+     "above 2^56; give smaller dimensions); write the fields of Case.to_json (docs/cases.md)"),
 ])
 def test_a_case_spec_with_a_misspelt_or_mistyped_field_is_one_line(tmp_path, change, line):
     """A misspelt input_scale made an x4 case an x1 case that passed; an unknown variant was

@@ -259,6 +259,14 @@ def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_pa
     with pytest.raises(ValueError, match=r"^no case with id 'nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd':"
                                          r" its variant 'nosuch-v1' is none of the matrices'"):
         case_from_argument("nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd")
+    # by id, a parameter out of the catalog's range ran (w0: PASS), while its spec file was
+    # refused (an outside audit); a shape beyond torch's sizes overflowed inside the case
+    with pytest.raises(ValueError, match=r"^case 'sliding_window-w0/b1-h8x8-s128x128-d128/bf16/"
+                                         r"fwd': variant 'sliding_window': its w is 0; give a "
+                                         r"whole number from 1 to 2147483647"):
+        case_from_argument("sliding_window-w0/b1-h8x8-s128x128-d128/bf16/fwd")
+    with pytest.raises(ValueError, match=r"^shape D=100000000000000000000 is above 2147483647"):
+        case_from_argument("full/b1-h1x1-s8x8-d100000000000000000000/bf16/fwd")
     specs = tmp_path / "five.json"
     specs.write_text(json.dumps([Case(Variant("full"), Shape(1, 1, 1, 8 * n, 8 * n, 8)).to_json()
                                  for n in range(1, 6)]))
