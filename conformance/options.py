@@ -404,18 +404,25 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def parse_size(option: str, text: str) -> int:
-    """Bytes from ``16G``, ``16GiB``, ``512M``, ``1000000`` or ``75%`` (of the machine's RAM)."""
+    """Bytes from ``16G``, ``16GiB``, ``512M``, ``1000000B`` or ``75%`` (of the machine's
+    RAM). A number without a unit is refused: ``--memory-budget 16`` was taken as 16 bytes,
+    which ran every case alone, and said nothing (an outside audit); so is a size below one
+    byte (``0.5B``)."""
     from conformance.memory_gate import machine_memory_bytes
 
     t = str(text).strip().lower()
     percent = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", t)
     if percent and 0 < float(percent.group(1)) <= 100:
         return int(machine_memory_bytes() * float(percent.group(1)) / 100)
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", t)
-    if not m or float(m.group(1)) <= 0:
+    if re.fullmatch(r"\d+(?:\.\d+)?", t):
+        raise ValueError(f"{option} {text!r} has no unit; write e.g. {option} {t}G, {t}M, or "
+                         f"{t}B for bytes")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)", t)
+    size = int(float(m.group(1)) * _UNITS[m.group(2) or ""]) if m else 0
+    if size < 1:
         raise ValueError(f"{option} {text!r} is not a size; write bytes with a unit "
                          f"(e.g. {option} 16G) or a share of RAM (e.g. {option} 75%)")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    return size
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
