@@ -148,11 +148,14 @@ def _variant_module(variant: str, options: dict, extra: list[str]) -> str | None
     from cases.names import entry_point_case_modules
     from cases.variants import registered_variants
 
+    # the modules given on this command line must import, as pytest, list and shrink ask,
+    # even where the case's variant is the suite's own (a misspelt one was ignored silently)
+    import_case_modules(list(extra))
     if variant not in registered_variants():
         run_modules = options.get("cases_modules") or options.get("cases_module") or []
         if isinstance(run_modules, str):
             run_modules = [run_modules]
-        import_case_modules(list(extra) + list(run_modules) + entry_point_case_modules())
+        import_case_modules(list(run_modules) + entry_point_case_modules())
     try:
         module = defining_module(variant)
     except ValueError:

@@ -191,6 +191,19 @@ def test_unknown_case_is_a_one_line_error(broken_run, tmp_path, capsys):
     assert "\n" not in err and not (tmp_path / "r.py").exists()
 
 
+def test_a_cases_module_that_cannot_be_found_is_refused_for_a_built_in_case_too(tmp_path,
+                                                                               capsys):
+    """It wrote the script and exited 0 where the case's variant is the suite's own, while
+    pytest, list and shrink refuse the same --cases-module (an outside audit)."""
+    out = tmp_path / "r.py"
+    assert main(["repro", str(recorded_run(tmp_path)), BROKEN.id, "-o", str(out),
+                 "--cases-module", "nope_mod"]) == 2
+    assert capsys.readouterr().err.strip() == ("flexconf repro: error: case module 'nope_mod' "
+                                               "cannot be found; install it or put its "
+                                               "directory on PYTHONPATH")
+    assert not out.exists()
+
+
 def recorded_run(tmp_path: Path) -> Path:
     """A run of BROKEN on WRONG as results.json records it (no execution needed)."""
     return write_run(tmp_path / "results.json",
