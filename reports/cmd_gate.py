@@ -12,6 +12,7 @@ bad input before anything is judged.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -151,10 +152,43 @@ def prepare_outputs(args: argparse.Namespace) -> tuple[set[str], list[str]]:
         elif clash:
             problems.append(f"{flag} {one_line(path)}: it is the {clash} file, which the gate "
                             f"would overwrite; give another path, e.g. {flag} {example}")
+        elif not _the_gates_to_overwrite(Path(path), attribute):
+            problems.append(f"{flag} {one_line(path)}: it exists and is not a file flexconf "
+                            f"gate wrote (it would be overwritten); give another path, e.g. "
+                            f"{flag} {example}")
         else:
             usable.add(attribute)
             written[Path(path).resolve()] = flag
     return usable, problems
+
+
+#: How each output the gate writes begins (its JSON is read whole: reformatting keeps it).
+_MARKDOWN_HEAD, _JUNIT_HEAD = "## Release gate: ", '<testsuites name="flexconf gate"'
+
+
+def _the_gates_to_overwrite(path: Path, attribute: str) -> bool:
+    """Whether the gate may write its ``attribute`` output (markdown, json, junit) over
+    ``path``: it does not exist, is empty or no regular file (/dev/null is written into), or
+    is that output of an earlier gate, whose verdict it replaces. Anything else would be lost:
+    --markdown /etc/passwd replaced the machine's users, as root (an outside audit); repro -o
+    and report -o refuse the same."""
+    if not path.is_file():
+        return True
+    try:
+        if path.stat().st_size == 0:
+            return True
+        if attribute == "json":
+            from reports.gate_json import SCHEMA_NAME
+
+            data = json.loads(path.read_bytes())
+            return isinstance(data, dict) and data.get("schema") == SCHEMA_NAME
+        with open(path, "rb") as f:
+            head = f.read(256).decode("utf-8", errors="replace")
+    except (OSError, ValueError, RecursionError):
+        return False
+    if attribute == "markdown":
+        return head.startswith(_MARKDOWN_HEAD)
+    return _JUNIT_HEAD in head
 
 
 def prepare_confirm_dir(args: argparse.Namespace) -> None:

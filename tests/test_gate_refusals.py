@@ -267,6 +267,38 @@ def test_an_output_that_is_an_input_or_another_output_is_bad_input_and_nothing_i
     assert json.loads((tmp_path / "g").read_text())["verdict"] == "REFUSED"
 
 
+def test_an_existing_file_the_gate_did_not_write_is_never_overwritten(tmp_path, capsys):
+    """``--markdown /etc/passwd``, as root, replaced the machine's users with the gate's
+    verdict (an outside audit). A file of the gate's own kind is overwritten, as each run of
+    a CI job writes over the last; an empty file (mktemp's) and /dev/null are written."""
+    baseline, candidate = run([record(A)]), run([record(A, Label.MISMATCH)])
+    precious = tmp_path / "notes.txt"
+    precious.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for flag, _ in OUTPUTS_BY_FLAG:
+        assert gate(tmp_path, baseline, candidate, flag, str(precious)) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.splitlines() == [
+            f"flexconf gate: error: {flag} {precious}: it exists and is not a file flexconf "
+            f"gate wrote (it would be overwritten); give another path, e.g. {flag} "
+            f"gate.{dict(OUTPUTS_BY_FLAG)[flag]}"]
+    assert precious.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    outputs = [tmp_path / name for name in ("g.json", "g.md", "g.xml")]
+    for path in outputs:
+        path.write_text("")
+    flags = [word for (flag, _), path in zip(OUTPUTS_BY_FLAG, outputs)
+             for word in (flag, str(path))]
+    for _ in range(2):  # into empty files, then over the gate's own
+        assert gate(tmp_path, baseline, candidate, *flags) == 1
+        capsys.readouterr()
+        assert json.loads(outputs[0].read_text())["verdict"] == "MAY_NOT_SHIP"
+        assert outputs[1].read_text().startswith("## Release gate")
+        assert ET.parse(outputs[2]).getroot().get("name") == "flexconf gate"
+    reformatted = json.dumps(json.loads(outputs[0].read_text()), indent=4, sort_keys=True)
+    outputs[0].write_text(reformatted)  # jq-style reformatting: still the gate's
+    assert gate(tmp_path, baseline, candidate, "--json", str(outputs[0]), "--markdown",
+                "/dev/null") == 1
+
+
 def test_a_run_gated_against_itself_is_bad_input_not_may_ship(tmp_path, capsys):
     write_results(run([record(A)]), tmp_path / "new.json")
     assert main(["gate", "--baseline", str(tmp_path / "new.json"), "--candidate",
