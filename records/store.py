@@ -110,17 +110,19 @@ def results_overwrite_problem(path: str | Path, writer: str, own_kind: str,
     a ``path`` in a run's report directory (even a killed run's, which has no results.json
     yet), where it would pass for that run's results and its index.html and summary.md would
     contradict it; and a results file of a run, not of ``own_kind`` (``own(options)`` says
-    which: an earlier output of the same command is replaced)."""
+    which: an earlier output of the same command is replaced); and any other file that is not
+    empty (merge -o /etc/passwd replaced it, as root: an outside audit of the gate's outputs).
+    A device such as /dev/null is written into."""
     path = Path(path)
     if holds_a_run(path.parent):
         return (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
                 "where it would pass for that run's results")
-    if not path.exists():
+    if not path.is_file() or path.stat().st_size == 0:
         return None
     try:
         options = load_results(path).options
     except UserFileError:
-        return None  # not results at all, or torn: nothing of a run's to lose
+        return f"it exists and is not a results file {writer} wrote, which it would overwrite"
     if own(options):
         return None
     return f"it is the results.json of a run, not of {own_kind}, which {writer} would overwrite"

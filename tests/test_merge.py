@@ -338,6 +338,16 @@ def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_
     again = tmp_path / "m" / "results.json"
     assert main(["merge", *parts, "-o", str(again)]) == 0
     assert main(["merge", *parts, "-o", str(again)]) == 0  # an earlier merge's: replaced
+    notes = tmp_path / "notes.txt"  # not results at all: kept (it overwrote /etc/passwd)
+    notes.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    assert main(["merge", *parts, "-o", str(notes)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf merge: error: -o {notes}: it exists and is not a results file the merge "
+        "wrote, which it would overwrite; give the merge a path of its own, e.g. -o "
+        "merged/results.json"]
+    assert notes.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    (tmp_path / "empty.json").write_text("")  # mktemp's: written
+    assert main(["merge", *parts, "-o", str(tmp_path / "empty.json")]) == 0
     whole = write(tmp_path, "w.json", replace(shard_run(1), options={**shard_run(1).options,
                                                                     "shard": None}))
     assert main(["merge", whole, "-o", str(tmp_path / "mw.json")]) in (0, 1)

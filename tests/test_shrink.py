@@ -193,9 +193,17 @@ def test_an_out_holding_a_runs_results_is_refused_as_merge_refuses_it(tmp_path, 
         "its own, e.g. --out reports/shrink"]
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     earlier = tmp_path / "shrink"  # an earlier shrink's results: replaced, as before
-    write_results(replace(shard_run(1), options={"profile": "shrink"}), earlier / "results.json")
+    shrunk = shard_run(1)
+    write_results(replace(shrunk, options={**shrunk.options, "profile": "shrink"}),
+                  earlier / "results.json")
     with pytest.raises(AssertionError, match="a case ran"):
         main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)])
+    (earlier / "results.json").write_text("my notes\n")  # not results: never overwritten
+    assert main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf shrink: error: --out {earlier} (its results.json): it exists and is not a "
+        "results file shrink wrote, which it would overwrite; give shrink a directory of its "
+        "own, e.g. --out reports/shrink"]
 
 
 @pytest.mark.slow
