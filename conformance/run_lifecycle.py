@@ -368,10 +368,10 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
     artifacts/ with something in it and no run's manifest (records/run.json; a source tree,
     a folder of the user's own, or an older suite's run), or a results.json, index.html or
     summary.md beside no results file of this suite (moved into previous/, it is dropped by
-    the run after)."""
+    the run after), there or in previous/ (replaced by the second run)."""
     from conformance.artifacts import ARTIFACTS_DIRNAME
     from conformance.kept_outputs import OUTPUTS_DIR
-    from records.store import MANIFEST_NAME, foreign_result_file, holds_a_run
+    from records.store import MANIFEST_NAME, PREVIOUS_DIR, foreign_result_file, holds_a_run
     from records.events import RECORDS_DIR
     from records.text import one_line
 
@@ -392,6 +392,12 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
             "file of this suite beside it (a file of your own, or a report flexconf report "
             "rendered there), and a run moves it into previous/ and the run after drops it; "
             f"{fix}")
+    stray = foreign_result_file(report_dir / PREVIOUS_DIR)  # the second run replaced it
+    if stray is not None:
+        raise pytest.UsageError(
+            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))} with no results "
+            f"file of this suite beside it (a file of your own), and each run replaces "
+            f"{PREVIOUS_DIR}/'s files with the last run's; {fix}")
 
 
 def _check_writable(report_dir: Path, flag: str) -> None:

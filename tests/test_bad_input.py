@@ -3,6 +3,7 @@ change to what the report directory holds: the last run that ran stays where it 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -376,6 +377,17 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
             "and a run moves it into previous/ and the run after drops it; give this run "
             "another --report-dir") in refused.stderr
     (report / "index.html").unlink()
+    # in previous/: the first run left it, the second replaced it (an outside audit)
+    (report / "previous").mkdir()
+    (report / "previous" / "results.json").write_text('{"precious": true}')
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert (f"ERROR: --report-dir {report}: it holds previous/results.json with no results "
+            "file of this suite beside it (a file of your own), and each run replaces "
+            "previous/'s files with the last run's; give this run another --report-dir") \
+        in refused.stderr
+    assert (report / "previous" / "results.json").read_text() == '{"precious": true}'
+    shutil.rmtree(report / "previous")
     done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced
