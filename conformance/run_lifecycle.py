@@ -53,6 +53,7 @@ class RunLifecycle:
                                             worker_count(self.config))
             self._started_at = self._manifest.started_at
             set_aside_results(report_dir, resuming=self._manifest)
+            self._say_schedule()
             return
         self._started_at = started_at
         _refuse_to_clear_an_unreported_run(report_dir)
@@ -60,6 +61,7 @@ class RunLifecycle:
         # the store is cleared in begin_fresh_run, undone in restore_unselected_run
         self._set_aside = set_aside_results(report_dir)
         self._fresh_run_pending = True
+        self._say_schedule()
 
     def begin_fresh_run(self) -> None:
         """Clear the store (records, kept outputs, artefacts) and write the manifest, once this
@@ -145,8 +147,23 @@ class RunLifecycle:
             raise pytest.UsageError(str(exc)) from None
         if one_process:  # one process runs the cases in collection order
             return None
-        self.summary_lines.append(f"schedule: longest first, from {model.source}")
         return model
+
+    def _say_schedule(self) -> None:
+        """The schedule's line for the terminal, once the earlier run's results are set aside:
+        a file they came from that was moved into previous/ is named where it is now (the
+        line named the path that then held this run's own results: an outside audit)."""
+        from records.store import PREVIOUS_DIR
+
+        model = self.schedule
+        if model is None:
+            return
+        source = model.source
+        if model.path is not None and not model.path.exists():
+            moved = self.options.report_dir / PREVIOUS_DIR / model.path.name
+            source += (f"; set aside since, into {moved}" if moved in self._set_aside
+                       else "; since removed: the results this run replaces")
+        self.summary_lines.append(f"schedule: longest first, from {source}")
 
     def _recorded_options(self) -> dict:
         options = self.options.to_record()

@@ -41,7 +41,8 @@ class ScheduleError(ValueError):
 @dataclass(frozen=True)
 class CostModel:
     seconds: dict[str, float]  # case id -> expected seconds
-    source: str  # where the figures came from, for the environment and the terminal
+    source: str  # where the figures came from, for the terminal
+    path: Path | None = None  # the results file they came from, if any
 
     def cost(self, case_id: str) -> float:
         return self.seconds.get(case_id, 0.0)
@@ -96,7 +97,8 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
                             "pass a run of the same cases, or --schedule-from auto")
     scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
     seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}
-    return CostModel(seconds, f"{path} ({len(measured)} of {len(estimates)} cases measured)")
+    return CostModel(seconds, f"{path} ({len(measured)} of {len(estimates)} cases measured)",
+                     path)
 
 
 def longest_first(indices: list[int], cost_of: Callable[[int], float]) -> list[int]:

@@ -87,6 +87,12 @@ def test_under_xdist_the_longest_cases_start_first(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (f"schedule: longest first, from {report / 'previous' / 'results.json'} (4 of 4 "
             "cases measured)") in proc.stdout
+    # the last run's results.json is set aside when the run starts: the line says where to
+    # (it named the path that then held this run's own results: an outside audit)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2", "--profile", "smoke"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (f"schedule: longest first, from {report / 'results.json'} (4 of 4 cases measured); "
+            f"set aside since, into {report / 'previous' / 'results.json'}") in proc.stdout
     bad = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2",
                           "--schedule-from", str(tmp_path / "missing.json")))
     assert bad.returncode == 4 and "--schedule-from" in bad.stderr and "no such file" in bad.stderr
