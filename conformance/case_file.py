@@ -31,6 +31,9 @@ def load_case_file(path: str, known_variants: Collection[str] | None = None) -> 
     if isinstance(data, dict) and "cases" in data:
         _refuse_unknown(data, FILE_FIELDS, f"--case-file {path!r}: the file")
         data = data["cases"]
+        if not isinstance(data, list):  # it was read as one spec: "case 0 is a JSON string"
+            raise ValueError(f"--case-file {path!r}: its 'cases' is a JSON {_json_type(data)}; "
+                             "give a list of case specs (Case.to_json, docs/cases.md)")
     specs = data if isinstance(data, list) else [data]
     cases = []
     for i, spec in enumerate(specs):

@@ -34,11 +34,26 @@ def run(args: argparse.Namespace) -> int:
     runs = [load_results(path) for path in args.results]
     refuse_another_runs_directory(args.output, runs[-1])
     refuse_foreign_pages(args.output)
+    refuse_a_baseline_that_is_the_run(args.baseline, args.results[-1])
     baseline = load_results(args.baseline) if args.baseline else None
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,
                       baseline_name=args.baseline or "baseline")
     print(Path(args.output) / "index.html")
     return 0
+
+
+def refuse_a_baseline_that_is_the_run(baseline: str | None, described: str) -> None:
+    """A --baseline that is the file of the run the report describes: compared with itself
+    it shows "0 regressions" (the gate refuses the same pair). One line (ValueError: exit 2)."""
+    import os
+
+    from records.text import one_line
+
+    if baseline and Path(baseline).exists() and Path(described).exists() \
+            and os.path.samefile(baseline, described):
+        raise ValueError(f"--baseline {one_line(baseline)} is the results file of the run the "
+                         "report describes, and a run compared with itself shows nothing; give "
+                         "the baseline run's results.json")
 
 
 def check_output(output: str) -> None:

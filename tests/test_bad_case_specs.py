@@ -88,6 +88,19 @@ def test_a_case_spec_with_a_misspelt_or_mistyped_field_is_one_line(tmp_path, cha
     assert str(caught.value) == f"--case-file {str(path)!r}: " + line.replace("case 0", "case 1")
 
 
+def test_a_cases_field_that_is_not_a_list_is_named(tmp_path):
+    """{"cases": "x"} was read as one spec: "case 0 is a JSON string" (an outside audit)."""
+    from conformance.case_file import load_case_file
+
+    path = tmp_path / "case.json"
+    for value, kind in (("x", "string"), ({"variant": "causal"}, "object"), (None, "null")):
+        path.write_text(json.dumps({"cases": value}))
+        with pytest.raises(ValueError) as caught:
+            load_case_file(str(path))
+        assert str(caught.value) == (f"--case-file {str(path)!r}: its 'cases' is a JSON {kind}; "
+                                     "give a list of case specs (Case.to_json, docs/cases.md)")
+
+
 @pytest.mark.parametrize("change", [{"input_scal": 4}, {"variant": "sliding_window",
                                                         "params": {"w": -5}}])
 def test_a_run_given_a_bad_case_spec_says_load_case_files_one_line_and_runs_nothing(tmp_path,

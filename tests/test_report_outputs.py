@@ -92,3 +92,19 @@ def test_a_report_into_the_directory_of_a_killed_run_is_refused(tmp_path, capsys
         f"would read as; keep them first with flexconf recover {killed}, or give a directory "
         "of its own, e.g. -o reports/compare"]
     assert not (killed / "summary.md").exists() and not (killed / "index.html").exists()
+
+
+def test_a_baseline_that_is_the_described_run_itself_is_refused(tmp_path, capsys):
+    """It said "0 regressions" of a run compared with itself, where the gate refuses the pair
+    (an outside audit)."""
+    write_results(run([record(case_id())]), tmp_path / "new.json")
+    assert main(["report", str(tmp_path / "new.json"), "--baseline",
+                 f"{tmp_path}/./new.json", "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf report: error: --baseline {tmp_path}/./new.json is the results file of the "
+        "run the report describes, and a run compared with itself shows nothing; give the "
+        "baseline run's results.json"]
+    assert not (tmp_path / "out").exists()
+    write_results(run([record(case_id())]), tmp_path / "old.json")
+    assert main(["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json"),
+                 "-o", str(tmp_path / "out")]) == 0
