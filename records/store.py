@@ -112,12 +112,12 @@ def results_overwrite_problem(path: str | Path, writer: str, own_kind: str,
     contradict it; and a results file of a run, not of ``own_kind`` (``own(options)`` says
     which: an earlier output of the same command is replaced); and any other file that is not
     empty (merge -o /etc/passwd replaced it, as root: an outside audit of the gate's outputs).
-    A device such as /dev/null is written into."""
+    A device such as /dev/null is written into; a link is replaced, its target untouched."""
     path = Path(path)
     if holds_a_run(path.parent):
         return (f"it lies in the report directory of a run ({one_line(str(path.parent))}), "
                 "where it would pass for that run's results")
-    if not path.is_file() or path.stat().st_size == 0:
+    if path.is_symlink() or not path.is_file() or path.stat().st_size == 0:
         return None
     try:
         options = load_results(path).options

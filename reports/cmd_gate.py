@@ -168,11 +168,12 @@ _MARKDOWN_HEAD, _JUNIT_HEAD = "## Release gate: ", '<testsuites name="flexconf g
 
 def _the_gates_to_overwrite(path: Path, attribute: str) -> bool:
     """Whether the gate may write its ``attribute`` output (markdown, json, junit) over
-    ``path``: it does not exist, is empty or no regular file (/dev/null is written into), or
-    is that output of an earlier gate, whose verdict it replaces. Anything else would be lost:
+    ``path``: it does not exist, is a link (replaced, its target untouched), empty or no
+    regular file (/dev/null is written into), or is that output of an earlier gate, whose
+    verdict it replaces. Anything else would be lost:
     --markdown /etc/passwd replaced the machine's users, as root (an outside audit); repro -o
     and report -o refuse the same."""
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         return True
     try:
         if path.stat().st_size == 0:
