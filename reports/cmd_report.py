@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_foreign_pages(args.output)
     refuse_a_baseline_that_is_the_run(args.baseline, args.results[-1])
     baseline = load_results(args.baseline) if args.baseline else None
+    refuse_a_copy_of_the_run(args.baseline, baseline, runs[-1])
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,
                       baseline_name=args.baseline or "baseline")
     print(Path(args.output) / "index.html")
@@ -54,6 +55,18 @@ def refuse_a_baseline_that_is_the_run(baseline: str | None, described: str) -> N
         raise ValueError(f"--baseline {one_line(baseline)} is the results file of the run the "
                          "report describes, and a run compared with itself shows nothing; give "
                          "the baseline run's results.json")
+
+
+def refuse_a_copy_of_the_run(name: str | None, baseline, described) -> None:
+    """A --baseline that is a copy of the described run (the same start on the same host), as
+    the gate refuses it. One line (ValueError: exit 2)."""
+    from reports.gate_inputs import same_run
+    from records.text import one_line
+
+    if baseline is not None and same_run(baseline, described):
+        raise ValueError(f"--baseline {one_line(name)} is a copy of the run the report describes "
+                         f"(started {one_line(baseline.started_at)}), and a run compared with "
+                         "itself shows nothing; give the baseline run's results.json")
 
 
 def check_output(output: str) -> None:

@@ -86,6 +86,12 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
     return None
 
 
+def same_run(a: RunResults, b: RunResults) -> bool:
+    """Whether two results files are of one run (a copy): the same start on the same host."""
+    return bool(a.started_at) and (a.started_at, a.environment.get("host")) == \
+        (b.started_at, b.environment.get("host"))
+
+
 def check_comparable(baseline: RunResults, candidate: RunResults,
                      baseline_name: str = "baseline", candidate_name: str = "candidate") -> None:
     """Raise GateInputError when the runs are not two complete, whole runs of one suite and
@@ -95,8 +101,7 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
         problem = not_a_whole_finished_run(run, "gate")
         if problem:
             raise GateInputError(f"{name}: {problem}")
-    if baseline.started_at and (baseline.started_at, baseline.environment.get("host")) == \
-            (candidate.started_at, candidate.environment.get("host")):
+    if same_run(baseline, candidate):
         raise GateInputError(f"{baseline_name} and {candidate_name} are the same run (started "
                              f"{one_line(baseline.started_at)}): a copy compared with itself "
                              "shows nothing; gate a new run of the candidate release")

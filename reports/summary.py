@@ -51,7 +51,8 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
         parts.append(f"run INCOMPLETE: {held}" if held else "run INCOMPLETE")
     elif lacking := selected_without_record(results):
         parts.append(f"file DAMAGED: it says complete, but {lacking[0]} of its {lacking[1]} "
-                     "selected cases have no record (an edited or damaged file)")
+                     f"selected cases {'has' if lacking[0] == 1 else 'have'} no record (an "
+                     "edited or damaged file)")
     return " · ".join(parts)
 
 

@@ -406,7 +406,7 @@ def test_a_complete_file_that_lacks_selected_records_is_damaged_not_green(tmp_pa
         assert not conforms(damaged)
         line = verdict_line(damaged)
         assert line.endswith(" · file DAMAGED: it says complete, but 1 of its 3 selected cases "
-                             "have no record (an edited or damaged file)"), line
+                             "has no record (an edited or damaged file)"), line
         assert "❌ does not conform" in summary_markdown(damaged)
         write_report(damaged, tmp_path)
         page = (tmp_path / "index.html").read_text()

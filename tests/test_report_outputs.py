@@ -3,6 +3,8 @@ another run's directory or a page of the user's own (moved out of tests/test_rep
 that passed 500 lines)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conformance.cli import main
 from records.results import Label, write_results
 from tests.test_report_doctored import case_id, record, run
@@ -105,6 +107,20 @@ def test_a_baseline_that_is_the_described_run_itself_is_refused(tmp_path, capsys
         "run the report describes, and a run compared with itself shows nothing; give the "
         "baseline run's results.json"]
     assert not (tmp_path / "out").exists()
-    write_results(run([record(case_id())]), tmp_path / "old.json")
+    (tmp_path / "link.json").symlink_to(tmp_path / "new.json")
+    assert main(["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "link.json"),
+                 "-o", str(tmp_path / "out")]) == 2
+    assert "is the results file of the run the report describes" in capsys.readouterr().err
+    started = replace(run([record(case_id())]), started_at="2026-12-01T10:00:00.000+00:00")
+    write_results(started, tmp_path / "new.json")
+    write_results(started, tmp_path / "copy.json")  # a copy: the same start on the same host
+    assert main(["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "copy.json"),
+                 "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf report: error: --baseline {tmp_path / 'copy.json'} is a copy of the run the "
+        "report describes (started 2026-12-01T10:00:00.000+00:00), and a run compared with "
+        "itself shows nothing; give the baseline run's results.json"]
+    later = replace(started, started_at="2026-12-01T11:00:00.000+00:00")
+    write_results(later, tmp_path / "old.json")
     assert main(["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json"),
                  "-o", str(tmp_path / "out")]) == 0
