@@ -20,12 +20,15 @@ MODES = ("fwd", "fwd+lse", "fwd+bwd")
 
 _SHAPE_RE = re.compile(r"^b(\d+)(?:x(\d+))?-h(\d+)x(\d+)-s(\d+)x(\d+)-d(\d+)$")
 
-#: The largest value of a shape field, and the most elements an operand (q, k, v, the output)
-#: may have: far beyond any device, but within torch's signed 64-bit sizes, so a shape too
-#: large for the host runs out of memory (OUT_OF_MEMORY) instead of overflowing inside torch
-#: (a harness error); a larger one is refused where the case is read.
+#: The largest value of a shape field, the most elements an operand (q, k, v, the output) may
+#: have, and the most scores (B Hq Sq Skv, which a dense mask or kernel would hold): far
+#: beyond any device, but within torch's signed 64-bit sizes in bytes; a larger shape is
+#: refused where the case is read, not left to overflow inside torch (a harness error). A
+#: shape within them that the host cannot hold runs out of memory (OUT_OF_MEMORY) where torch
+#: says so; a size torch itself refuses is still the error of whoever allocated it.
 LARGEST_DIMENSION = 2 ** 31 - 1
 LARGEST_OPERAND_ELEMENTS = 2 ** 56
+LARGEST_SCORES = 2 ** 60
 
 
 #: The id of a fuzzed example's record: ``fuzz/`` then the case's own id. The case (and so its
@@ -81,6 +84,10 @@ class Shape:
             if elements > LARGEST_OPERAND_ELEMENTS:
                 raise ValueError(f"shape {'*'.join(dims)} = {elements} elements of {operand}, "
                                  f"above 2^56; give smaller dimensions")
+        scores = self.B * self.Hq * self.Sq * self.Skv
+        if scores > LARGEST_SCORES:
+            raise ValueError(f"shape B*Hq*Sq*Skv = {scores} scores, above 2^60; give smaller "
+                             "dimensions")
         if self.Hq % self.Hkv:
             raise ValueError(f"Hq={self.Hq} must be a multiple of Hkv={self.Hkv} (GQA)")
         if self.Bkv not in (1, self.B):

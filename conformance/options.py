@@ -414,9 +414,10 @@ def parse_size(option: str, text: str) -> int:
     percent = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", t)
     if percent and 0 < float(percent.group(1)) <= 100:
         return int(machine_memory_bytes() * float(percent.group(1)) / 100)
-    if re.fullmatch(r"\d+(?:\.\d+)?", t):
-        raise ValueError(f"{option} {text!r} has no unit; write e.g. {option} {t}G, {t}M, or "
-                         f"{t}B for bytes")
+    if re.fullmatch(r"\d+(?:\.\d+)?", t) and float(t) > 0:
+        in_bytes = f", or {t}B for bytes" if t.isdigit() else ""
+        raise ValueError(f"{option} {text!r} has no unit; write e.g. {option} {t}G or "
+                         f"{t}M{in_bytes}")
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)", t)
     size = int(float(m.group(1)) * _UNITS[m.group(2) or ""]) if m else 0
     if size < 1:

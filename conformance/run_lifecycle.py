@@ -409,7 +409,12 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
             "file of this suite beside it (a file of your own, or a report flexconf report "
             "rendered there), and a run moves it into previous/ and the run after drops it; "
             f"{fix}")
-    stray = foreign_result_file(report_dir / PREVIOUS_DIR)  # the second run replaced it
+    previous = report_dir / PREVIOUS_DIR  # a run moves files into it, and replaces them
+    if previous.is_symlink() or (previous.exists() and not previous.is_dir()):
+        raise pytest.UsageError(
+            f"{where}: its {PREVIOUS_DIR} is a {'link' if previous.is_symlink() else 'file'}, "
+            f"where a run keeps the last run's results (a folder of its own); {fix}")
+    stray = foreign_result_file(previous)  # the second run replaced it
     if stray is not None:
         raise pytest.UsageError(
             f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))} with no results "

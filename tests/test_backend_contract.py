@@ -195,8 +195,22 @@ def test_inputs_too_large_for_the_host_are_out_of_memory_not_the_suites_fault(tm
     limit, not a bug to fix in the suite (docs/labels.md): an outside audit found such a case
     labelled HARNESS_ERROR. q here needs 2^49 bytes, beyond any x86-64 or arm64 process's
     address space, so the allocation fails at once whatever the machine's overcommit policy."""
-    huge = Case(Variant("causal"), Shape(1, 8, 8, 2 ** 30, 2 ** 30, 2 ** 14), "fp32", "fwd")
+    huge = Case(Variant("causal"), Shape(1, 8, 8, 2 ** 30, 64, 2 ** 14), "fp32", "fwd")
     last = run_in_process(CpuEager(), huge, tmp_path)
     assert isinstance(last, ErrorEvent)
     assert (last.phase, last.outcome) == (Phase.SETUP, Outcome.OOM), last
     assert label_of(last) is Label.OUT_OF_MEMORY
+
+
+@pytest.mark.parametrize("error, outcome", [
+    (MemoryError(), Outcome.OOM),  # a mod's builder allocating its tables, saving the output
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB"),
+     Outcome.OOM),
+    (IndexError("index 9 is out of bounds"), Outcome.HARNESS)])
+def test_the_suites_own_steps_are_its_fault_unless_memory_ran_out(error, outcome):
+    def step():
+        raise error
+
+    with pytest.raises(child.CaseFailed) as caught:
+        child._guard(Phase.SETUP, step, harness=True)
+    assert (caught.value.phase, caught.value.outcome) == (Phase.SETUP, outcome)

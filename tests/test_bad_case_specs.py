@@ -65,6 +65,9 @@ def test_a_case_spec_without_a_field_names_it(tmp_path, spec, missing):
     ({"shape": {"B": 4096, "Hq": 4096, "Hkv": 1, "Sq": 2 ** 31 - 1, "Skv": 64, "D": 4096}},
      "case 0 is not a valid case spec (shape B*Hq*Sq*D = 147573952520956936192 elements of q, "
      "above 2^56; give smaller dimensions); write the fields of Case.to_json (docs/cases.md)"),
+    ({"shape": {"B": 1, "Hq": 1, "Hkv": 1, "Sq": 2 ** 31 - 1, "Skv": 2 ** 31 - 1, "D": 1}},
+     "case 0 is not a valid case spec (shape B*Hq*Sq*Skv = 4611686014132420609 scores, above "
+     "2^60; give smaller dimensions); write the fields of Case.to_json (docs/cases.md)"),
 ])
 def test_a_case_spec_with_a_misspelt_or_mistyped_field_is_one_line(tmp_path, change, line):
     """A misspelt input_scale made an x4 case an x1 case that passed; an unknown variant was

@@ -388,6 +388,22 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
         in refused.stderr
     assert (report / "previous" / "results.json").read_text() == '{"precious": true}'
     shutil.rmtree(report / "previous")
+    # a link was followed (a run replaced the files of the folder it names; a review), and a
+    # file was a FileExistsError traceback
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (report / "previous").symlink_to(elsewhere)
+    for kind in ("link", "file"):
+        refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+        assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+        assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+            f"ERROR: --report-dir {report}: its previous is a {kind}, where a run keeps the last "
+            "run's results (a folder of its own); give this run another --report-dir (e.g. "
+            "reports/latest), or move it away"]
+        (report / "previous").unlink()
+        if kind == "link":
+            (report / "previous").write_text("mine\n")
+    assert not any(elsewhere.iterdir())
     done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced

@@ -30,17 +30,18 @@ TINY = Shape(1, 2, 2, 64, 64, 16)
 # -- options ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, expected", [
     ("16G", 16 << 30), ("16GiB", 16 << 30), ("512m", 512 << 20), ("1000B", 1000),
-    ("1.5k", 1536), ("0.5K", 512)])
+    ("1.5k", 1536), ("0.5K", 512), ("16 GiB", 16 << 30), ("1000 b", 1000)])
 def test_sizes(text, expected):
     assert opts.parse_size("--memory-budget", text) == expected
 
 
 @pytest.mark.parametrize("text, line", [
     # an outside audit: taken as 16 bytes, every case then ran alone, and nothing said so
-    ("16", "--memory-budget '16' has no unit; write e.g. --memory-budget 16G, 16M, or 16B for "
+    ("16", "--memory-budget '16' has no unit; write e.g. --memory-budget 16G or 16M, or 16B for "
            "bytes"),
-    ("0.5", "--memory-budget '0.5' has no unit; write e.g. --memory-budget 0.5G, 0.5M, or 0.5B "
-            "for bytes"),
+    ("0.5", "--memory-budget '0.5' has no unit; write e.g. --memory-budget 0.5G or 0.5M"),
+    ("0", "--memory-budget '0' is not a size; write bytes with a unit (e.g. --memory-budget 16G) "
+          "or a share of RAM (e.g. --memory-budget 75%)"),
     ("0.5B", "--memory-budget '0.5B' is not a size; write bytes with a unit (e.g. "
              "--memory-budget 16G) or a share of RAM (e.g. --memory-budget 75%)"),
     ("0G", "--memory-budget '0G' is not a size; write bytes with a unit (e.g. --memory-budget "
