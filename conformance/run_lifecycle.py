@@ -52,7 +52,7 @@ class RunLifecycle:
             self._manifest = resumable_run(self.options, self._recorded_options(), self.backend,
                                             worker_count(self.config))
             self._started_at = self._manifest.started_at
-            set_aside_results(report_dir, resuming=self._manifest)
+            self._set_aside = set_aside_results(report_dir, resuming=self._manifest)
             self._say_schedule()
             return
         self._started_at = started_at
@@ -158,11 +158,13 @@ class RunLifecycle:
         model = self.schedule
         if model is None:
             return
-        source = model.source
-        if model.path is not None and not model.path.exists():
-            moved = self.options.report_dir / PREVIOUS_DIR / model.path.name
+        source, path = model.source, model.path
+        if path is not None and not path.exists():
+            moved = self.options.report_dir / PREVIOUS_DIR / path.name
             source += (f"; set aside since, into {moved}" if moved in self._set_aside
                        else "; since removed: the results this run replaces")
+        elif path is not None and path.resolve() in {p.resolve() for p in self._set_aside}:
+            source += "; replaced since by the last run's results, set aside there"
         self.summary_lines.append(f"schedule: longest first, from {source}")
 
     def _recorded_options(self) -> dict:

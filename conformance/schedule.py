@@ -73,7 +73,7 @@ def cost_model(cases: list, estimate: Callable, choice: str, matrix: str, profil
             return _from_run(last_run, estimates, matrix, profile)
         except ScheduleError as exc:  # an earlier run nobody asked for: note it, go on
             return CostModel(estimates, "the estimate (the last run in the report directory "
-                                        f"cannot order this one: {exc.problem})")
+                                        f"cannot order this one: {exc.problem})", last_run)
     return _from_run(Path(choice), estimates, matrix, profile)
 
 

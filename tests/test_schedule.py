@@ -93,6 +93,12 @@ def test_under_xdist_the_longest_cases_start_first(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (f"schedule: longest first, from {report / 'results.json'} (4 of 4 cases measured); "
             f"set aside since, into {report / 'previous' / 'results.json'}") in proc.stdout
+    # named as a file, previous/results.json is replaced by the run set aside there
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2", "--profile", "smoke",
+                           "--schedule-from", str(report / "previous" / "results.json")))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (f"schedule: longest first, from {report / 'previous' / 'results.json'} (4 of 4 cases "
+            "measured); replaced since by the last run's results, set aside there") in proc.stdout
     bad = run(pytest_args(tmp_path, "cpu-eager", CASES, "-n", "2",
                           "--schedule-from", str(tmp_path / "missing.json")))
     assert bad.returncode == 4 and "--schedule-from" in bad.stderr and "no such file" in bad.stderr
