@@ -105,3 +105,24 @@ def check_arguments(args) -> None:
     if problem:
         raise ValueError(f"--out {one_line(args.out)} (its results.json): {problem}; give "
                          "shrink a directory of its own, e.g. --out reports/shrink")
+    if not _a_smallest_spec_or_none(Path(args.out) / "smallest.json"):
+        raise ValueError(f"--out {one_line(args.out)}: its smallest.json exists and is not a "
+                         "spec shrink wrote (it would be overwritten); give shrink a directory "
+                         "of its own, e.g. --out reports/shrink")
+
+
+def _a_smallest_spec_or_none(path: Path) -> bool:
+    """Whether shrink may write its smallest.json over ``path``: there is none (or a link,
+    replaced, or an empty file), or it is an earlier shrink's ({"cases": [one spec]})."""
+    import json
+
+    if path.is_symlink() or not path.is_file():
+        return True
+    try:
+        if path.stat().st_size == 0:
+            return True
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and set(data) == {"cases"} and isinstance(data["cases"], list) \
+        and len(data["cases"]) == 1

@@ -122,10 +122,24 @@ def results_overwrite_problem(path: str | Path, writer: str, own_kind: str,
     try:
         options = load_results(path).options
     except UserFileError:
+        if _says_results(path):  # a newer suite's, or a damaged one: maybe a run's
+            return (f"it is a results file this suite cannot read, which {writer} would "
+                    "overwrite")
         return f"it exists and is not a results file {writer} wrote, which it would overwrite"
     if own(options):
         return None
     return f"it is the results.json of a run, not of {own_kind}, which {writer} would overwrite"
+
+
+def _says_results(path: Path) -> bool:
+    """Whether ``path`` is JSON that names this suite's results schema (readable or not)."""
+    from records.results import SCHEMA_NAME
+
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == SCHEMA_NAME
 
 
 def clear_records(report_dir: str | Path) -> None:

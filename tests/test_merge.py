@@ -346,6 +346,10 @@ def test_an_output_that_is_a_runs_own_results_or_ends_in_a_slash_is_refused(tmp_
         "wrote, which it would overwrite; give the merge a path of its own, e.g. -o "
         "merged/results.json"]
     assert notes.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    notes.write_text('{"schema": "flexattention-conformance/results", "records": 7}')
+    assert main(["merge", *parts, "-o", str(notes)]) == 2  # a results file it cannot read
+    assert "it is a results file this suite cannot read, which the merge would overwrite" \
+        in capsys.readouterr().err
     (tmp_path / "empty.json").write_text("")  # mktemp's: written
     assert main(["merge", *parts, "-o", str(tmp_path / "empty.json")]) == 0
     whole = write(tmp_path, "w.json", replace(shard_run(1), options={**shard_run(1).options,

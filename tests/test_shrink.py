@@ -198,6 +198,15 @@ def test_an_out_holding_a_runs_results_is_refused_as_merge_refuses_it(tmp_path, 
                   earlier / "results.json")
     with pytest.raises(AssertionError, match="a case ran"):
         main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)])
+    (earlier / "smallest.json").write_text('{"cases": [{"variant": "causal"}]}')  # its own
+    with pytest.raises(AssertionError, match="a case ran"):
+        main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)])
+    (earlier / "smallest.json").write_text("my spec notes\n")  # not shrink's: kept (a review)
+    assert main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf shrink: error: --out {earlier}: its smallest.json exists and is not a spec "
+        "shrink wrote (it would be overwritten); give shrink a directory of its own, e.g. --out "
+        "reports/shrink"]
     (earlier / "results.json").write_text("my notes\n")  # not results: never overwritten
     assert main(["shrink", "--backend", "cpu-eager", core, "--out", str(earlier)]) == 2
     assert capsys.readouterr().err.splitlines() == [
