@@ -164,6 +164,8 @@ def prepare_outputs(args: argparse.Namespace) -> tuple[set[str], list[str]]:
 
 #: How each output the gate writes begins (its JSON is read whole: reformatting keeps it).
 _MARKDOWN_HEAD, _JUNIT_HEAD = "## Release gate: ", '<testsuites name="flexconf gate"'
+#: A gate's JSON is far smaller (findings of every case): a larger file is not read whole.
+_LARGEST_GATE_JSON = 256 << 20
 
 
 def _the_gates_to_overwrite(path: Path, attribute: str) -> bool:
@@ -176,9 +178,12 @@ def _the_gates_to_overwrite(path: Path, attribute: str) -> bool:
     if path.is_symlink() or not path.is_file():
         return True
     try:
-        if path.stat().st_size == 0:
+        size = path.stat().st_size
+        if size == 0:
             return True
         if attribute == "json":
+            if size > _LARGEST_GATE_JSON:
+                return False
             from reports.gate_json import SCHEMA_NAME
 
             data = json.loads(path.read_bytes())
