@@ -70,10 +70,14 @@ def test_a_shard_killed_and_resumed_merges_with_the_other_shard(tmp_path, capsys
         os.kill(grandchild, signal.SIGKILL)
     own = " or ".join(c.id for c in CASES[:3] if part[c.id] == part[CASES[1].id])
     manifest = (tmp_path / "report" / "records" / "run.json").read_text()
+    assert main(["recover", str(tmp_path / "report")]) == 0  # its own partial results.json
     resumed = run(pytest_args(tmp_path, BACKEND, CASES[:3], "--shard", hung, "-k", own,
                               *workers, "--resume", str(tmp_path / "report")))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "not part of the interrupted run" not in resumed.stdout
+    if workers:  # the schedule read the recovered results, which the resume then removed
+        assert "; since removed: the results this run replaces" in resumed.stdout, \
+            resumed.stdout[-3000:]
     after = (tmp_path / "report" / "records" / "run.json").read_text()
     assert json.loads(after)["selection"] == json.loads(manifest)["selection"]
     (tmp_path / "other").mkdir()
