@@ -353,15 +353,21 @@ def test_a_backend_given_as_a_file_or_as_no_backend_is_told_what_to_give(spec, l
     assert str(caught.value).startswith(line)
 
 
+def _refused_run(tmp_path):
+    """A one-case run into tmp_path/report that the suite refuses (exit 4)."""
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    return refused
+
+
 def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path):
     """A run replaces records/, outputs/ and artifacts/ whole: --report-dir . in a checkout of
     the suite deleted its records/ package, and a user's own records/ folder went too."""
     report = tmp_path / "report"
     (report / "records").mkdir(parents=True)
     (report / "records" / "mydata.csv").write_text("important\n")
-    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+    refused = _refused_run(tmp_path)
+    assert _error_lines(refused) == [
         f"ERROR: --report-dir {report}: it holds records/ with no records/run.json (not a "
         "run's, or an older suite's), and a run replaces records/ whole; give this run another "
         "--report-dir (e.g. reports/latest), or move it away"]
@@ -370,8 +376,7 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     (report / "records" / "mydata.csv").unlink()  # an empty one is nobody's: it is taken
     (report / "outputs").mkdir()
     (report / "index.html").write_text("<h1>my team's page</h1>")  # beside no results file
-    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    refused = _refused_run(tmp_path)
     assert (f"ERROR: --report-dir {report}: it holds index.html with no results file of this "
             "suite beside it (a file of your own, or a report flexconf report rendered there), "
             "and a run moves it into previous/ and the run after drops it; give this run "
@@ -380,8 +385,7 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     # in previous/: the first run left it, the second replaced it (an outside audit)
     (report / "previous").mkdir()
     (report / "previous" / "results.json").write_text('{"precious": true}')
-    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-    assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
+    refused = _refused_run(tmp_path)
     assert (f"ERROR: --report-dir {report}: it holds previous/results.json with no results "
             "file of this suite beside it (a file of your own), and each run replaces "
             "previous/'s files with the last run's; give this run another --report-dir") \
@@ -394,9 +398,8 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     elsewhere.mkdir()
     (report / "previous").symlink_to(elsewhere)
     for kind in ("link", "file"):
-        refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-        assert refused.returncode == 4, refused.stdout[-3000:] + refused.stderr[-3000:]
-        assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+        refused = _refused_run(tmp_path)
+        assert _error_lines(refused) == [
             f"ERROR: --report-dir {report}: its previous is a {kind}, where a run keeps the last "
             "run's results (a folder of its own); give this run another --report-dir (e.g. "
             "reports/latest), or move it away"]
