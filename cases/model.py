@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from records.results import FUZZ_PREFIX  # the form of a fuzzed example's record id
+
 DTYPES = ("bf16", "fp16", "fp32")
 MODES = ("fwd", "fwd+lse", "fwd+bwd")
 
@@ -31,10 +33,6 @@ LARGEST_OPERAND_ELEMENTS = 2 ** 56
 LARGEST_SCORES = 2 ** 60
 
 
-#: The id of a fuzzed example's record: ``fuzz/`` then the case's own id. The case (and so its
-#: inputs, golden and spec) is the same as without the prefix; the prefix says where the
-#: record came from, so a fuzzed example never passes for a matrix case.
-FUZZ_PREFIX = "fuzz/"
 
 
 def fuzz_id(case: "Case") -> str:

@@ -101,9 +101,9 @@ def _drop_torn_line(path: Path) -> None:
                 keep = start
             if keep < end:
                 f.seek(keep)
-                try:  # read as read_events reads it: a byte not UTF-8 is U+FFFD there
-                    json.loads(f.read(end - keep).decode("utf-8", errors="replace"))
-                except (ValueError, RecursionError):
+                try:  # read as read_events reads it: a byte not UTF-8 makes it damage
+                    json.loads(f.read(end - keep).decode("utf-8"))
+                except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
                     f.truncate(keep)
                 else:  # a whole event, short of its newline
                     f.seek(end)
@@ -126,12 +126,11 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
         if not path.is_file():  # a directory of that name (a hand's, a disk fault): no events
             yield {"event": DAMAGED_EVENT}
             continue
-        # a byte that is not UTF-8 (a disk fault) becomes U+FFFD: the line stays readable
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
+        lines = path.read_bytes().splitlines(keepends=True)
         for number, line in enumerate(lines, 1):
-            try:
-                event = json.loads(line)
+            try:  # a byte that is not UTF-8 (a disk fault, a hand's) makes the line damage: read
+                # as U+FFFD, it changed a case id, and the record of no selected case was green
+                event = json.loads(line.decode("utf-8"))  # (an outside audit)
             except (ValueError, RecursionError):
                 if number < len(lines):  # the last line may be torn by a kill: not damage
                     yield {"event": DAMAGED_EVENT}

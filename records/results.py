@@ -22,6 +22,15 @@ SCHEMA_NAME = "flexattention-conformance/results"
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
 RESULTS_FILE_FIX = "pass the results.json of a run"
+#: The id of a fuzzed example's record: ``fuzz/`` then the case's own id. The case (and so its
+#: inputs, golden and spec) is the same as without the prefix; the prefix says where the
+#: record came from, so a fuzzed example never passes for a matrix case, and no run's
+#: selection names it (a run draws its examples as it goes).
+FUZZ_PREFIX = "fuzz/"
+
+
+def is_fuzzed(record_id: str) -> bool:
+    return record_id.startswith(FUZZ_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from records.results import RunResults
+from records.results import RunResults, is_fuzzed
 
 #: what a run means to run: the gate refuses two runs that differ in any of these
 DEFINITION = ("matrix", "profile", "cases_modules", "case_file", "keyword", "markexpr")
@@ -104,6 +104,36 @@ def selected_without_record(run: RunResults) -> tuple[int, int] | None:
     selected = run.selected_count
     if isinstance(selected, int) and not isinstance(selected, bool) and selected > len(recorded):
         return selected - len(recorded), selected
+    return None
+
+
+def recorded_outside_selection(run: RunResults) -> list[str]:
+    """The ids of the run's records of cases its selection does not name (a fuzzed example's
+    record aside: no selection names one): each an edited or damaged id, such as one whose
+    byte a disk fault changed (an outside audit: resumed, it showed 5/5 PASS of 4 selected
+    cases). Empty when the selection's ids are unknown."""
+    selection = selection_of(run)
+    if not selection.case_ids:
+        return []
+    selected = set(selection.case_ids)
+    return [r.case_id for r in run.records if r.case_id not in selected and not is_fuzzed(r.case_id)]
+
+
+def selection_damage(run: RunResults) -> str | None:
+    """What shows a complete run's records and its selection apart: ``1 of its 96 selected
+    cases has no record`` or ``1 of its records is of a case it did not select ('x')``; None
+    when they agree. Such a file was edited or damaged after its run wrote it (a run writes a
+    record for each case it selects, and none beside): the gate refuses it, and its report
+    does not call it conforming."""
+    lacking = selected_without_record(run)
+    if lacking:
+        return (f"{lacking[0]} of its {lacking[1]} selected cases "
+                f"{'has' if lacking[0] == 1 else 'have'} no record")
+    outside = recorded_outside_selection(run)
+    if outside:
+        return (f"{len(outside)} of its records {'is' if len(outside) == 1 else 'are'} of "
+                f"{'a case' if len(outside) == 1 else 'cases'} it did not select "
+                f"({outside[0]!r}{', ...' if len(outside) > 1 else ''})")
     return None
 
 

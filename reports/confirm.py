@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Callable
 
 from records.release import release_difference
-from records.results import Record, ResultsError, RunResults, load_results
+from records.results import Record, ResultsError, RunResults, is_fuzzed, load_results
 from records.text import one_line
 from reports.compare import MEASURES
 from reports.gate import Finding, GateDecision, Note, ordered
-from reports.summary import is_fuzzed, rerun_args
+from reports.summary import rerun_args
 from reports.timing import Figures, judge
 
 #: the checkout whose ``conformance/`` the reruns run (the gate's own)

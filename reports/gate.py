@@ -31,8 +31,8 @@ from reports.formatting import precise_seconds
 from reports.gate_notes import (Note, backend_notes, budget_notes, cold_cache_hit_notes,
                                 merge_duplicate_notes, order_notes, run_times_not_gated)
 from records.text import one_line
-from records.results import Label, Record, RunResults
-from reports.summary import is_fuzzed, rerun_command, verdict_line
+from records.results import Label, Record, RunResults, is_fuzzed
+from reports.summary import rerun_command, verdict_line
 from reports.gate_inputs import GateInputError
 from reports.timing import Confirmation, StageGrowth, TimeRule, stage_growth
 

@@ -9,8 +9,7 @@ import shlex
 from dataclasses import replace
 
 from records.results import RunResults
-from records.selection import (DEFINITION, first_difference, selected_without_record,
-                               selection_of)
+from records.selection import DEFINITION, first_difference, selection_damage, selection_of
 from records.text import one_line
 
 
@@ -79,10 +78,10 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
     if shard:
         return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
                 f"merge) and {use} the merged file")
-    lacking = selected_without_record(run)
-    if lacking:  # complete says every selected case has one: an edited or damaged file
-        return (f"it says complete, but {lacking[0]} of its {lacking[1]} selected cases have no "
-                f"record (an edited or damaged file); {use} a results file a run wrote")
+    damage = selection_damage(run)
+    if damage:  # complete says each selected case has its record, and none other is there
+        return (f"it says complete, but {damage} (an edited or damaged file); {use} a results "
+                "file a run wrote")
     return None
 
 

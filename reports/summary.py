@@ -9,8 +9,8 @@ from records.text import first_line
 from reports.formatting import fmt_seconds, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.metrics import took_masked_answer
-from records.results import Label, Record, RunResults
-from records.selection import matrix_selects, selected_without_record
+from records.results import Label, Record, RunResults, is_fuzzed
+from records.selection import matrix_selects, selection_damage
 from conformance.run_info import shell_command
 
 #: At most this many failures are listed in summary.md; the rest are in index.html.
@@ -49,10 +49,9 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
     if not results.complete:
         held = records_held(results)
         parts.append(f"run INCOMPLETE: {held}" if held else "run INCOMPLETE")
-    elif lacking := selected_without_record(results):
-        parts.append(f"file DAMAGED: it says complete, but {lacking[0]} of its {lacking[1]} "
-                     f"selected cases {'has' if lacking[0] == 1 else 'have'} no record (an "
-                     "edited or damaged file)")
+    elif damage := selection_damage(results):
+        parts.append(f"file DAMAGED: it says complete, but {damage} (an edited or damaged "
+                     "file)")
     return " · ".join(parts)
 
 
@@ -75,7 +74,7 @@ def conforms(results: RunResults) -> bool:
     empty --shard part), nor a file that says complete but lacks records of its selection
     (edited or damaged: the gate refuses it too)."""
     return (results.complete and not is_compile_pass(results) and bool(results.records)
-            and selected_without_record(results) is None
+            and selection_damage(results) is None
             and all(r.label.acceptable for r in results.records))
 
 
@@ -118,12 +117,6 @@ def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:
         return repro_command(results, ids[0])
     env, args = rerun_args(results, [i for i in ids if not is_fuzzed(i)])
     return shell_command(env, ["pytest", *args])
-
-
-def is_fuzzed(case_id: str) -> bool:
-    from cases.model import FUZZ_PREFIX
-
-    return case_id.startswith(FUZZ_PREFIX)
 
 
 def repro_command(results: RunResults, case_id: str) -> str:

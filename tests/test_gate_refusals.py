@@ -106,9 +106,20 @@ def test_a_complete_run_that_lacks_selected_cases_is_bad_input(tmp_path, capsys)
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"flexconf gate: error: {tmp_path / 'new.json'}: it says "
                               "complete, but ")
-        assert err.endswith("selected cases have no record (an edited or damaged file); gate "
-                            "a results file a run wrote")
+        assert err.endswith(("selected cases have no record (an edited or damaged file); gate "
+                             "a results file a run wrote", "1 of its 2 selected cases has no "
+                             "record (an edited or damaged file); gate a results file a run "
+                             "wrote"))
     assert gate(tmp_path, whole, selected(whole)) == 0
+    # a record of a case the selection does not name (an id a disk fault changed: MAY SHIP
+    # before, an outside audit); a fuzzed example's record is named by no selection
+    stray = replace(record(A), case_id=B)
+    assert gate(tmp_path, whole, selected(run([record(A), stray]), case_ids=(A,))) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"it says complete, but 1 of its records is of a case it did not select ({B!r}) (an "
+        "edited or damaged file); gate a results file a run wrote")
+    fuzzed = replace(record(A), case_id="fuzz/" + B)
+    assert gate(tmp_path, whole, selected(run([record(A), fuzzed]), case_ids=(A,))) == 0
 
 
 def _judged_by(version: int | None, revision: str | None = None) -> RunResults:

@@ -182,13 +182,39 @@ def test_a_resumed_worker_file_loses_its_torn_line_not_its_next_event(tmp_path):
     again.selection(["full/a"])
     again.close()
     assert [event["event"] for event in read_events(tmp_path)] == events + ["selection"]
-    # read as read_events reads it: a byte that is not UTF-8 (a disk fault) is U+FFFD there,
-    # and the event whole (a review: json.loads of the raw bytes cut it off)
+    # read as read_events reads it: a last line with a byte that is not UTF-8 (a disk fault)
+    # is damage, cut off as a torn line is (read as U+FFFD, such a byte changed a case id)
     head, _, last = path.read_bytes().rstrip(b"\n").rpartition(b"\n")
     path.write_bytes(head + b"\n" + last.replace(b"full/a", b"full/a\xff"))
     again = RecordWriter(tmp_path, "gw0")
     again.close()
-    assert [event["event"] for event in read_events(tmp_path)] == events + ["selection"]
+    assert [event["event"] for event in read_events(tmp_path)] == events
+    assert path.read_bytes() == head + b"\n"
+
+
+def test_a_line_with_a_byte_that_is_not_utf8_is_damage_not_a_record(tmp_path):
+    """One byte of a finished record's case id changed to 0xff (a disk fault): read as U+FFFD,
+    the record was of a case the run never selected, and the resumed run said 5/5 PASS of 4
+    selected cases, the gate MAY SHIP (an outside audit). It is a damaged line: the case has
+    no record, and a resume runs it again."""
+    from records.events import RecordWriter, finished_ids, merge_records
+
+    writer = RecordWriter(tmp_path, "gw0")
+    for cid in ("full/a", "full/b"):
+        writer.started(cid, {}, "gw0", "t1")
+        writer.finished(Record(case_id=cid, label=Label.PASS, finished_at="t2"))
+    writer.close()
+    path = tmp_path / "records" / "gw0.jsonl"
+    assert finished_ids(tmp_path) == {"full/a", "full/b"}
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"full/a"', b'"full/\xffa"')
+    path.write_bytes(b"".join(lines))
+    assert finished_ids(tmp_path) == {"full/b"}
+    merged = merge_records(tmp_path, ["full/a", "full/b"])
+    assert merged.damaged == 1
+    # its started event stands: the case is one a worker began and never finished
+    assert [(r.case_id, r.label) for r in merged.records] == [("full/a", Label.CRASH),
+                                                              ("full/b", Label.PASS)]
 
 
 def test_a_schema_version_of_another_type_says_so(tmp_path):

@@ -411,6 +411,15 @@ def test_a_complete_file_that_lacks_selected_records_is_damaged_not_green(tmp_pa
         write_report(damaged, tmp_path)
         page = (tmp_path / "index.html").read_text()
         assert 'class="verdict bad"' in page and "file DAMAGED" in page
+    # a record beside the selection's (an id a disk fault changed: 5/5 PASS of 4 selected
+    # cases, an outside audit); a fuzzed example's record is named by no selection
+    for stray, ok in ((case_id(seq=4096), False), ("fuzz/" + case_id(seq=4096), True)):
+        more = replace(whole, records=(*whole.records, replace(edited, case_id=stray)))
+        assert conforms(more) is ok
+        if not ok:
+            assert verdict_line(more).endswith(
+                f" · file DAMAGED: it says complete, but 1 of its records is of a case it did "
+                f"not select ({stray!r}) (an edited or damaged file)"), verdict_line(more)
     # a shard's case_ids are the whole run's: it is held to its own count
     shard = replace(whole, records=whole.records[:2], selected_count=2,
                     selection={**whole.selection, "shard": "1/2"})
