@@ -27,6 +27,7 @@ from typing import Any
 
 from cases.model import Case
 from conformance.protocol import Observation, Phase, label_of, load_output
+from records.errors import NOT_JUDGED_KEY, says_disk_full
 from records.labels import Label
 from records.metrics import took_masked_answer
 from records.text import first_line
@@ -46,6 +47,8 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     from cases.pointwise import PointwiseModError
 
     label = label_of(obs)
+    if label in _ERRORS_A_DISK_EXPLAINS and says_disk_full(obs.message):
+        return disk_full(obs.message)
     if label in _ERRORS_A_MOD_EXPLAINS:
         backend = f"{label.value}: {first_line(obs.message, 300)}"
         if isinstance(reference, PointwiseModError):
@@ -199,6 +202,20 @@ def _right_wherever_defined(case: Case, golden, baseline, beyond: dict, calls: l
 #: error met by both. A crash, an out-of-memory or a timeout of the backend keeps its label
 #: (the reference may have failed for its own reasons then, e.g. out of memory itself).
 _ERRORS_A_MOD_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR)
+#: the labels of an error that a full disk explains (a compiler that cannot write its build,
+#: a child that cannot write its output): the environment's, not the backend's
+_ERRORS_A_DISK_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR, Label.HARNESS_ERROR)
+
+
+def disk_full(error: str) -> Decision:
+    """A case that met a full disk was not judged: HARNESS_ERROR (fix the installation), its
+    record marked so that ``--resume`` runs it again once there is room (records/events.py).
+    The backend's COMPILE_ERROR or RUNTIME_ERROR was the disk's (an outside audit: a full warm
+    compile cache failed every case as COMPILE_ERROR, a full TMPDIR as HARNESS_ERROR, and a
+    resume kept them)."""
+    return Decision(Label.HARNESS_ERROR, (
+        f"not judged: a disk was full ({first_line(error, 300)}); make room, then --resume "
+        "the run's report directory runs this case again"), metrics={NOT_JUDGED_KEY: "disk full"})
 
 
 def _score_mod_raises(case: Case):

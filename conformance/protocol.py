@@ -265,9 +265,9 @@ def save_output(path: str, first: HostResult, differing: list[tuple[int, HostRes
     """Write the result of a case's first call to ``path``, with the results of the later
     calls that differ from it bit for bit (``differing``: (call number, result), the first call
     being call 1, of ``calls`` in all): each is judged (``conformance.decision``)."""
-    import torch
+    from reference.outputs import save_whole
 
-    torch.save({**first, "calls": calls,
+    save_whole({**first, "calls": calls,
                 "differing_calls": [{"call": n, **r} for n, r in differing]}, path)
 
 

@@ -136,9 +136,15 @@ class Runner:
         try:
             record = self.executor.execute(case, started_at)
         except Exception as exc:  # noqa: BLE001 - a bug of ours must still leave a record
+            from conformance.decision import disk_full
+            from records.errors import is_disk_full
+
+            error = f"{type(exc).__name__}: {exc}"
+            judged = disk_full(error) if is_disk_full(exc) else None
             record = Record(case_id=case.id, label=Label.HARNESS_ERROR, case=case.to_json(),
-                            message=f"the harness failed: {type(exc).__name__}: {exc}",
-                            worker=self.worker, started_at=started_at, finished_at=now_iso())
+                            message=judged.message if judged else f"the harness failed: {error}",
+                            metrics=judged.metrics if judged else None, worker=self.worker,
+                            started_at=started_at, finished_at=now_iso())
         if record_id:
             record = replace(record, case_id=record_id)
         record = replace(record, expected_failure=self._expected_failure(record))

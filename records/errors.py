@@ -3,8 +3,13 @@ RuntimeError; torch.cuda.OutOfMemoryError is the same class, and a plugin may ra
 any text), or an error whose text says so (torch's allocators raise RuntimeErrors: "CUDA out
 of memory", "DefaultCPUAllocator: can't allocate memory", a device runtime's "failed to
 allocate host memory"). One rule for the child (the label OUT_OF_MEMORY) and the reference
-(never the case's own fault). No torch here: the class is known by its name."""
+(never the case's own fault). No torch here: the class is known by its name.
+
+And which are a full disk (``is_disk_full``): a case that met one was not judged, whatever
+label its error would have had (docs/labels.md, HARNESS_ERROR)."""
 from __future__ import annotations
+
+import errno
 
 OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory", "(oom)",
              "failed to allocate host memory")
@@ -12,6 +17,38 @@ OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory",
 
 #: Exception classes that are running out of memory whatever their text (torch.OutOfMemoryError).
 OOM_CLASS_NAMES = ("OutOfMemoryError",)
+
+
+#: A write the disk refused for want of room: ENOSPC, and EDQUOT (a quota that is full).
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded")
+#: The metrics key of a record the environment kept from being judged (the disk was full):
+#: its HARNESS_ERROR is no outcome of the case, so ``--resume`` runs the case again.
+NOT_JUDGED_KEY = "not_judged"
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The first OSError in ``exc``'s chain (itself, then what it was raised from or during):
+    torch.save into a full disk raises a RuntimeError ("unexpected pos ...") whose context is
+    the OSError, when it writes through a Python file."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    error = os_error_in(exc)
+    return (error is not None and error.errno in DISK_FULL_ERRNOS) or says_disk_full(str(exc))
+
+
+def says_disk_full(text: str) -> bool:
+    """Whether an error's text (a child's, a compiler's) says a disk was full."""
+    lowered = text.lower()
+    return any(t in lowered for t in DISK_FULL_TEXTS) or "[errno 28]" in lowered
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from records.errors import NOT_JUDGED_KEY
 from records.files import shape_problem
 from records.labels import Label
 from records.results import Record
@@ -38,10 +39,16 @@ def records_dir(report_dir: str | Path) -> Path:
 
 
 def finished_ids(report_dir: str | Path) -> set[str]:
-    """The case ids with a finished record in the store (what ``--resume`` need not run)."""
-    records = (_valid_record(event.get("record")) for event in read_events(report_dir)
-               if event.get("event") == "finished")
-    return {record.case_id for record in records if record is not None}
+    """The case ids with a finished record in the store (what ``--resume`` need not run); a
+    record of a case that was not judged (a full disk: records.errors.NOT_JUDGED_KEY) is
+    none, as the last record of a case counts (merge_records)."""
+    last: dict[str, Record] = {}
+    for event in read_events(report_dir):
+        record = _valid_record(event.get("record")) if event.get("event") == "finished" else None
+        if record is not None and (record.case_id not in last
+                                   or record.finished_at >= last[record.case_id].finished_at):
+            last[record.case_id] = record
+    return {cid for cid, record in last.items() if not (record.metrics or {}).get(NOT_JUDGED_KEY)}
 
 
 class RecordWriter:
@@ -51,7 +58,7 @@ class RecordWriter:
         self.path = records_dir(report_dir) / f"{worker}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_line(self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "ab", buffering=0)  # nothing held back for close to write
 
     def environment(self, environment: dict[str, Any]) -> None:
         self._write({"event": "environment", "environment": environment})
@@ -75,9 +82,21 @@ class RecordWriter:
         self._file.close()
 
     def _write(self, event: dict) -> None:
-        self._file.write(json.dumps(event) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """One whole line, or none: a write the disk refuses half-way is cut off again, so a
+        line of the store is never torn by a full disk and then read as damage."""
+        data = (json.dumps(event) + "\n").encode("utf-8")
+        end = os.fstat(self._file.fileno()).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._file.write(view):]
+            os.fsync(self._file.fileno())
+        except OSError:
+            try:
+                os.ftruncate(self._file.fileno(), end)
+            except OSError:
+                pass
+            raise
 
 
 def _drop_torn_line(path: Path) -> None:

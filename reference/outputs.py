@@ -67,10 +67,29 @@ def save_case_outputs(outputs: CaseOutputs, path: str | Path) -> Path:
             "observed": reference_to_dict(outputs.observed),
             "golden": reference_to_dict(outputs.golden),
             "baseline": reference_to_dict(outputs.baseline)}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    torch.save(data, tmp)
-    tmp.replace(path)
+    save_whole(data, path)
     return path
+
+
+def save_whole(data, path: str | Path) -> None:
+    """``torch.save`` of ``data`` into ``path``, whole or not at all: into a temporary file
+    beside it, then renamed; the temporary file is removed when the write fails (a full disk
+    kept 737 KB of one and then refused the run's results.json: an outside audit). A write
+    the disk refuses raises its OSError (torch's own error says "unexpected pos" only)."""
+    from records.errors import os_error_in
+
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:  # through a Python file: its OSError is in torch's chain
+            torch.save(data, f)
+        tmp.replace(path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        error = os_error_in(exc)
+        if error is not None and error is not exc:
+            raise error from exc
+        raise
 
 
 def load_case_outputs(path: str | Path) -> CaseOutputs:

@@ -76,6 +76,23 @@ class HangsWhileFileExists(CompileHang):
         return real(*args)
 
 
+#: When this names a file that exists, ``DiskFullWhileFileExists`` finds the disk full.
+DISK_FULL_FILE = "FLEXCONF_TEST_DISK_FULL_FILE"
+
+
+class DiskFullWhileFileExists(_Faulty):
+    """Its compile call fails as a compiler that cannot write its build does (an OSError of
+    ENOSPC, as Inductor's LoweringException carried it) while ``$FLEXCONF_TEST_DISK_FULL_FILE``
+    exists; otherwise it computes: a run on a full disk, resumed once there is room."""
+
+    name = "test-disk-full-while-file-exists"
+
+    def misbehave(self, real, *args):
+        if os.path.exists(os.environ.get(DISK_FULL_FILE, "")):
+            raise RuntimeError("LoweringException: OSError: [Errno 28] No space left on device")
+        return real(*args)
+
+
 class DetachedCompileHang(CompileHang):
     """Hangs in the compile call after starting a subprocess in a session of its own, which
     the kill of the child's process group does not reach (an outside trial's survivor)."""
