@@ -7,8 +7,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_CACHE_HOME = os.environ.get("XDG_CACHE_HOME")
-DEFAULT_CACHE_ROOT = Path(_CACHE_HOME or Path.home() / ".cache") / "flexattention-conformance"
+def _home() -> Path:
+    """This user's home: HOME when it names one, else the password database's. An empty HOME
+    is unset, not the root (Path.home() gave "/", and a run as root cached into /.cache: an
+    outside audit)."""
+    home = os.environ.get("HOME")
+    if home:
+        return Path(home)
+    import pwd
+
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+_CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or None  # empty is unset (the XDG spec)
+DEFAULT_CACHE_ROOT = Path(_CACHE_HOME or _home() / ".cache") / "flexattention-conformance"
 #: where DEFAULT_CACHE_ROOT came from, for the errors that name a directory under it
 CACHE_ROOT_SOURCE = "XDG_CACHE_HOME" if _CACHE_HOME else "~/.cache, as XDG_CACHE_HOME is unset"
 

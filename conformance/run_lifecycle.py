@@ -454,12 +454,15 @@ def exit_status_of(records, own_ids: set[str]) -> int:
 def results_not_written(report_dir: Path, error: OSError) -> str:
     """The summary line of a run whose results.json could not be written (a full disk, a
     directory removed under it): what finished is in its record store, and how to keep it."""
+    from shlex import quote
+
     from records.text import one_line
 
+    where = quote(one_line(str(report_dir)))  # pasted as printed (a path with a space failed)
     return (f"the results could not be written into {report_dir}: {type(error).__name__}: "
             f"{one_line(str(error))}; what finished is kept in {report_dir / 'records'}: make "
-            f"room, then flexconf recover {report_dir} (or finish the run with --resume "
-            f"{report_dir} and its options)")
+            f"room, then flexconf recover {where} (or finish the run with --resume {where} and "
+            "its options)")
 
 
 def _render_report(results, report_dir: Path) -> list[str]:
