@@ -255,7 +255,10 @@ def inductor_compile_stages(kernel_compile: str) -> dict[str, float] | None:
     if inductor is None:
         return stages
     codegen = codegen or 0.0
-    waited = _timer_total(entries, _ASYNC_KERNEL_WAIT) or 0.0
+    # torch 2.6 times a wait for compiles of one thread too (0.4 ms: they ran as the module
+    # loaded), and its compile_file regions were then dropped as a pool's (cxx_compile 0.0004 s,
+    # the compiles left in codegen): a wait is the pool's only where there is a pool
+    waited = (_timer_total(entries, _ASYNC_KERNEL_WAIT) or 0.0) if _compile_pool() else 0.0
     timed = getattr(utils, "compilation_time_metrics", {}) or {}
     # with a pool, compile_file regions overlap (threads) and outlast the wall time: only the
     # wait for the pool is the compile's own share then
@@ -268,6 +271,14 @@ def inductor_compile_stages(kernel_compile: str) -> dict[str, float] | None:
     if in_lowering or in_codegen:
         stages[kernel_compile] = in_lowering + in_codegen
     return stages
+
+
+def _compile_pool() -> bool:
+    """Whether Inductor compiles kernels in a pool of workers (more than one compile thread)."""
+    from torch._inductor import async_compile
+
+    threads = getattr(async_compile, "get_compile_threads", None)
+    return threads is None or threads() > 1  # without the function: as before, by the wait
 
 
 def _timer_total(entries: list, names: tuple[str, ...]) -> float | None:
