@@ -118,11 +118,15 @@ class RunLifecycle:
             raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: another run is going "
                                     f"on there ({exc.holder}); {fix}") from None
         except OSError as exc:  # a lock file of another user's, a filesystem without locks
+            from records.errors import is_disk_full
+
             lock = one_line(str(report_dir / RUN_LOCK_NAME))
+            fix = ("make room there" if is_disk_full(exc) else "make it this user's (remove it "
+                   "when no run is going on there)")  # a full disk was told to chown the lock
             raise pytest.UsageError(
                 f"{flag} {one_line(str(report_dir))}: its run lock {lock} cannot be taken "
-                f"({one_line(exc.strerror or exc)}); make it this user's (remove it when no run "
-                "is going on there) or give this run another --report-dir") from None
+                f"({one_line(exc.strerror or exc)}); {fix} or give this run another "
+                "--report-dir") from None
 
     def release_run_lock(self) -> None:
         """Let the run lock go (at the end of the pytest session; a dead process's goes too)."""

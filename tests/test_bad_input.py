@@ -159,6 +159,25 @@ def test_a_run_lock_that_cannot_be_taken_is_one_line_and_sets_nothing_aside(tmp_
     assert (report / "index.html").read_text() == "<p>all green</p>"
 
 
+def test_a_run_lock_a_full_disk_refuses_says_to_make_room(tmp_path, monkeypatch):
+    """A full disk was told to make the lock file this user's (an outside audit)."""
+    import errno
+    from types import SimpleNamespace
+
+    from conformance.run_lifecycle import RunLifecycle
+    from records import store
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "hold_run_lock", full)
+    session = SimpleNamespace(options=SimpleNamespace(report_dir=tmp_path))
+    with pytest.raises(pytest.UsageError) as raised:
+        RunLifecycle._hold_run_lock(session, "--report-dir", "t")
+    assert str(raised.value).endswith("cannot be taken (No space left on device); make room "
+                                      "there or give this run another --report-dir")
+
+
 def test_report_merge_and_recover_do_not_write_into_a_directory_whose_run_goes_on(tmp_path,
                                                                                    capsys):
     """What they would write would mix with the run's files, or (recover) record its cases
