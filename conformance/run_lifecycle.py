@@ -396,17 +396,25 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
     artifacts/ with something in it and no run's manifest (records/run.json; a source tree,
     a folder of the user's own, or an older suite's run), or a results.json, index.html or
     summary.md beside no results file of this suite (moved into previous/, it is dropped by
-    the run after), there or in previous/ (replaced by the second run)."""
+    the run after), there or in previous/ (replaced by the second run); and, in any
+    directory, a ``previous`` that is a link or a file."""
     from conformance.artifacts import ARTIFACTS_DIRNAME
     from conformance.kept_outputs import OUTPUTS_DIR
     from records.store import MANIFEST_NAME, PREVIOUS_DIR, foreign_result_file, holds_a_run
     from records.events import RECORDS_DIR
     from records.text import one_line
 
-    if holds_a_run(report_dir):
-        return  # a run's directory: what is in it is a run's
     where = f"--report-dir {one_line(str(report_dir))}"
     fix = "give this run another --report-dir (e.g. reports/latest), or move it away"
+    # a run moves files into previous/ and replaces them: a link or a file there is refused in
+    # a run's directory too (a FileExistsError, or across disks EXDEV: an outside audit)
+    previous = report_dir / PREVIOUS_DIR
+    if previous.is_symlink() or (previous.exists() and not previous.is_dir()):
+        raise pytest.UsageError(
+            f"{where}: its {PREVIOUS_DIR} is a {'link' if previous.is_symlink() else 'file'}, "
+            f"where a run keeps the last run's results (a folder of its own); {fix}")
+    if holds_a_run(report_dir):
+        return  # a run's directory: what is in it is a run's
     for name in (RECORDS_DIR, OUTPUTS_DIR, ARTIFACTS_DIRNAME):
         folder = report_dir / name
         if folder.is_symlink() or folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
@@ -420,11 +428,6 @@ def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
             "file of this suite beside it (a file of your own, or a report flexconf report "
             "rendered there), and a run moves it into previous/ and the run after drops it; "
             f"{fix}")
-    previous = report_dir / PREVIOUS_DIR  # a run moves files into it, and replaces them
-    if previous.is_symlink() or (previous.exists() and not previous.is_dir()):
-        raise pytest.UsageError(
-            f"{where}: its {PREVIOUS_DIR} is a {'link' if previous.is_symlink() else 'file'}, "
-            f"where a run keeps the last run's results (a folder of its own); {fix}")
     stray = foreign_result_file(previous)  # the second run replaced it
     if stray is not None:
         raise pytest.UsageError(

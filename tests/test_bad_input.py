@@ -431,6 +431,16 @@ def test_a_report_dir_holding_folders_no_run_wrote_is_refused_untouched(tmp_path
     again = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))  # a run's own: replaced
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (report / "previous" / "index.html").exists()
+    # in a run's own directory too: a file was a FileExistsError traceback, a link to another
+    # disk an EXDEV traceback (an outside audit)
+    shutil.rmtree(report / "previous")
+    (report / "previous").write_text("mine\n")
+    refused = _refused_run(tmp_path)
+    assert _error_lines(refused) == [
+        f"ERROR: --report-dir {report}: its previous is a file, where a run keeps the last "
+        "run's results (a folder of its own); give this run another --report-dir (e.g. "
+        "reports/latest), or move it away"]
+    assert (report / "index.html").exists() and (report / "previous").read_text() == "mine\n"
 
 
 def test_a_case_id_of_another_matrix_or_profile_names_the_one_that_has_it(tmp_path):
