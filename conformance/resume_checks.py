@@ -37,8 +37,15 @@ def resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: in
             f"--resume {options.report_dir}: its records are those of the run reported in "
             f"{options.report_dir / 'previous'}/ (a later run stopped before its first case "
             "and set it aside); nothing to resume: run without --resume")
+    from records.events import records_dir
     from records.selection import matrix_selects
+    from records.text import one_line
 
+    for path in sorted(records_dir(options.report_dir).glob("*.jsonl")):
+        if not path.is_file():  # every case's record would fail to be written (an audit)
+            raise pytest.UsageError(
+                f"--resume {options.report_dir}: {one_line(str(path))} is not a file, where a "
+                "worker's records belong; move it away, then resume")
     for key in _RESUME_SAME:
         before, now = manifest.options.get(key), recorded.get(key)
         if key == "matrix" and not matrix_selects(before, manifest.options.get("case_file")) \

@@ -192,3 +192,22 @@ def test_a_run_an_older_suite_recorded_with_a_matrix_beside_its_case_file_resume
     assert resumable_run(options, {**recorded, "matrix": "core"}, backend, 1).started_at == "t1"
     with pytest.raises(pytest.UsageError, match="the run had matrix 'all', this one 'core'"):
         resumable_run(options, {**recorded, "matrix": "core", "case_file": None}, backend, 1)
+
+
+def test_a_resume_whose_record_file_is_a_directory_is_one_line(tmp_path):
+    """records/main.jsonl made a directory: every resumed case was an IsADirectoryError
+    traceback, and the printed command to finish the run did the same (an outside audit)."""
+    from tests.test_bad_input import _error_lines
+
+    done = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = tmp_path / "report"
+    [store] = (report / "records").glob("*.jsonl")
+    store.unlink()
+    store.mkdir()
+    resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "--resume", str(report)))
+    assert resumed.returncode == 4, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert _error_lines(resumed) == [
+        f"ERROR: --resume {report}: {store} is not a file, where a worker's records belong; "
+        "move it away, then resume"]
+    assert "Traceback" not in resumed.stdout + resumed.stderr
