@@ -12,12 +12,13 @@ the store into results.json with the selection and how many cases were selected,
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 from pathlib import Path
 
 import pytest
 
+from conformance.report_dir_checks import (check_writable, refuse_to_clear_an_unreported_run,
+                                           refuse_to_clear_foreign_files)
 from conformance.resume_checks import resumable_run
 
 
@@ -39,10 +40,10 @@ class RunLifecycle:
 
         report_dir = self.options.report_dir
         flag = "--resume" if self.options.resume else "--report-dir"
-        _check_writable(report_dir, flag)
+        check_writable(report_dir, flag)
         started_at = now_iso()
         if not self.options.resume:  # before the lock: nothing may be left in a folder refused
-            _refuse_to_clear_foreign_files(report_dir)
+            refuse_to_clear_foreign_files(report_dir)
         self._hold_run_lock(flag, started_at)
         last_run = report_dir / "results.json"
         if not last_run.exists():  # a run stopped before its first case set it aside there
@@ -56,7 +57,7 @@ class RunLifecycle:
             self._say_schedule()
             return
         self._started_at = started_at
-        _refuse_to_clear_an_unreported_run(report_dir)
+        refuse_to_clear_an_unreported_run(report_dir)
         # no earlier run's results may look like this one's, even if it is killed at once;
         # the store is cleared in begin_fresh_run, undone in restore_unselected_run
         self._set_aside = set_aside_results(report_dir)
@@ -366,88 +367,6 @@ def _outside_resumed_run(selected: list[str] | None, shard: set[str] | None,
         return []
     return [f"--resume: {len(outside)} case(s) selected here are not part of the interrupted "
             f"run and were not run (e.g. {outside[0]}); run them without --resume"]
-
-
-#: Options a resumed run must share with the run it finishes (they change what a label means).
-def _refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
-    """UsageError, one line, before anything is moved, when ``report_dir`` holds the records
-    of a run killed before it wrote its results: clearing them would lose what finished
-    without a word. A run stopped by a signal wrote its results, and is set aside as usual."""
-    from records.store import unreported_run
-    from records.events import finished_ids
-    from records.text import one_line
-
-    killed = unreported_run(report_dir)
-    if killed is None:
-        return
-    where = one_line(str(report_dir))
-    raise pytest.UsageError(
-        f"--report-dir {where}: it holds the records of a run that stopped without writing its "
-        f"results (started {one_line(killed.started_at) or 'at an unknown time'}, "
-        f"{len(finished_ids(report_dir))} case(s) finished); keep them as an incomplete report "
-        f"with flexconf recover {shlex.quote(where)}, finish that run with --resume "
-        f"{shlex.quote(where)} and its "
-        "options, or give this run another --report-dir")
-
-
-def _refuse_to_clear_foreign_files(report_dir: Path) -> None:
-    """UsageError, one line, before anything is moved or locked, when ``report_dir`` holds
-    what a run would replace or move away and no run wrote: a records/, outputs/ or
-    artifacts/ with something in it and no run's manifest (records/run.json; a source tree,
-    a folder of the user's own, or an older suite's run), or a results.json, index.html or
-    summary.md beside no results file of this suite (moved into previous/, it is dropped by
-    the run after), there or in previous/ (replaced by the second run); and, in any
-    directory, a ``previous`` that is a link or a file."""
-    from conformance.artifacts import ARTIFACTS_DIRNAME
-    from conformance.kept_outputs import OUTPUTS_DIR
-    from records.store import MANIFEST_NAME, PREVIOUS_DIR, foreign_result_file, holds_a_run
-    from records.events import RECORDS_DIR
-    from records.text import one_line
-
-    where = f"--report-dir {one_line(str(report_dir))}"
-    fix = "give this run another --report-dir (e.g. reports/latest), or move it away"
-    # a run moves files into previous/ and replaces them: a link or a file there is refused in
-    # a run's directory too (a FileExistsError, or across disks EXDEV: an outside audit)
-    previous = report_dir / PREVIOUS_DIR
-    if previous.is_symlink() or (previous.exists() and not previous.is_dir()):
-        raise pytest.UsageError(
-            f"{where}: its {PREVIOUS_DIR} is a {'link' if previous.is_symlink() else 'file'}, "
-            f"where a run keeps the last run's results (a folder of its own); {fix}")
-    if holds_a_run(report_dir):
-        return  # a run's directory: what is in it is a run's
-    for name in (RECORDS_DIR, OUTPUTS_DIR, ARTIFACTS_DIRNAME):
-        folder = report_dir / name
-        if folder.is_symlink() or folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
-            raise pytest.UsageError(
-                f"{where}: it holds {name}/ with no {RECORDS_DIR}/{MANIFEST_NAME} (not a run's, "
-                f"or an older suite's), and a run replaces {name}/ whole; {fix}")
-    stray = foreign_result_file(report_dir)
-    if stray is not None:
-        raise pytest.UsageError(
-            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))} with no results "
-            "file of this suite beside it (a file of your own, or a report flexconf report "
-            "rendered there), and a run moves it into previous/ and the run after drops it; "
-            f"{fix}")
-    stray = foreign_result_file(previous)  # the second run replaced it
-    if stray is not None:
-        raise pytest.UsageError(
-            f"{where}: it holds {one_line(str(stray.relative_to(report_dir)))} with no results "
-            f"file of this suite beside it (a file of your own), and each run replaces "
-            f"{PREVIOUS_DIR}/'s files with the last run's; {fix}")
-
-
-def _check_writable(report_dir: Path, flag: str) -> None:
-    """UsageError, one line, unless ``report_dir`` is (or, for --report-dir, can be made) a
-    writable directory; a missing --resume directory is left for resumable_run to name."""
-    from records.files import directory_problem
-    from records.text import one_line
-
-    problem = directory_problem(report_dir, make=flag != "--resume")
-    if problem is not None:
-        fix = ("give the report directory of the interrupted run, writable by this user"
-               if flag == "--resume" else
-               "pass a directory this user can write, e.g. --report-dir reports/latest")
-        raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; {fix}")
 
 
 def exit_status_of(records, own_ids: set[str]) -> int:

@@ -186,7 +186,8 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
     path = records_dir(report_dir) / MANIFEST_NAME
     if not path.exists():
         return None
-    cannot = "this directory's run cannot be recovered or resumed; run it again"
+    cannot = ("this directory's run cannot be recovered or resumed; move its records/ away to "
+              "keep what finished, then run it again")
     data = read_json(path, cannot)
     if not isinstance(data, dict):
         raise UserFileError(f"{one_line(str(path))}: not a run manifest (a JSON object)", cannot)
@@ -389,6 +390,22 @@ def unreported_run(report_dir: str | Path) -> RunManifest | None:
     recorded_a_case = any(event.get("event") in ("started", "finished")
                           for event in read_events(report_dir))
     return manifest if recorded_a_case else None
+
+
+def unreadable_run(report_dir: str | Path) -> str | None:
+    """Why the manifest of a run that recorded finished cases in ``report_dir`` and was not
+    reported cannot be read (a disk fault, a hand edit); None otherwise. Neither recover nor
+    ``--resume`` can use such a store, but its records are still what finished: a new run
+    that cleared it lost them without a word (an outside audit)."""
+    try:
+        read_manifest(report_dir)
+        return None
+    except UserFileError as exc:
+        problem = str(exc)
+    if (records_dir(report_dir) / REPORTED_NAME).exists():
+        return None
+    finished = any(event.get("event") == "finished" for event in read_events(report_dir))
+    return problem if finished else None
 
 
 def write_run(report_dir: str | Path, merged: Merged, environment: dict[str, Any],

@@ -20,7 +20,7 @@ def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
     assert _error_lines(proc) == [
         f"flexconf recover: error: {records / 'run.json'}: not JSON (Unterminated string "
         "starting at: line 1 column 16 (char 15)); this directory's run cannot be recovered "
-        "or resumed; run it again"]
+        "or resumed; move its records/ away to keep what finished, then run it again"]
 
 
 def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, capsys):
@@ -70,7 +70,8 @@ def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, 
     assert main(["recover", str(report)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"flexconf recover: error: {manifest}: not a run manifest (its case_order is a int no "
-        "run writes there); this directory's run cannot be recovered or resumed; run it again"]
+        "run writes there); this directory's run cannot be recovered or resumed; move its "
+        "records/ away to keep what finished, then run it again"]
     assert not (report / "results.json").exists()
 
 
@@ -119,3 +120,29 @@ def test_a_fix_that_names_a_directory_quotes_it_for_the_shell(tmp_path):
         load_results(report / "results.json")
     assert f"flexconf recover {shlex.quote(str(report))}, or finish it with --resume " \
         f"{shlex.quote(str(report))} and its options" in str(missing.value)
+
+
+def test_a_new_run_does_not_clear_finished_records_whose_manifest_is_damaged(tmp_path):
+    """A killed run's run.json with a BOM (or torn): recover refused it, and the next run
+    cleared its store, finished records and all, without a word (an outside audit)."""
+    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    report = tmp_path / "report"
+    from records.store import REPORTED_NAME, RESULT_FILES
+
+    for name in RESULT_FILES:  # as a kill -9 before the end leaves it
+        (report / name).unlink()
+    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    manifest = report / "records" / "run.json"
+    manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())
+    store = sorted((report / "records").glob("*.jsonl"))
+    kept = [path.read_bytes() for path in store]
+    refused = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
+    assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
+    [line] = _error_lines(refused)
+    assert line.startswith(f"ERROR: --report-dir {report}: it holds 1 finished case record(s) "
+                           "of a run that stopped without its results, whose manifest cannot "
+                           f"be read ({manifest}: "), line
+    assert line.endswith(f"); move {report / 'records'} away to keep them (or remove it), or "
+                         "give this run another --report-dir"), line
+    assert [path.read_bytes() for path in store] == kept
