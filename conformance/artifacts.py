@@ -31,17 +31,25 @@ def clear_artifacts(report_dir: str | Path) -> None:
 def file_case_artifacts(case_id: str, files: list[Path], source_root: Path | None, log: str,
                         artifacts_root: Path) -> str:
     """Copy ``files`` (under ``source_root``, layout kept) and the child's ``log`` of the case
-    into ``artifacts_root/<case dir>``; returns that directory relative to the report dir."""
+    into ``artifacts_root/<case dir>``; returns that directory relative to the report dir.
+    A full disk's OSError is raised with the directory removed (no half-copied file stays)."""
+    from records.errors import is_disk_full
+
     target = artifacts_root / case_dir_name(case_id)
     if target.exists():  # a rerun of the case in the same report directory replaces it
         shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    for path in files:
-        relative = path.relative_to(source_root) if source_root else Path(path.name)
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            shutil.copy2(path, target / relative)
-        except OSError:  # removed by the compiler meanwhile: keep what remains
-            continue
-    (target / "child.log").write_text(log, encoding="utf-8", errors="backslashreplace")
+    try:
+        target.mkdir(parents=True)
+        for path in files:
+            relative = path.relative_to(source_root) if source_root else Path(path.name)
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copy2(path, target / relative)
+            except OSError as exc:  # removed by the compiler meanwhile: keep what remains
+                if is_disk_full(exc):
+                    raise
+        (target / "child.log").write_text(log, encoding="utf-8", errors="backslashreplace")
+    except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     return f"{ARTIFACTS_DIRNAME}/{target.name}"

@@ -15,8 +15,12 @@ def _home() -> Path:
     if home:
         return Path(home)
     import pwd
+    import tempfile
 
-    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:  # a uid with no entry (a container's --user 1234): no home to take
+        return Path(tempfile.gettempdir()) / f"flexattention-conformance-home-{os.getuid()}"
 
 
 _CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or None  # empty is unset (the XDG spec)

@@ -49,10 +49,12 @@ def classify_exception(exc: BaseException, backend=None) -> Outcome:
     surfaces it in the compile phase) or error."""
     from conformance.compat import unsupported_sentence
 
-    from records.errors import is_out_of_memory
+    from records.errors import is_disk_full, is_out_of_memory
 
     if is_out_of_memory(exc):
         return Outcome.OOM
+    if is_disk_full(exc):
+        return Outcome.DISK_FULL
     if unsupported_sentence(exc):
         return Outcome.UNSUPPORTED
     if backend is not None and _recognised(backend.is_execution_timeout, exc):
@@ -110,9 +112,10 @@ def _guard(phase: Phase, fn: Callable[[], Any], harness: bool = False, backend=N
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a labelled event
-        from records.errors import is_out_of_memory
+        from records.errors import is_disk_full, is_out_of_memory
 
         outcome = (Outcome.OOM if harness and is_out_of_memory(exc)
+                   else Outcome.DISK_FULL if harness and is_disk_full(exc)
                    else Outcome.HARNESS if harness else classify_exception(exc, backend))
         raise CaseFailed(phase, outcome, exc) from exc
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from cases.model import Case
 from conformance.protocol import Observation, Phase, label_of, load_output
-from records.errors import NOT_JUDGED_KEY, says_disk_full
+from records.errors import NOT_JUDGED_KEY
 from records.labels import Label
 from records.metrics import took_masked_answer
 from records.text import first_line
@@ -46,8 +46,10 @@ def decide(case: Case, obs: Observation, reference: tuple | BaseException | None
     in a compile-only pass (no reference is computed there)."""
     from cases.pointwise import PointwiseModError
 
+    from conformance.protocol import Outcome
+
     label = label_of(obs)
-    if label in _ERRORS_A_DISK_EXPLAINS and says_disk_full(obs.message):
+    if Outcome(obs.outcome) is Outcome.DISK_FULL:  # the child saw the errno (conformance/child.py)
         return disk_full(obs.message)
     if label in _ERRORS_A_MOD_EXPLAINS:
         backend = f"{label.value}: {first_line(obs.message, 300)}"
@@ -202,9 +204,6 @@ def _right_wherever_defined(case: Case, golden, baseline, beyond: dict, calls: l
 #: error met by both. A crash, an out-of-memory or a timeout of the backend keeps its label
 #: (the reference may have failed for its own reasons then, e.g. out of memory itself).
 _ERRORS_A_MOD_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR)
-#: the labels of an error that a full disk explains (a compiler that cannot write its build,
-#: a child that cannot write its output): the environment's, not the backend's
-_ERRORS_A_DISK_EXPLAINS = (Label.COMPILE_ERROR, Label.RUNTIME_ERROR, Label.HARNESS_ERROR)
 
 
 def disk_full(error: str) -> Decision:
@@ -212,7 +211,9 @@ def disk_full(error: str) -> Decision:
     record marked so that ``--resume`` runs it again once there is room (records/events.py).
     The backend's COMPILE_ERROR or RUNTIME_ERROR was the disk's (an outside audit: a full warm
     compile cache failed every case as COMPILE_ERROR, a full TMPDIR as HARNESS_ERROR, and a
-    resume kept them)."""
+    resume kept them). Known by the errno of an OSError in the error's chain, never by text
+    (a mod's or a log's words could say it); so a backend that fills the disk itself is not
+    judged either, and each resume tries it again."""
     return Decision(Label.HARNESS_ERROR, (
         f"not judged: a disk was full ({first_line(error, 300)}); make room, then --resume "
         "the run's report directory runs this case again"), metrics={NOT_JUDGED_KEY: "disk full"})

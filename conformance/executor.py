@@ -180,11 +180,17 @@ class Executor:
         produced = self.supervisor.case_artifacts()
         keep = s.keep_artifacts or record.label not in _NOT_FAILED
         where = None
-        if produced and keep and s.artifacts_dir:
-            where = file_case_artifacts(record.case_id, produced, self.supervisor.artifact_dir,
-                                        self.supervisor.case_log(), Path(s.artifacts_dir))
-        for path in produced:
-            path.unlink(missing_ok=True)
+        try:
+            if produced and keep and s.artifacts_dir:
+                where = file_case_artifacts(record.case_id, produced, self.supervisor.artifact_dir,
+                                            self.supervisor.case_log(), Path(s.artifacts_dir))
+        except OSError as exc:  # a full disk: the case keeps its verdict (a review: a MISMATCH
+            # became "not judged" when its artefacts could not be filed)
+            note = f"(its compile artefacts were not kept: {type(exc).__name__}: {exc})"
+            return replace(record, message=f"{record.message}\n{note}" if record.message else note)
+        finally:
+            for path in produced:
+                path.unlink(missing_ok=True)
         return replace(record, artifacts=where) if where else record
 
     def _record(self, case: Case, label: Label, message: str, started_at: str,

@@ -19,6 +19,7 @@ from hypothesis import seed as hypothesis_seed
 from cases.composed import composed
 from cases.model import DTYPES, MODES, Case, Shape, file_stem
 from conformance import fuzz_grammar
+from records.errors import is_not_judged
 from records.files import write_text_atomic
 from records.results import Label, Record
 
@@ -96,8 +97,8 @@ def search(execute: Callable[[Case], Record], examples: int, seed: int,
             reject()
         record = execute(case)
         result.tried.append(record)
-        if record.label.acceptable:
-            return
+        if record.label.acceptable or is_not_judged(record):  # a full disk: no finding (its
+            return  # record says so, and the run's summary names it)
         first_failure[:] = first_failure or [record.label]
         # Shrinking keeps the label, as flexconf shrink does: a smaller case that fails
         # otherwise (a custom variant's mod that raises at a small shape) is not the failure

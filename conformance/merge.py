@@ -134,10 +134,12 @@ def _rank(record: Record) -> int:
     """Which copy of a duplicated case a merge keeps, lowest first (the first given among
     equals): one that finished and failed (a failure seen once is evidence of a bug), one
     that finished, then one an interruption cut off (its CRASH says only that the worker
-    stopped, nothing of the backend)."""
+    stopped, nothing of the backend), or one a full disk kept from being judged (no outcome
+    of the case either)."""
+    from records.errors import is_not_judged
     from records.results import Label
 
-    if record.label is Label.CRASH and not record.finished_at:
+    if (record.label is Label.CRASH and not record.finished_at) or is_not_judged(record):
         return 2
     return 1 if record.label.acceptable else 0
 

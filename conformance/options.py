@@ -189,7 +189,8 @@ OPTIONS: tuple[Option, ...] = (
            "go", _report_dir, "report",
            default_text=DEFAULT_REPORT_DIR),
     Option("--resume", None, "finish the interrupted run of this report directory: run only "
-           "its selected cases that have no record, then write the whole run there (the same "
+           "its selected cases that have no record (or one a full disk kept from being judged), "
+           "then write the whole run there (the same "
            "options as the interrupted run; cases a -k or -m selects beyond it are named, "
            "not run); it names the report directory: a different --report-dir is a usage "
            "error", _path_or_none("--resume", "the report directory of the interrupted run"),

@@ -50,13 +50,14 @@ class Outcome(str, Enum):
     OOM = "oom"
     UNSUPPORTED = "unsupported"  # upstream's or the backend's own statement
     HARNESS = "harness"  # the suite's fault
+    DISK_FULL = "disk-full"  # a write a disk refused for want of room (ENOSPC, EDQUOT)
 
 
 #: The outcomes that decide a label whatever the phase.
 _FIXED_LABELS = {Outcome.EXEC_TIMEOUT: Label.RUN_TIMEOUT, Outcome.EXEC_ERROR: Label.RUNTIME_ERROR,
                  Outcome.CRASH: Label.CRASH,
                  Outcome.OOM: Label.OUT_OF_MEMORY, Outcome.UNSUPPORTED: Label.UNSUPPORTED,
-                 Outcome.HARNESS: Label.HARNESS_ERROR}
+                 Outcome.HARNESS: Label.HARNESS_ERROR, Outcome.DISK_FULL: Label.HARNESS_ERROR}
 
 
 @dataclass(frozen=True)

@@ -338,17 +338,19 @@ class RunLifecycle:
             self.exit_after_stop = exit_status_of(results.records, self._expected)
             self.summary_lines.append("stopped after every case had finished: the run is "
                                       "complete")
-        from records.errors import NOT_JUDGED_KEY
+        from records.errors import is_not_judged
 
-        not_judged = sum(1 for r in results.records if (r.metrics or {}).get(NOT_JUDGED_KEY))
+        not_judged = sum(1 for r in results.records if is_not_judged(r))
         if (not complete or not_judged) and results.records:  # what was recorded stays
             from conformance.run_info import matrix_path
             from reports.summary import resume_command
 
             command = resume_command(results, report_dir, matrix_path())
-            self.summary_lines.append(f"finish it: {command}" if not complete else (
-                f"{not_judged} case(s) not judged: a disk was full; make room, then run them "
-                f"again: {command}"))
+            if not_judged:
+                self.summary_lines.append(f"{not_judged} case(s) not judged: a disk was full; "
+                                          "make room, then --resume runs them again")
+            self.summary_lines.append(f"finish it: {command}" if not complete else
+                                      f"run them again: {command}")
         from conformance.kept_outputs import summary_lines
 
         self.summary_lines.extend(summary_lines(results.records, report_dir))

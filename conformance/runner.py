@@ -153,8 +153,12 @@ class Runner:
 
     def _expected_failure(self, record: Record) -> str | None:
         """The reason ``--expectations`` gives when ``record`` failed with exactly the label
-        it lists for the case (None otherwise: a pass, or another failure, is not excused)."""
-        if self.expectations is None or record.label in (Label.PASS, Label.UNSUPPORTED):
+        it lists for the case (None otherwise: a pass, or another failure, is not excused; nor
+        is a case a full disk kept from being judged, whatever its label)."""
+        from records.errors import is_not_judged
+
+        if self.expectations is None or record.label in (Label.PASS, Label.UNSUPPORTED) \
+                or is_not_judged(record):
             return None
         from reports.expectations import known_failure_reason
 

@@ -21,7 +21,6 @@ OOM_CLASS_NAMES = ("OutOfMemoryError",)
 
 #: A write the disk refused for want of room: ENOSPC, and EDQUOT (a quota that is full).
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded")
 #: The metrics key of a record the environment kept from being judged (the disk was full):
 #: its HARNESS_ERROR is no outcome of the case, so ``--resume`` runs the case again.
 NOT_JUDGED_KEY = "not_judged"
@@ -41,14 +40,17 @@ def os_error_in(exc: BaseException) -> OSError | None:
 
 
 def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk's: by the errno of an OSError in its chain, never by
+    its text, which a mod's own error or a log could hold."""
     error = os_error_in(exc)
-    return (error is not None and error.errno in DISK_FULL_ERRNOS) or says_disk_full(str(exc))
+    return error is not None and error.errno in DISK_FULL_ERRNOS
 
 
-def says_disk_full(text: str) -> bool:
-    """Whether an error's text (a child's, a compiler's) says a disk was full."""
-    lowered = text.lower()
-    return any(t in lowered for t in DISK_FULL_TEXTS) or "[errno 28]" in lowered
+def is_not_judged(record) -> bool:
+    """Whether ``record`` (records.results.Record) is of a case the environment kept from
+    being judged (NOT_JUDGED_KEY): no outcome of the case, never a known failure, and the run
+    is not one to gate until ``--resume`` has judged it."""
+    return bool((record.metrics or {}).get(NOT_JUDGED_KEY))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from records.errors import NOT_JUDGED_KEY
+from records.errors import is_not_judged
 from records.files import shape_problem
 from records.labels import Label
 from records.results import Record
@@ -48,7 +48,7 @@ def finished_ids(report_dir: str | Path) -> set[str]:
         if record is not None and (record.case_id not in last
                                    or record.finished_at >= last[record.case_id].finished_at):
             last[record.case_id] = record
-    return {cid for cid, record in last.items() if not (record.metrics or {}).get(NOT_JUDGED_KEY)}
+    return {cid for cid, record in last.items() if not is_not_judged(record)}
 
 
 class RecordWriter:
@@ -151,7 +151,8 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
                 # as U+FFFD, it changed a case id, and the record of no selected case was green
                 event = json.loads(line.decode("utf-8"))  # (an outside audit)
             except (ValueError, RecursionError):
-                if number < len(lines):  # the last line may be torn by a kill: not damage
+                # a last line short of its newline may be torn by a kill: not damage
+                if number < len(lines) or line.endswith(b"\n"):
                     yield {"event": DAMAGED_EVENT}
                 continue
             # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
@@ -194,7 +195,11 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
             previous = finished.get(record.case_id)
             if previous is None or record.finished_at >= previous.finished_at:
                 finished[record.case_id] = record
-    unfinished = [cid for cid in started if cid not in finished]
+    # a case started again after its last finished record (a resume running again a case a
+    # full disk kept from being judged) and not finished since was cut off too (a review: the
+    # old record stood, and a run stopped there said it was complete)
+    unfinished = [cid for cid, event in started.items() if cid not in finished or (
+        finished[cid].finished_at and event.get("started_at", "") > finished[cid].finished_at)]
     for cid in unfinished:
         event = started[cid]
         finished[cid] = Record(

@@ -82,7 +82,7 @@ def update_expectations(text: str, results: RunResults, source: str = "expectati
     # are added below as new failures, in place of the entry); an entry for several
     # backends (a glob) cannot be judged from one backend's run
     dropped = [e for e in stale_expectations(expectations, results) if e.backend == backend]
-    from reports.summary import is_fuzzed
+    from records.results import is_fuzzed
 
     uncovered = uncovered_failures(expectations, results)
     # a fuzzed failure's id (fuzz/...) is no case of a matrix: an entry cannot name it (the

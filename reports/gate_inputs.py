@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
+from records.errors import is_not_judged
 from records.results import RunResults
 from records.selection import DEFINITION, first_difference, selection_damage, selection_of
 from records.text import one_line
@@ -78,6 +79,11 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
     if shard:
         return (f"shard {shard} of a run, not the whole run; merge the shards first (flexconf "
                 f"merge) and {use} the merged file")
+    not_judged = [r.case_id for r in run.records if is_not_judged(r)]
+    if not_judged:  # no outcome of theirs: a gate would call them failures, or known ones
+        return (f"{len(not_judged)} of its cases {'was' if len(not_judged) == 1 else 'were'} "
+                f"not judged (a disk was full: {one_line(not_judged[0])}); make room, --resume "
+                f"its report directory to judge them, and {use} that")
     damage = selection_damage(run)
     if damage:  # complete says each selected case has its record, and none other is there
         return (f"it says complete, but {damage} (an edited or damaged file); {use} a results "

@@ -89,7 +89,10 @@ class DiskFullWhileFileExists(_Faulty):
 
     def misbehave(self, real, *args):
         if os.path.exists(os.environ.get(DISK_FULL_FILE, "")):
-            raise RuntimeError("LoweringException: OSError: [Errno 28] No space left on device")
+            import errno
+
+            full = OSError(errno.ENOSPC, "No space left on device")
+            raise RuntimeError(f"LoweringException: OSError: {full}") from full
         return real(*args)
 
 

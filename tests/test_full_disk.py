@@ -79,21 +79,45 @@ def test_a_record_line_the_disk_refuses_half_way_is_cut_off_not_torn(tmp_path, m
     assert finished_ids(tmp_path) == set() and merge_records(tmp_path, ["full/a"]).damaged == 0
 
 
-@pytest.mark.parametrize("label", [Label.COMPILE_ERROR, Label.RUNTIME_ERROR, Label.HARNESS_ERROR])
-def test_an_error_a_full_disk_explains_is_not_judged(label):
+def test_a_full_disk_is_known_by_its_errno_in_the_chain_never_by_text():
+    """Inductor's error on a full cache disk is an InductorError whose chain holds the OSError
+    (seen on torch 2.13 with a 64 KiB tmpfs as TORCHINDUCTOR_CACHE_DIR); words alone (a mod's
+    message, a log's) are no full disk."""
+    from conformance.child import _guard, classify_exception
+    from conformance.protocol import Outcome, Phase
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded")
+    for cause in (full, quota):
+        try:
+            raise RuntimeError(f"InductorError: OSError: {cause}") from cause
+        except RuntimeError as exc:
+            assert classify_exception(exc) is Outcome.DISK_FULL
+    words = RuntimeError("my mod says: OSError: [Errno 28] No space left on device")
+    assert classify_exception(words) is Outcome.ERROR
+    for harness, expected in ((True, Outcome.DISK_FULL), (False, Outcome.DISK_FULL)):
+        def write():
+            raise full
+        with pytest.raises(Exception) as raised:
+            _guard(Phase.RUN, write, harness=harness)
+        assert raised.value.outcome is expected
+    with pytest.raises(Exception) as raised:
+        _guard(Phase.SETUP, lambda: (_ for _ in ()).throw(words), harness=True)
+    assert raised.value.outcome is Outcome.HARNESS
+
+
+@pytest.mark.parametrize("phase", ["compile", "run", "setup"])
+def test_a_case_the_child_saw_meet_a_full_disk_is_not_judged(phase):
     from conformance.decision import decide
     from conformance.protocol import Observation, Outcome, Phase
 
-    outcome = {Label.COMPILE_ERROR: Outcome.ERROR, Label.RUNTIME_ERROR: Outcome.ERROR,
-               Label.HARNESS_ERROR: Outcome.HARNESS}[label]
-    phase = Phase.RUN if label is Label.RUNTIME_ERROR else Phase.COMPILE
-    text = "LoweringException: OSError: [Errno 28] No space left on device: '/c/x.so'"
-    decision = decide(SMALL, Observation(outcome, phase, message=text), None)
+    text = "InductorError: OSError: [Errno 28] No space left on device"
+    decision = decide(SMALL, Observation(Outcome.DISK_FULL, Phase(phase), message=text), None)
     assert decision.label is Label.HARNESS_ERROR
-    assert decision.message.startswith("not judged: a disk was full (LoweringException: ")
+    assert decision.message.startswith("not judged: a disk was full (InductorError: ")
     assert decision.metrics == {NOT_JUDGED_KEY: "disk full"}
-    other = decide(SMALL, Observation(outcome, phase, message="LoweringException: x"), None)
-    assert other.label is label and not other.metrics  # a compiler's own error stays its own
+    other = decide(SMALL, Observation(Outcome.ERROR, Phase.COMPILE, message=text), None)
+    assert other.label is Label.COMPILE_ERROR and not other.metrics  # words are no full disk
 
 
 def test_a_case_not_judged_is_run_again_by_a_resume_until_it_is(tmp_path):
@@ -122,10 +146,107 @@ def test_a_run_on_a_full_disk_says_what_was_not_judged_and_a_resume_judges_it(tm
     results = load_results(report / "results.json")
     assert [r.label for r in results.records] == [Label.PASS, Label.HARNESS_ERROR]
     assert results.records[1].message.startswith("not judged: a disk was full (")
-    line = [x for x in first.stdout.splitlines() if "not judged: a disk was full;" in x]
-    assert len(line) == 1 and f"--resume {report}" in line[0], first.stdout[-3000:]
+    lines = first.stdout.splitlines()
+    assert "1 case(s) not judged: a disk was full; make room, then --resume runs them again" \
+        in lines, first.stdout[-3000:]
+    again = [x for x in lines if x.startswith("run them again: ")]
+    assert len(again) == 1 and again[0].endswith(f"--resume {report}"), first.stdout[-3000:]
     full.unlink()  # room again
     resumed = run(pytest_args(tmp_path, backend, CASES[:2], "--resume", str(report)), env=env)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     results = load_results(report / "results.json")
     assert results.complete and [r.label for r in results.records] == [Label.PASS, Label.PASS]
+
+
+def _not_judged(case_id: str, finished_at: str = "t1") -> Record:
+    return Record(case_id=case_id, label=Label.HARNESS_ERROR, finished_at=finished_at,
+                  message="not judged: a disk was full (OSError: [Errno 28] ...)",
+                  metrics={NOT_JUDGED_KEY: "disk full"})
+
+
+def test_a_case_not_judged_is_never_a_known_failure_nor_a_run_to_gate(tmp_path, capsys):
+    """An expectations entry of HARNESS_ERROR made a full disk xfail and KNOWN, and
+    expectations update replaced a triaged entry with it (a review)."""
+    from types import SimpleNamespace
+
+    from conformance.runner import Runner
+    from reports.expectations import parse_expectations
+    from reports.gate_inputs import not_a_whole_finished_run
+    from tests.test_gate import gate
+    from tests.test_report_doctored import case_id, record, run as a_run
+
+    a = case_id(seq=128)
+    known = parse_expectations(f'version = 1\n[[failure]]\nbackend = "*"\ncase = "{a}"\n'
+                               'label = "HARNESS_ERROR"\nreason = "a bad mod"\n')
+    runner = SimpleNamespace(expectations=known, backend_name="cpu-eager")
+    harness = Record(case_id=a, label=Label.HARNESS_ERROR)
+    assert Runner._expected_failure(runner, harness) == "a bad mod"
+    assert Runner._expected_failure(runner, _not_judged(a)) is None
+    full = a_run([_not_judged(a)])
+    assert not_a_whole_finished_run(full, "gate") == (
+        "1 of its cases was not judged (a disk was full: " + a + "); make room, --resume its "
+        "report directory to judge them, and gate that")
+    assert gate(tmp_path, a_run([record(a)]), full) == 2
+    assert "was not judged (a disk was full" in capsys.readouterr().err
+
+
+def test_a_resume_cut_off_while_judging_a_case_again_leaves_it_cut_off(tmp_path):
+    """Started again after its not-judged record and stopped: the old record stood, and the
+    stopped run said it was complete (a review)."""
+    from records.events import RecordWriter, merge_records
+
+    writer = RecordWriter(tmp_path, "gw0")
+    writer.started("x/a", {}, "gw0", "2026-12-07T05:00:00")
+    writer.finished(_not_judged("x/a", "2026-12-07T05:00:01"))
+    writer.started("x/a", {}, "gw0", "2026-12-07T06:00:00")  # the resume, then a kill
+    merged = merge_records(tmp_path, ["x/a"])
+    assert merged.unfinished == ["x/a"] and merged.records[0].label is Label.CRASH
+    writer.finished(Record(case_id="x/a", label=Label.PASS, finished_at="2026-12-07T06:00:02"))
+    writer.close()
+    merged = merge_records(tmp_path, ["x/a"])
+    assert merged.unfinished == [] and merged.records[0].label is Label.PASS
+
+
+def test_a_merge_keeps_a_judged_copy_over_one_not_judged():
+    from conformance.merge import _rank
+
+    judged = [Record(case_id="x/a", label=label, finished_at="t") for label in
+              (Label.PASS, Label.MISMATCH)]
+    assert all(_rank(_not_judged("x/a")) > _rank(r) for r in judged)
+
+
+def test_artefacts_a_full_disk_refuses_leave_no_half_copy(tmp_path, monkeypatch):
+    """A MISMATCH became 'not judged' when its artefacts could not be filed (a review): the
+    executor keeps the verdict with a note (conformance/executor.py), and what was copied
+    half-way is removed."""
+    import conformance.artifacts as artifacts
+
+    source = tmp_path / "build"
+    source.mkdir()
+    (source / "kernel.cpp").write_text("int main() {}\n")
+
+    def half_then_full(src, dst, *args, **kwargs):
+        Path(dst).write_text("int ma")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artifacts.shutil, "copy2", half_then_full)
+    root = tmp_path / "artifacts"
+    with pytest.raises(OSError) as raised:
+        artifacts.file_case_artifacts("x/a", [source / "kernel.cpp"], source, "log", root)
+    assert raised.value.errno == errno.ENOSPC and list(root.iterdir()) == []
+    monkeypatch.setattr(artifacts.shutil, "copy2", lambda *a, **k: (_ for _ in ()).throw(
+        FileNotFoundError(errno.ENOENT, "gone")))  # removed by the compiler meanwhile: kept
+    where = artifacts.file_case_artifacts("x/a", [source / "kernel.cpp"], source, "log", root)
+    assert (tmp_path / where / "child.log").read_text() == "log"
+
+
+def test_fuzzing_takes_a_case_a_full_disk_kept_from_being_judged_for_no_finding():
+    """It stopped at such an example and shrank it while the disk was still full (a review)."""
+    from cases.model import fuzz_id
+    from conformance import fuzz
+
+    def execute(case):
+        return _not_judged(fuzz_id(case))
+
+    result = fuzz.search(execute, examples=5, seed=3)
+    assert result.failure is None and len(result.tried) == 5

@@ -215,6 +215,11 @@ def test_a_line_with_a_byte_that_is_not_utf8_is_damage_not_a_record(tmp_path):
     # its started event stands: the case is one a worker began and never finished
     assert [(r.case_id, r.label) for r in merged.records] == [("full/a", Label.CRASH),
                                                               ("full/b", Label.PASS)]
+    # the last line too, when whole (its newline there): damage, counted (a review: it was
+    # skipped as a torn line, and recover said 0 damaged)
+    lines[-1] = lines[-1].replace(b'"full/b"', b'"full/\xffb"')
+    path.write_bytes(b"".join(lines))
+    assert merge_records(tmp_path, ["full/a", "full/b"]).damaged == 2
 
 
 def test_a_schema_version_of_another_type_says_so(tmp_path):
