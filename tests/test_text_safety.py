@@ -61,7 +61,10 @@ def test_a_hostile_message_renders_escaped_in_terminal_results_report_summary_an
     assert failed.label is Label.COMPILE_ERROR and "\\udc80" in failed.message
     # a backtick-laden id, and the same hostile text again, through flexconf report and gate
     odd = Record(case_id=TICKS, label=Label.RUNTIME_ERROR, message=HOSTILE_TEXT)
-    candidate = replace(results, records=results.records + (odd,))
+    candidate = replace(results, records=results.records + (odd,),  # a run that selected it
+                        selection={**results.selection,
+                                   "case_ids": [*results.selection["case_ids"], TICKS]},
+                        selected_count=results.selected_count + 1)
     write_results(candidate, tmp_path / "candidate.json")
     for name in ("results.json", "candidate.json"):
         json.loads((report / name if name == "results.json" else tmp_path / name).read_text())
