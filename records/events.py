@@ -59,6 +59,7 @@ class RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_line(self.path)
         self._file = open(self.path, "ab", buffering=0)  # nothing held back for close to write
+        self._before_start: int | None = None  # the file's size before the last started event
 
     def environment(self, environment: dict[str, Any]) -> None:
         self._write({"event": "environment", "environment": environment})
@@ -72,11 +73,25 @@ class RecordWriter:
     def started(self, case_id: str, case: dict[str, Any], worker: str, started_at: str) -> None:
         """``case_id``: the id the record will have (a fuzzed example's ``fuzz/...``);
         ``case``: the case's JSON spec."""
+        self._before_start = os.fstat(self._file.fileno()).st_size
         self._write({"event": "started", "case_id": case_id, "case": case,
                      "worker": worker, "started_at": started_at})
 
     def finished(self, record: Record) -> None:
-        self._write({"event": "finished", "record": record.to_json()})
+        """The record of the case started last. Where the disk refuses it, the started event
+        goes too: the case is then one the run did not record (its results say incomplete, and
+        --resume runs it), not one whose worker stopped in it (a CRASH, the backend's label, in
+        a run that said it was complete: a review)."""
+        before_start = self._before_start
+        try:
+            self._write({"event": "finished", "record": record.to_json()})
+        except OSError:
+            if before_start is not None:
+                try:
+                    os.ftruncate(self._file.fileno(), before_start)
+                except OSError:
+                    pass
+            raise
 
     def close(self) -> None:
         self._file.close()

@@ -61,8 +61,9 @@ def test_a_record_line_the_disk_refuses_half_way_is_cut_off_not_torn(tmp_path, m
     from records.events import RecordWriter, finished_ids, merge_records
 
     writer = RecordWriter(tmp_path, "gw0")
-    writer.started("full/a", {}, "gw0", "t1")
+    writer.environment({"torch": "2.13.0"})
     before = (tmp_path / "records" / "gw0.jsonl").read_bytes()
+    writer.started("full/a", {}, "gw0", "t1")
     real_write = writer._file.write
 
     def half_then_full(data):
@@ -75,8 +76,11 @@ def test_a_record_line_the_disk_refuses_half_way_is_cut_off_not_torn(tmp_path, m
     with pytest.raises(OSError):
         writer.finished(Record(case_id="full/a", label=Label.PASS, finished_at="t2"))
     writer.close()  # nothing held back: no second error
+    # the case's started event went with its record: a case the run did not record, not one
+    # its worker stopped in (CRASH, in a run that said complete: a review)
     assert (tmp_path / "records" / "gw0.jsonl").read_bytes() == before
-    assert finished_ids(tmp_path) == set() and merge_records(tmp_path, ["full/a"]).damaged == 0
+    merged = merge_records(tmp_path, ["full/a"])
+    assert finished_ids(tmp_path) == set() and merged.damaged == 0 and merged.records == []
 
 
 def test_a_full_disk_is_known_by_its_errno_in_the_chain_never_by_text():
