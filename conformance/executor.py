@@ -184,8 +184,8 @@ class Executor:
             if produced and keep and s.artifacts_dir:
                 where = file_case_artifacts(record.case_id, produced, self.supervisor.artifact_dir,
                                             self.supervisor.case_log(), Path(s.artifacts_dir))
-        except OSError as exc:  # a full disk: the case keeps its verdict (a review: a MISMATCH
-            # became "not judged" when its artefacts could not be filed)
+        except OSError as exc:  # a write refused (a full disk, permissions): the case keeps its
+            # verdict (a review: a MISMATCH became "not judged" when they could not be filed)
             note = f"(its compile artefacts were not kept: {type(exc).__name__}: {exc})"
             return replace(record, message=f"{record.message}\n{note}" if record.message else note)
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cases.model import Case, fuzz_id
+from records.errors import is_not_judged
 from records.results import Record
 
 
@@ -34,7 +35,8 @@ class FuzzLog:
             return record
         record = self.runner.record_case(case, fuzz_id(case))
         self.recorded.add(record.case_id)
-        self.shrinking = not record.label.acceptable
+        # a case a full disk kept from being judged is no failure to shrink (conformance/fuzz.py)
+        self.shrinking = not (record.label.acceptable or is_not_judged(record))
         self._say(f"{record.case_id} {record.label.value}")
         return record
 

@@ -82,10 +82,12 @@ def summary_lines(records, report_dir: str | Path) -> list[str]:
     """The terminal summary's lines about kept outputs: where, and which the cap skipped."""
     directory = Path(report_dir) / OUTPUTS_DIR
     kept = sorted(directory.glob("*.pt")) if directory.is_dir() else []
-    skipped = [r.case_id for r in records if SKIPPED_NOTE in (r.message or "")]
+    skipped = [r for r in records if SKIPPED_NOTE in (r.message or "")]
     files = f"{len(kept)} file" + ("" if len(kept) == 1 else "s")
     lines = [f"outputs: {files} kept in {directory}"] if kept else []
-    lines += [f"{SKIPPED_NOTE} {case_id} (over --keep-outputs-cap)" for case_id in skipped]
+    lines += [f"{SKIPPED_NOTE} {r.case_id} ("
+              + ("over --keep-outputs-cap" if "--keep-outputs-cap" in r.message else
+                 "they could not be written") + ")" for r in skipped]
     return lines
 
 

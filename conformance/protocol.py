@@ -20,7 +20,7 @@ from typing import Any, Union
 
 from records.labels import Label
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: Outcome.DISK_FULL
 #: The environment variable through which the executor tells the child its worker's pid: the
 #: child (and its compiler processes) die with that process (conformance/child.py).
 WORKER_PID_ENV = "FLEXCONF_WORKER_PID"
@@ -147,7 +147,7 @@ class DoneEvent:
 @dataclass(frozen=True)
 class ErrorEvent:
     phase: Phase
-    outcome: Outcome  # ERROR, OOM, UNSUPPORTED, HARNESS, EXEC_TIMEOUT or EXEC_ERROR
+    outcome: Outcome  # ERROR, OOM, UNSUPPORTED, HARNESS, EXEC_TIMEOUT, EXEC_ERROR, DISK_FULL
     message: str  # "Type: first line" (or upstream's unsupported sentence, word for word)
     detail: str = ""  # the traceback's end
     timings: Timings = field(default_factory=Timings)  # of the phases that finished

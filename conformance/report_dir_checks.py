@@ -14,14 +14,16 @@ def refuse_to_clear_an_unreported_run(report_dir: Path) -> None:
     of a run killed before it wrote its results: clearing them would lose what finished
     without a word. A run stopped by a signal wrote its results, and is set aside as usual."""
     from records.store import unreadable_run, unreported_run
-    from records.events import finished_ids, records_dir
+    from records.events import finished_ids, merge_records, records_dir
     from records.text import one_line
 
     where = one_line(str(report_dir))
     unreadable = unreadable_run(report_dir)
     if unreadable:
+        merged = merge_records(report_dir, [])  # every finished one, judged or not
+        held = len(merged.records) - len(merged.unfinished)
         raise pytest.UsageError(
-            f"--report-dir {where}: it holds {len(finished_ids(report_dir))} finished case "
+            f"--report-dir {where}: it holds {held} finished case "
             f"record(s) of a run that stopped without its results, whose manifest cannot be "
             f"read ({unreadable}); move {shlex.quote(one_line(str(records_dir(report_dir))))} "
             "away to keep them (or remove it), or give this run another --report-dir")

@@ -48,7 +48,12 @@ def shrink(case: Case, execute: Callable[[Case], Record], max_cases: int = 60) -
     HARNESS_ERROR (the case or the suite is at fault, not the backend: every smaller case
     would keep that label for the same reason).
     """
+    from records.errors import is_not_judged
+
     original = execute(case)
+    if is_not_judged(original):
+        raise ValueError(f"{case.id} was not judged: a disk was full; make room, then shrink "
+                         "it again")
     if original.label in (Label.PASS, Label.UNSUPPORTED):
         raise ValueError(f"{case.id} is {original.label.value} on this backend; shrink takes a "
                          "failing case")
@@ -65,6 +70,9 @@ def shrink(case: Case, execute: Callable[[Case], Record], max_cases: int = 60) -
             if len(result.tried) >= max_cases:
                 raise _Budget
             record = execute(candidate)
+            if is_not_judged(record):  # neither keeps the label nor loses it: stop, and say so
+                raise ValueError(f"{candidate.id} was not judged while shrinking {case.id}: a "
+                                 "disk was full; make room, then shrink it again")
             seen[candidate.id] = record
             result.tried.append(record)
         return seen[candidate.id].label is original.label

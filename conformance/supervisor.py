@@ -189,7 +189,7 @@ class ChildSupervisor:
                 if isinstance(event, ErrorEvent) and (
                         event.outcome in (Outcome.OOM, Outcome.EXEC_TIMEOUT, Outcome.EXEC_ERROR)
                         or (
-                            event.outcome is Outcome.ERROR
+                            event.outcome in (Outcome.ERROR, Outcome.DISK_FULL)
                             and event.phase in (Phase.COMPILE, Phase.RUN))):
                     # the allocator or the device may be left broken (a CUDA fault is sticky):
                     # the next case gets a fresh child rather than inheriting the fault

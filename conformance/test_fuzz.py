@@ -58,7 +58,9 @@ def test_fuzz(request, conformance_options):
 def _found_as(result, minimal) -> list[str]:
     """Where the search met the failure, when shrinking moved away from it, and the other
     failures it met on the way (shrinking keeps only the first one's label)."""
-    failing = [r for r in result.tried if not r.label.acceptable]
+    from records.errors import is_not_judged
+
+    failing = [r for r in result.tried if not (r.label.acceptable or is_not_judged(r))]
     lines = []
     found = next((r for r in failing if r.label is minimal.label), None)
     if found is not None and found.case_id != minimal.case_id:

@@ -26,24 +26,49 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 NOT_JUDGED_KEY = "not_judged"
 
 
-def os_error_in(exc: BaseException) -> OSError | None:
-    """The first OSError in ``exc``'s chain (itself, then what it was raised from or during):
-    torch.save into a full disk raises a RuntimeError ("unexpected pos ...") whose context is
-    the OSError, when it writes through a Python file."""
+#: What a compiler or linker run as a subprocess prints when its disk is full (g++, ld:
+#: "final link failed: No space left on device"), read only in that tool's own output.
+DISK_FULL_TOOL_TEXTS = ("no space left on device", "disk quota exceeded")
+#: The exceptions that carry a subprocess tool's output: subprocess's, and Inductor's
+#: CppCompileError (its ``output``: g++'s), known by name (no torch here).
+TOOL_FAILURES = ("CalledProcessError", "CppCompileError")
+
+
+def _chain(exc: BaseException | None):
+    """``exc``, then what it was raised from or during, and so on."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, OSError):
-            return exc
+        yield exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return None
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The first OSError in ``exc``'s chain: torch.save into a full disk raises a RuntimeError
+    ("unexpected pos ...") whose context is the OSError, when it writes through a Python
+    file."""
+    return next((e for e in _chain(exc) if isinstance(e, OSError)), None)
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is a full disk's: by the errno of an OSError in its chain, never by
-    its text, which a mod's own error or a log could hold."""
-    error = os_error_in(exc)
-    return error is not None and error.errno in DISK_FULL_ERRNOS
+    """Whether ``exc`` is a full disk's: the errno of an OSError in its chain, or the words of
+    a compiler or linker subprocess in the chain (Inductor's C++ build: InductorError from
+    CppCompileError from CalledProcessError, no OSError: a review); never the words of any
+    other error, which a mod's own message or a log could hold."""
+    for error in _chain(exc):
+        if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(cls.__name__ in TOOL_FAILURES for cls in type(error).__mro__):
+            said = " ".join(_text(getattr(error, name, None)) for name in ("output", "stderr"))
+            if any(t in said.lower() for t in DISK_FULL_TOOL_TEXTS):
+                return True
+    return False
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value if isinstance(value, str) else ""
 
 
 def is_not_judged(record) -> bool:

@@ -39,16 +39,13 @@ def records_dir(report_dir: str | Path) -> Path:
 
 
 def finished_ids(report_dir: str | Path) -> set[str]:
-    """The case ids with a finished record in the store (what ``--resume`` need not run); a
-    record of a case that was not judged (a full disk: records.errors.NOT_JUDGED_KEY) is
-    none, as the last record of a case counts (merge_records)."""
-    last: dict[str, Record] = {}
-    for event in read_events(report_dir):
-        record = _valid_record(event.get("record")) if event.get("event") == "finished" else None
-        if record is not None and (record.case_id not in last
-                                   or record.finished_at >= last[record.case_id].finished_at):
-            last[record.case_id] = record
-    return {cid for cid, record in last.items() if not is_not_judged(record)}
+    """The case ids with a finished record in the store (what ``--resume`` need not run), by
+    merge_records' rules: a record of a case a full disk kept from being judged
+    (records.errors.NOT_JUDGED_KEY) is none, nor is a case started again after it."""
+    merged = merge_records(report_dir, [])
+    cut_off = set(merged.unfinished)
+    return {r.case_id for r in merged.records
+            if r.case_id not in cut_off and not is_not_judged(r)}
 
 
 class RecordWriter:
@@ -196,10 +193,11 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
             else:
                 damaged += 1
         elif kind == "started":
-            if _valid_start(event):
-                started[event["case_id"]] = event
-            else:
+            if not _valid_start(event):
                 damaged += 1
+            elif event.get("started_at", "") >= started.get(event["case_id"], {}).get(
+                    "started_at", ""):  # the latest start, whichever worker's file is read first
+                started[event["case_id"]] = event
         elif kind == DAMAGED_EVENT:
             damaged += 1
         elif kind == "finished":
@@ -208,13 +206,15 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
                 damaged += 1
                 continue
             previous = finished.get(record.case_id)
-            if previous is None or record.finished_at >= previous.finished_at:
+            if previous is None or _kept_over(record, previous):
                 finished[record.case_id] = record
-    # a case started again after its last finished record (a resume running again a case a
-    # full disk kept from being judged) and not finished since was cut off too (a review: the
-    # old record stood, and a run stopped there said it was complete)
+    # a case started again after the record a full disk kept from being judged (a resume
+    # running it again) and not finished since was cut off too (a review: the old record
+    # stood, and a run stopped there said it was complete); only such a record is run again,
+    # so a clock that stepped back in a judged case's run leaves that case alone
     unfinished = [cid for cid, event in started.items() if cid not in finished or (
-        finished[cid].finished_at and event.get("started_at", "") > finished[cid].finished_at)]
+        is_not_judged(finished[cid])
+        and event.get("started_at", "") > finished[cid].finished_at)]
     for cid in unfinished:
         event = started[cid]
         finished[cid] = Record(
@@ -226,6 +226,15 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     ordered = sorted(finished.values(),
                      key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
     return Merged(ordered, environment, unfinished, damaged)
+
+
+def _kept_over(record: Record, previous: Record) -> bool:
+    """Which of two finished records of a case the store keeps: a judged one over one a full
+    disk kept from being judged, whatever the clocks say (a resume on a host whose clock is
+    behind); else the later."""
+    if is_not_judged(record) != is_not_judged(previous):
+        return is_not_judged(previous)
+    return record.finished_at >= previous.finished_at
 
 
 def _valid_start(event: dict) -> bool:

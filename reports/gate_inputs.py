@@ -83,7 +83,8 @@ def not_a_whole_finished_run(run: RunResults, use: str) -> str | None:
     if not_judged:  # no outcome of theirs: a gate would call them failures, or known ones
         return (f"{len(not_judged)} of its cases {'was' if len(not_judged) == 1 else 'were'} "
                 f"not judged (a disk was full: {one_line(not_judged[0])}); make room, --resume "
-                f"its report directory to judge them, and {use} that")
+                f"its report directory (a merged file's: each shard's, then merge again) to "
+                f"judge them, and {use} that")
     damage = selection_damage(run)
     if damage:  # complete says each selected case has its record, and none other is there
         return (f"it says complete, but {damage} (an edited or damaged file); {use} a results "

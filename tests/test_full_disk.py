@@ -99,6 +99,28 @@ def test_a_full_disk_is_known_by_its_errno_in_the_chain_never_by_text():
             assert classify_exception(exc) is Outcome.DISK_FULL
     words = RuntimeError("my mod says: OSError: [Errno 28] No space left on device")
     assert classify_exception(words) is Outcome.ERROR
+    # g++ or ld run as a subprocess: no OSError, only the tool's words (a review reproduced it
+    # with TORCHINDUCTOR_CACHE_DIR on a 300 KiB tmpfs: "ld: final link failed: No space left
+    # on device"); Inductor's CppCompileError carries them as its output
+    import subprocess
+
+    class CppCompileError(RuntimeError):  # torch._inductor.exc's, known by its name
+        def __init__(self, output):
+            super().__init__("C++ compile error")
+            self.output = output
+
+    link = subprocess.CalledProcessError(1, ["ld"], output=b"ld: final link failed: No space "
+                                                           b"left on device")
+    for tool in (link, CppCompileError("ld: final link failed: No space left on device")):
+        try:
+            raise RuntimeError("InductorError: C++ compile error") from tool
+        except RuntimeError as exc:
+            assert classify_exception(exc) is Outcome.DISK_FULL
+    other = subprocess.CalledProcessError(1, ["g++"], output=b"error: 'x' was not declared")
+    try:
+        raise RuntimeError("InductorError: No space left on device") from other
+    except RuntimeError as exc:  # the words outside the tool's output are not read
+        assert classify_exception(exc) is Outcome.ERROR
     for harness, expected in ((True, Outcome.DISK_FULL), (False, Outcome.DISK_FULL)):
         def write():
             raise full
@@ -189,7 +211,8 @@ def test_a_case_not_judged_is_never_a_known_failure_nor_a_run_to_gate(tmp_path, 
     full = a_run([_not_judged(a)])
     assert not_a_whole_finished_run(full, "gate") == (
         "1 of its cases was not judged (a disk was full: " + a + "); make room, --resume its "
-        "report directory to judge them, and gate that")
+        "report directory (a merged file's: each shard's, then merge again) to judge them, and "
+        "gate that")
     assert gate(tmp_path, a_run([record(a)]), full) == 2
     assert "was not judged (a disk was full" in capsys.readouterr().err
 
@@ -254,3 +277,78 @@ def test_fuzzing_takes_a_case_a_full_disk_kept_from_being_judged_for_no_finding(
 
     result = fuzz.search(execute, examples=5, seed=3)
     assert result.failure is None and len(result.tried) == 5
+
+
+def test_what_a_resume_judged_stands_whichever_file_or_clock_says_otherwise(tmp_path):
+    """The first run's store main.jsonl; the resume's worker gw0.jsonl, read first; a resume on
+    a host whose clock is behind (a review: the old start won, and the not-judged record
+    beat a PASS with an earlier finished_at, so every resume ran the case again)."""
+    from records.events import RecordWriter, finished_ids, merge_records
+
+    first = RecordWriter(tmp_path, "main")
+    first.started("x/a", {}, "main", "2026-12-07T05:00:00")
+    first.finished(_not_judged("x/a", "2026-12-07T05:00:01"))
+    first.close()
+    resumed = RecordWriter(tmp_path, "gw0")
+    resumed.started("x/a", {}, "gw0", "2026-12-07T06:00:00")  # then killed
+    merged = merge_records(tmp_path, ["x/a"])
+    assert merged.unfinished == ["x/a"] and finished_ids(tmp_path) == set()
+    resumed.finished(Record(case_id="x/a", label=Label.PASS, finished_at="2026-12-07T04:00:00"))
+    resumed.close()  # finished by a clock an hour behind
+    merged = merge_records(tmp_path, ["x/a"])
+    assert merged.unfinished == [] and merged.records[0].label is Label.PASS
+    assert finished_ids(tmp_path) == {"x/a"}
+
+
+def test_shrink_stops_at_a_case_a_full_disk_kept_from_being_judged():
+    """It said "fix the case" of one, and took one met while shrinking for a case that loses
+    the label, so it kept a larger case (a review)."""
+    from conformance.shrink import shrink
+
+    big = Case(Variant("causal"), Shape(2, 4, 4, 64, 64, 16), "fp32", "fwd")
+    with pytest.raises(ValueError, match="was not judged: a disk was full; make room"):
+        shrink(big, lambda case: _not_judged(case.id))
+
+    def mismatch_then_full(case):
+        if case.id == big.id:
+            return Record(case_id=case.id, label=Label.MISMATCH, case=case.to_json())
+        return _not_judged(case.id)
+
+    with pytest.raises(ValueError, match=f"not judged while shrinking {big.id}"):
+        shrink(big, mismatch_then_full)
+
+
+def test_outputs_and_artefacts_a_full_disk_refuses_are_said_so_and_the_verdict_stays(
+        tmp_path, monkeypatch):
+    """Outputs a full disk refused were listed as over --keep-outputs-cap; artefacts it refused
+    turned a MISMATCH into 'not judged' (a review)."""
+    from types import SimpleNamespace
+
+    import conformance.executor as executor
+    from conformance.kept_outputs import SKIPPED_NOTE, summary_lines
+
+    capped = Record(case_id="x/a", label=Label.MISMATCH,
+                    message=f"off\n{SKIPPED_NOTE} 9.0 MiB is over --keep-outputs-cap (8.0 MiB)")
+    refused = Record(case_id="x/b", label=Label.MISMATCH,
+                     message=f"off\n{SKIPPED_NOTE} OSError: [Errno 28] No space left on device")
+    assert summary_lines([capped, refused], tmp_path) == [
+        f"{SKIPPED_NOTE} x/a (over --keep-outputs-cap)",
+        f"{SKIPPED_NOTE} x/b (they could not be written)"]
+
+    built = tmp_path / "kernel.so"
+    built.write_text("x")
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(executor, "file_case_artifacts", full)
+    fake = SimpleNamespace(
+        settings=SimpleNamespace(keep_artifacts=True, artifacts_dir=str(tmp_path / "a")),
+        supervisor=SimpleNamespace(case_artifacts=lambda: [built], artifact_dir=tmp_path,
+                                   case_log=lambda: "log"))
+    record = executor.Executor._with_artifacts(
+        fake, Record(case_id="x/c", label=Label.MISMATCH, message="1 row off"))
+    assert record.label is Label.MISMATCH and record.artifacts is None
+    assert record.message == ("1 row off\n(its compile artefacts were not kept: OSError: "
+                              "[Errno 28] No space left on device)")
+    assert not built.exists()  # the child's copies go either way
