@@ -352,3 +352,28 @@ def test_outputs_and_artefacts_a_full_disk_refuses_are_said_so_and_the_verdict_s
     assert record.message == ("1 row off\n(its compile artefacts were not kept: OSError: "
                               "[Errno 28] No space left on device)")
     assert not built.exists()  # the child's copies go either way
+
+
+def test_a_fuzzing_run_goes_on_recording_after_a_case_not_judged():
+    """After one, every later example went the shrinking path: run but never recorded (a
+    review: 6 examples, 2 records)."""
+    from types import SimpleNamespace
+
+    from conformance import fuzz
+    from conformance.fuzz_log import FuzzLog
+
+    calls = []
+
+    def record_case(case, record_id):
+        calls.append(record_id)
+        return _not_judged(record_id) if len(calls) == 2 else \
+            Record(case_id=record_id, label=Label.PASS)
+
+    config = SimpleNamespace(getoption=lambda *a: 0,
+                             pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
+    runner = SimpleNamespace(record_case=record_case, executor=SimpleNamespace(
+        execute=lambda case: pytest.fail("an example ran unrecorded")))
+    log = FuzzLog(config, runner)
+    result = fuzz.search(log.execute, examples=6, seed=5)
+    assert result.failure is None and len(calls) == 6 and len(log.recorded) == len(set(calls))
+    assert all(cid.startswith("fuzz/") for cid in calls)
