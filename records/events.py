@@ -79,8 +79,8 @@ class RecordWriter:
         goes too: the case is then one the run did not record (its results say incomplete, and
         --resume runs it), not one whose worker stopped in it (a CRASH, the backend's label, in
         a run that said it was complete: a review)."""
-        before_start = self._before_start
-        try:
+        before_start, self._before_start = self._before_start, None  # a record with no start
+        try:  # of its own just before (fuzzing's minimal case) takes nothing else with it
             self._write({"event": "finished", "record": record.to_json()})
         except OSError:
             if before_start is not None:

@@ -116,7 +116,8 @@ def recorded_outside_selection(run: RunResults) -> list[str]:
     if not selection.case_ids:
         return []
     selected = set(selection.case_ids)
-    return [r.case_id for r in run.records if r.case_id not in selected and not is_fuzzed(r.case_id)]
+    return [r.case_id for r in run.records
+            if r.case_id not in selected and not is_fuzzed(r.case_id)]
 
 
 def selection_damage(run: RunResults) -> str | None:

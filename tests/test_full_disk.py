@@ -377,3 +377,27 @@ def test_a_fuzzing_run_goes_on_recording_after_a_case_not_judged():
     result = fuzz.search(log.execute, examples=6, seed=5)
     assert result.failure is None and len(calls) == 6 and len(log.recorded) == len(set(calls))
     assert all(cid.startswith("fuzz/") for cid in calls)
+
+
+def test_a_record_with_no_start_just_before_it_takes_no_other_record_with_it(tmp_path,
+                                                                             monkeypatch):
+    """Fuzzing writes its minimal case's record with no started event: refused by the disk,
+    it must not cut off the case recorded before it."""
+    from records.events import RecordWriter, finished_ids
+
+    writer = RecordWriter(tmp_path, "gw0")
+    writer.started("x/a", {}, "gw0", "t1")
+    writer.finished(Record(case_id="x/a", label=Label.PASS, finished_at="t2"))
+    kept = (tmp_path / "records" / "gw0.jsonl").read_bytes()
+
+    def full(_data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer, "_file", type("Full", (), {
+        "write": staticmethod(full), "fileno": writer._file.fileno,
+        "close": writer._file.close})())
+    with pytest.raises(OSError):
+        writer.finished(Record(case_id="fuzz/x/b", label=Label.MISMATCH, finished_at="t3"))
+    writer.close()
+    assert (tmp_path / "records" / "gw0.jsonl").read_bytes() == kept
+    assert finished_ids(tmp_path) == {"x/a"}
