@@ -211,9 +211,10 @@ def disk_full(error: str) -> Decision:
     record marked so that ``--resume`` runs it again once there is room (records/events.py).
     The backend's COMPILE_ERROR or RUNTIME_ERROR was the disk's (an outside audit: a full warm
     compile cache failed every case as COMPILE_ERROR, a full TMPDIR as HARNESS_ERROR, and a
-    resume kept them). Known by the errno of an OSError in the error's chain, never by text
-    (a mod's or a log's words could say it); so a backend that fills the disk itself is not
-    judged either, and each resume tries it again."""
+    resume kept them). Known in the child (records.errors.is_disk_full: the errno of an
+    OSError in the error's chain, or a compiler subprocess's own words), never by a message's
+    text (a mod's or a log's words could say it); so a backend that fills the disk itself is
+    not judged either, and each resume tries it again."""
     return Decision(Label.HARNESS_ERROR, (
         f"not judged: a disk was full ({first_line(error, 300)}); make room, then --resume "
         "the run's report directory runs this case again"), metrics={NOT_JUDGED_KEY: "disk full"})
