@@ -242,11 +242,15 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8",
         if mode is not None:
             os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(temporary)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # a write's error names no file ("[Errno 28] No space left on device"): the one
+            # line a command prints would not say which (an outside audit)
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     return path
 

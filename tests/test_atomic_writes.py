@@ -177,3 +177,25 @@ def test_a_dead_writers_temporary_file_is_kept_while_it_is_young(tmp_path):
     young.write_text("x")
     write_text_atomic(tmp_path / "summary.md", "next\n")
     assert _leftovers(tmp_path) == [young.name]
+
+
+def test_a_write_the_disk_refuses_names_the_file_and_leaves_no_temporary(tmp_path,
+                                                                          monkeypatch):
+    """flexconf recover, report -o, merge -o and gate --json on a full disk said only
+    "error: [Errno 28] No space left on device", naming no file (an outside audit)."""
+    import errno
+    import io
+
+    class Full(io.StringIO):
+        def write(self, _text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(os, "fdopen", lambda handle, *a, **k: (real_fdopen(handle).close(),
+                                                                 Full())[1])
+    target = tmp_path / "results.json"
+    with pytest.raises(OSError) as raised:
+        write_text_atomic(target, "{}")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
+    assert str(raised.value) == f"[Errno 28] No space left on device: '{target}'"
+    assert list(tmp_path.iterdir()) == []
