@@ -116,7 +116,8 @@ def _judge(args: argparse.Namespace) -> int:
                       args.compile_time_slack, args.strict_expectations, args.run_time_budget,
                       args.run_time_slack)
     decision = _confirm(args, decision, baseline, candidate)
-    sys.stdout.write(gate_text(decision, args.baseline, args.candidate))
+    # the outputs first: one the disk refuses is the command's error (exit 2), and the verdict
+    # is not printed above it (it said MAY SHIP, then failed: an outside audit)
     if args.markdown:
         write_text_atomic(args.markdown, gate_markdown(decision, args.baseline, args.candidate))
     if args.json:
@@ -125,6 +126,7 @@ def _judge(args: argparse.Namespace) -> int:
     if args.junit:
         write_text_atomic(args.junit, gate_junit(decision, candidate, args.baseline,
                                                  args.candidate))
+    sys.stdout.write(gate_text(decision, args.baseline, args.candidate))
     return decision.exit_code
 
 

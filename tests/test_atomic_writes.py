@@ -199,3 +199,21 @@ def test_a_write_the_disk_refuses_names_the_file_and_leaves_no_temporary(tmp_pat
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
     assert str(raised.value) == f"[Errno 28] No space left on device: '{target}'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gate_whose_output_the_disk_refuses_prints_no_verdict(tmp_path, capsys, monkeypatch):
+    """It printed 'gate: MAY SHIP', then failed writing --markdown (an outside audit)."""
+    import errno
+
+    import records.files
+
+    def full(path, *_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    base = run([record(A)])
+    assert gate(tmp_path, base, base) == 0 and "MAY SHIP" in capsys.readouterr().out
+    monkeypatch.setattr(records.files, "write_text_atomic", full)
+    md = tmp_path / "gate.md"
+    assert gate(tmp_path, base, base, "--markdown", str(md)) == 2
+    out, err = capsys.readouterr()
+    assert "MAY SHIP" not in out and f"No space left on device: '{md}'" in err
