@@ -199,11 +199,13 @@ class ChildSupervisor:
     def _timed_out(self, phase: Phase, log_offset: int) -> Observation:
         seconds, option = self.budgets.of(phase)
         tail = self._log_tail(log_offset)
+        stopped = _stopped(self.proc.pid) if self.proc is not None else False
         self.close()
         what = ("the backend's warm-up compile" if phase is Phase.WARM_UP
                 else f"the {phase.value} phase")
         message = (f"{what} did not finish within {seconds:g} s ({option}); "
-                   "the child and its process group were killed")
+                   + ("its process was stopped (SIGSTOP, a debugger), not running; "
+                      if stopped else "") + "the child and its process group were killed")
         return Observation(Outcome.TIMEOUT, phase, _with_tail(message, tail))
 
     def _died(self, phase: Phase, log_offset: int) -> Observation:
@@ -379,3 +381,15 @@ def _cgroup_oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T or t in /proc: SIGSTOP, a debugger), so a
+    budget it ran out of was not spent computing (an outside audit: a stopped child read as a
+    slow compiler). False where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")

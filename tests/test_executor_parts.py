@@ -359,3 +359,30 @@ def test_settings_defaults_are_the_options_defaults():
     assert settings.run_timeout == opts.default_value("--run-timeout")
     assert settings.timed_runs == opts.default_value("--timed-runs")
     assert settings.seed == opts.default_value("--seed")
+
+
+def test_a_stopped_process_is_told_apart_from_a_slow_one():
+    """A child stopped with SIGSTOP ran out of its budget as a slow compiler does; the label
+    stays a timeout, its message now says the process was stopped (an outside audit)."""
+    import signal
+    import subprocess
+    import time
+
+    from conformance.supervisor import _stopped
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not _stopped(proc.pid)
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while not _stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the event: the kernel has stopped it
+        assert _stopped(proc.pid)
+        proc.send_signal(signal.SIGCONT)
+        while _stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _stopped(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not _stopped(proc.pid)  # gone: /proc cannot say

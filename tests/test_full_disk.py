@@ -401,3 +401,4 @@ def test_a_record_with_no_start_just_before_it_takes_no_other_record_with_it(tmp
     writer.close()
     assert (tmp_path / "records" / "gw0.jsonl").read_bytes() == kept
     assert finished_ids(tmp_path) == {"x/a"}
+
