@@ -91,9 +91,31 @@ def check_writable(report_dir: Path, flag: str) -> None:
     from records.files import directory_problem
     from records.text import one_line
 
-    problem = directory_problem(report_dir, make=flag != "--resume")
+    problem = _too_long(report_dir) or directory_problem(report_dir, make=flag != "--resume")
     if problem is not None:
         fix = ("give the report directory of the interrupted run, writable by this user"
                if flag == "--resume" else
                "pass a directory this user can write, e.g. --report-dir reports/latest")
         raise pytest.UsageError(f"{flag} {one_line(str(report_dir))}: {problem}; {fix}")
+
+
+#: How long a path a run writes below its report directory may be (compile artefacts keep a
+#: compiler's own layout under artifacts/<case>/): the directory leaves this much of PATH_MAX.
+BELOW_REPORT_DIR = 1024
+
+
+def _too_long(report_dir: Path) -> str | None:
+    """Why ``report_dir`` is too long a path for the files a run writes below it (one of about
+    4,060 characters was made, then a record's path was "File name too long", a traceback,
+    and an empty records/ stayed: an outside audit); None when it is not."""
+    import os
+
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    length = len(os.fsencode(os.path.abspath(report_dir)))
+    if length + BELOW_REPORT_DIR <= limit:
+        return None
+    return (f"its path is {length} bytes long, and a run writes files up to "
+            f"{BELOW_REPORT_DIR} bytes below it, beyond this system's {limit}")

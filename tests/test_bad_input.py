@@ -476,3 +476,21 @@ def test_a_fuzzed_case_id_is_sent_to_repro_not_to_a_matrix(tmp_path):
         f"ERROR: --case-id {fuzzed!r} is not a case of --matrix core --profile smoke; a fuzzed "
         f"case is in no matrix: rerun it with flexconf repro RESULTS_JSON {fuzzed}, or its "
         "saved spec with --case-file (docs/cases.md)"]
+
+
+def test_a_report_dir_too_long_for_what_a_run_writes_below_it_is_one_line(tmp_path):
+    """One of about 4,060 characters was made, then a record's path was 'File name too long':
+    a traceback, and an empty records/ stayed (an outside audit)."""
+    from conformance.report_dir_checks import BELOW_REPORT_DIR
+
+    deep = tmp_path
+    while len(str(deep)) < 4096 - BELOW_REPORT_DIR + 10:
+        deep = deep / ("d" * 200)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1])[:-4] + [  # the deep --report-dir
+        "--report-dir", str(deep), "--reference-cache", "none"])
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [line] = _error_lines(proc)
+    assert line.startswith(f"ERROR: --report-dir {deep}: its path is ")
+    assert line.endswith("beyond this system's 4096; pass a directory this user can write, "
+                         "e.g. --report-dir reports/latest"), line
+    assert not (tmp_path / ("d" * 200)).exists()  # nothing made
