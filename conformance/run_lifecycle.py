@@ -82,7 +82,15 @@ class RunLifecycle:
         # the store last and the manifest at once: stopped anywhere in between, the folders
         # left are a run's (its manifest), or empty, never a run's files without their manifest
         clear_records(report_dir)
-        self._write_manifest()
+        try:
+            self._write_manifest()
+        except OSError as exc:  # a full disk: an INTERNALERROR traceback (an outside audit)
+            from records.text import one_line
+
+            raise pytest.UsageError(
+                f"--report-dir {one_line(str(report_dir))}: the run's manifest cannot be "
+                f"written ({one_line(str(exc))}); make room, then run again (the last run's "
+                "results are in its previous/)") from None
 
     def keep_empty_run_results(self) -> None:
         """A run stopped before it selected a case puts back the results of no case it held

@@ -434,3 +434,26 @@ def test_results_that_cannot_be_written_are_one_line_and_the_records_are_recover
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     results = load_results(report / "results.json")
     assert [(r.case_id, r.label) for r in results.records] == [(CASES[0].id, Label.PASS)]
+
+
+def test_a_manifest_the_disk_refuses_is_one_line_not_an_internal_error(tmp_path):
+    """A nearly full disk at the run's start: INTERNALERROR from write_manifest (an outside
+    audit)."""
+    (tmp_path / "full_at_start.py").write_text(
+        "import errno\n"
+        "import records.store\n"
+        "def full(*args, **kwargs):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device', 'run.json')\n"
+        "records.store.write_manifest = full\n")
+    report = tmp_path / "report"
+    _stale_green_run(report)
+    proc = run(pytest_args(tmp_path, "cpu-eager", CASES[:1], "-p", "full_at_start"),
+               env=_env_importing_from(tmp_path))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4, output[-3000:]
+    assert "INTERNALERROR" not in output and "Traceback" not in output, output[-3000:]
+    assert (f"ERROR: --report-dir {report}: the run's manifest cannot be written ([Errno 28] "
+            "No space left on device: 'run.json'); make room, then run again (the last run's "
+            "results are in its previous/)") in output, output[-3000:]
+    assert (report / "previous" / "index.html").read_text() == "<p>all green</p>"
+    assert not (report / "index.html").exists()  # nothing old looks current
