@@ -103,11 +103,13 @@ class RecordWriter:
             while view:
                 view = view[self._file.write(view):]
             os.fsync(self._file.fileno())
-        except OSError:
+        except OSError as exc:
             try:
                 os.ftruncate(self._file.fileno(), end)
             except OSError:
                 pass
+            if exc.filename is None and exc.errno is not None:  # say which file
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
             raise
 
 
