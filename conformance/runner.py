@@ -116,7 +116,13 @@ class Runner:
         """Run ``case`` and turn its label into the pytest outcome (see ``outcome``);
         ``properties`` (the test item's user_properties) get the label and the times, so
         ``pytest --junitxml`` carries them."""
-        record = self.record_case(case)
+        try:
+            record = self.record_case(case)
+        except OSError as exc:  # the store refused its record (a full disk): one line, no
+            # traceback; the case has none, so the run says INCOMPLETE (records/events.py)
+            pytest.fail(f"[not recorded] {case.id}: its record could not be written ({exc}); "
+                        "the run's results say how to finish it (--resume runs this case)",
+                        pytrace=False)
         if properties is not None:
             from reports.junit import junit_properties
 

@@ -402,3 +402,21 @@ def test_a_record_with_no_start_just_before_it_takes_no_other_record_with_it(tmp
     assert (tmp_path / "records" / "gw0.jsonl").read_bytes() == kept
     assert finished_ids(tmp_path) == {"x/a"}
 
+
+
+def test_a_case_whose_record_the_disk_refuses_fails_in_one_line():
+    """It was a raw OSError traceback in the test's failure (an outside audit)."""
+    from types import SimpleNamespace
+
+    from conformance.runner import Runner
+
+    def refused(_case):
+        raise OSError(errno.ENOSPC, "No space left on device", "r/records/gw0.jsonl")
+
+    with pytest.raises(pytest.fail.Exception) as raised:
+        Runner.check(SimpleNamespace(record_case=refused), SMALL)
+    assert str(raised.value) == (
+        f"[not recorded] {SMALL.id}: its record could not be written ([Errno 28] No space "
+        "left on device: 'r/records/gw0.jsonl'); the run's results say how to finish it "
+        "(--resume runs this case)")
+    assert raised.value.pytrace is False
