@@ -57,6 +57,13 @@ def test_a_reference_cache_that_cannot_be_written_is_passed_by(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing cached, nothing left
 
 
+def _writes_through(writer, write, monkeypatch) -> None:
+    """``writer`` (a RecordWriter) writes its lines through ``write``: a disk that refuses."""
+    monkeypatch.setattr(writer, "_file", type("Full", (), {
+        "write": staticmethod(write), "fileno": writer._file.fileno,
+        "close": writer._file.close})())
+
+
 def test_a_record_line_the_disk_refuses_half_way_is_cut_off_not_torn(tmp_path, monkeypatch):
     from records.events import RecordWriter, finished_ids, merge_records
 
@@ -70,9 +77,7 @@ def test_a_record_line_the_disk_refuses_half_way_is_cut_off_not_torn(tmp_path, m
         real_write(bytes(data[: len(data) // 2]))
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "_file", type("Full", (), {
-        "write": staticmethod(half_then_full), "fileno": writer._file.fileno,
-        "close": writer._file.close})())
+    _writes_through(writer, half_then_full, monkeypatch)
     with pytest.raises(OSError):
         writer.finished(Record(case_id="full/a", label=Label.PASS, finished_at="t2"))
     writer.close()  # nothing held back: no second error
@@ -393,9 +398,7 @@ def test_a_record_with_no_start_just_before_it_takes_no_other_record_with_it(tmp
     def full(_data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "_file", type("Full", (), {
-        "write": staticmethod(full), "fileno": writer._file.fileno,
-        "close": writer._file.close})())
+    _writes_through(writer, full, monkeypatch)
     with pytest.raises(OSError):
         writer.finished(Record(case_id="fuzz/x/b", label=Label.MISMATCH, finished_at="t3"))
     writer.close()

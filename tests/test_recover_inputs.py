@@ -23,6 +23,20 @@ def test_recover_says_a_corrupt_manifest_is_corrupt_not_missing(tmp_path):
         "or resumed; move its records/ away to keep what finished, then run it again"]
 
 
+def _killed_after_the_last_case(tmp_path, cases: int):
+    """The report directory of a cpu-eager run of ``cases`` cases as a kill -9 after its last
+    case, before its results were written, leaves it: the record store alone."""
+    from records.store import REPORTED_NAME, RESULT_FILES
+
+    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:cases]))
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
+    report = tmp_path / "report"
+    for name in RESULT_FILES:
+        (report / name).unlink()
+    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    return report
+
+
 def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, capsys):
     """A line that was JSON but no event (a list, a number, a record that is a string or has a
     negative time, a started event without its case) was a traceback, or a results.json that
@@ -33,12 +47,7 @@ def test_recover_keeps_the_good_records_of_a_store_with_damaged_lines(tmp_path, 
     from records.results import load_results
     from records.store import REPORTED_NAME, RESULT_FILES
 
-    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]))
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
-    report = tmp_path / "report"
-    for name in RESULT_FILES:  # as a kill -9 before the end leaves it
-        (report / name).unlink()
-    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    report = _killed_after_the_last_case(tmp_path, 2)
     store = next((report / "records").glob("*.jsonl"))
     nested = {"event": "finished", "record": {"case_id": "zz/deep", "label": "PASS"}}
     inner = nested["record"]
@@ -125,14 +134,7 @@ def test_a_fix_that_names_a_directory_quotes_it_for_the_shell(tmp_path):
 def test_a_new_run_does_not_clear_finished_records_whose_manifest_is_damaged(tmp_path):
     """A killed run's run.json with a BOM (or torn): recover refused it, and the next run
     cleared its store, finished records and all, without a word (an outside audit)."""
-    finished = run(pytest_args(tmp_path, "cpu-eager", CASES[:1]))
-    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr[-2000:]
-    report = tmp_path / "report"
-    from records.store import REPORTED_NAME, RESULT_FILES
-
-    for name in RESULT_FILES:  # as a kill -9 before the end leaves it
-        (report / name).unlink()
-    (report / "records" / REPORTED_NAME).unlink(missing_ok=True)
+    report = _killed_after_the_last_case(tmp_path, 1)
     manifest = report / "records" / "run.json"
     manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())
     store = sorted((report / "records").glob("*.jsonl"))
