@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 def _recover(report_dir: Path) -> int:
     from records.results import load_results
     from records.store import read_manifest, write_run
-    from records.events import merge_records, recorded_selection
+    from records.events import finished_ids, merge_records, recorded_selection
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
@@ -76,7 +76,12 @@ def _recover(report_dir: Path) -> int:
     if merged.damaged:
         print(f"skipped {merged.damaged} damaged line(s) of {report_dir / 'records'}/*.jsonl "
               "(no event this suite writes: a hand edit or a disk fault)")
-    print(f"finish it: {resume_command(results, report_dir, matrix_path())}")
+    command = resume_command(results, report_dir, matrix_path())
+    if selected and set(selected) <= finished_ids(report_dir):  # what --resume would not run
+        print("every selected case finished before the run was stopped: mark it complete "
+              f"(this runs no case): {command}")
+    else:
+        print(f"finish it: {command}")
     return 0
 
 

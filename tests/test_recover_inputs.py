@@ -148,3 +148,24 @@ def test_a_new_run_does_not_clear_finished_records_whose_manifest_is_damaged(tmp
     assert line.endswith(f"); move {report / 'records'} away to keep them (or remove it), or "
                          "give this run another --report-dir"), line
     assert [path.read_bytes() for path in store] == kept
+
+
+def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_resume(
+        tmp_path, capsys):
+    """Killed after its last case, before its results: recover says every case finished and
+    that the resume it prints runs none (it said "finish it" as for cases left to run); that
+    resume runs nothing and writes the run complete."""
+    from conformance.cli import main
+    from records.results import load_results
+
+    report = _killed_after_the_last_case(tmp_path, 2)
+    assert main(["recover", str(report)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"recovered 2 finished of 2 selected cases: {report / 'index.html'}"
+    assert out[1].startswith("every selected case finished before the run was stopped: "
+                             "mark it complete (this runs no case): pytest "), out
+    assert not load_results(report / "results.json").complete
+    resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]) + ["--resume", str(report)])
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    results = load_results(report / "results.json")
+    assert results.complete and [r.label.value for r in results.records] == ["PASS", "PASS"]
