@@ -97,7 +97,10 @@ from reference.kernel import chunked_attention, chunked_gradients
 #:     are judged as before it, and a bf16 row 1.5% off is caught in 98% of them, not 59%.
 #: 40: ... and P's size is 2.5 RMS of its largest term's rounding, not 2 (dQ's stays 2): at 2 a
 #:     kernel rounding P at one fixed scale failed a cancelling row at 0.2% of scales.
-REFERENCE_VERSION = 40
+#: 41: the softmax divides by its normalizer with zeros replaced by 1, no longer clamped at 1:
+#:     torch 2.14 gives clamp's gradient 0 at its bound, and a row of one term (denom exactly
+#:     1) lost its normalizer's gradient (dQ, dK off there; the same values on 2.13).
+REFERENCE_VERSION = 41
 
 
 @dataclass(frozen=True)

@@ -289,19 +289,31 @@ def _attend(chunk: Chunk, mods: Mods, probs_dtype: torch.dtype | None,
     if row_max is None:  # unshifted: denom >= 2^-256 unless the row is fully masked (0)
         # A fully masked row divides by 1, not by a clamped 0: dO / tiny would overflow in the
         # backward, and P^T (0) times it would be NaN in dV.
-        out = out / torch.where(denom > 0, denom, 1.0)
+        out = out / _nonzero_divisor(denom)
         lse = torch.log2(denom).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
         return out, lse
-    # denom >= 1 (the max term is exp(0)) unless the row is fully masked
+    # denom >= 1 (the max term is exp(0)) unless the row is fully masked (0: divided by 1, its
+    # out = 0 stays 0), or NaN
+    divisor = _nonzero_divisor(denom)
     if probs_dtype is not None and out.requires_grad:  # the baseline's gradients
-        out = _normalized_as_kernels_differentiate(out, denom.clamp_min(1.0), probs_dtype)
+        out = _normalized_as_kernels_differentiate(out, divisor, probs_dtype)
     else:
-        out = out / denom.clamp_min(1.0)  # a fully masked row has out = 0 and stays 0
+        out = out / divisor
     if log2_units:
         lse = (row_max + torch.log2(denom)).squeeze(-1) * _LN2  # log2(0) = -inf: fully masked
     else:
         lse = (row_max + torch.log(denom)).squeeze(-1)  # log(0) = -inf for fully masked rows
     return out, lse
+
+
+def _nonzero_divisor(denom: torch.Tensor) -> torch.Tensor:
+    """``denom`` with its zeros (fully masked rows) replaced by 1, every other value (NaN too)
+    kept, whose gradient passes to every kept value whole. Not ``denom.clamp_min(1.0)``: a
+    row of one term (one key seen, or every other term flushed) has denom exactly 1, and
+    torch 2.14 gives clamp's gradient 0 at its bound (2.13 and older: 1), so that row's
+    dQ and dK came out as dO . v alone, not 0 (a false MISMATCH of a correct backward, and
+    the baseline's likewise)."""
+    return denom.masked_fill(denom == 0, 1.0)
 
 
 def _normalized_as_kernels_differentiate(unnormalized: torch.Tensor, denom: torch.Tensor,
