@@ -32,6 +32,7 @@ off (``Tensor.set_``, code under ``DisableTorchFunction``).
 from __future__ import annotations
 
 import threading
+import types
 from functools import cache
 from typing import Callable, TypeVar
 
@@ -342,6 +343,8 @@ def _block_mask_refusal(mask_mod: Callable) -> str | None:
     arguments at all is left to the evaluation, whose message names its parameters."""
     if _parameters(mask_mod) is not None and not _can_take(mask_mod, len(INDEX_NAMES)):
         return None
+    if _four_positional_in_its_code(mask_mod):  # torch's rule takes it, unasked: importing
+        return None  # flex_attention imports sympy in torch 2.14 (0.9 s in every worker)
     try:
         from torch.nn.attention.flex_attention import _get_mod_type, _ModificationType
     except ImportError:  # a torch without the private helper: nothing to ask
@@ -358,6 +361,15 @@ def _block_mask_refusal(mask_mod: Callable) -> str | None:
     return (f"{name} is refused by flex_attention's create_block_mask ({counted}): it "
             "counts a mask_mod's positional parameters from its code and needs exactly 4; pass "
             "a plain function, e.g. lambda b, h, q_idx, kv_idx: mod(b, h, q_idx, kv_idx)")
+
+
+def _four_positional_in_its_code(mod: Callable) -> bool:
+    """Whether ``mod`` is a plain function whose code has exactly 4 positional parameters
+    without defaults: what ``_get_mod_type`` counts from ``__code__`` and takes as a mask_mod
+    (torch 2.6 to 2.14 alike)."""
+    if not isinstance(mod, types.FunctionType):
+        return False
+    return mod.__code__.co_argcount - len(mod.__defaults__ or ()) == len(INDEX_NAMES)
 
 
 def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:
