@@ -17,6 +17,7 @@ from cases.inputs import make_grad_output, make_inputs
 from cases.model import Case, Shape, Variant
 from cases.pointwise import PointwiseModError, check_mods, evaluate_mask, evaluate_score
 from cases.variants import Mods, build_mods, builder
+from conformance import compat
 from reference.golden import reference_pair
 from tests.test_pointwise_mods import assert_golden_equals_eager_flex
 
@@ -87,8 +88,9 @@ def set_unseen(score, b, h, q_idx, kv_idx):
 MODS = [clamp_in_place, clamp_or_zero, doubled_then_clamped, biased_then_clamped,
         doubled_then_indexed_with_ints, doubled_then_log_ndtr, masked_fill_with_a_tensor,
         masked_fill_with_a_tensor_or_zero, set_unseen]
-PER_POINT = {doubled_then_log_ndtr, masked_fill_with_a_tensor, masked_fill_with_a_tensor_or_zero,
-             set_unseen}  # vmap's fallback runs these, one point at a time
+PER_POINT = {doubled_then_log_ndtr, set_unseen}  # vmap's fallback runs these, point by point,
+if compat.torch_version() < (2, 14):  # and these too before torch 2.14, which batches them
+    PER_POINT |= {masked_fill_with_a_tensor, masked_fill_with_a_tensor_or_zero}
 
 
 def score_mod_point_by_point(mod, score):
