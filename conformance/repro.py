@@ -109,11 +109,10 @@ def _module_source(name: str) -> str:
 
 
 def _run_backend(options: dict) -> str:
-    """The backend as the run named it (a module:object backend is named that way again)."""
-    requested = options.get("backend_requested")
-    if isinstance(requested, str) and ":" in requested:
-        return requested
-    return str(options.get("backend") or "cpu-eager")
+    """The backend as the run named it (conformance.run_info.rerun_backend_spec)."""
+    from conformance.run_info import rerun_backend_spec
+
+    return rerun_backend_spec(options, default="cpu-eager")
 
 
 def _backend_modules(spec: str, recorded_root: str | None = None) -> list[str]:

@@ -32,6 +32,16 @@ def import_paths(backend: str, cases_modules: Sequence[str]) -> dict[str, Any]:
     return paths
 
 
+def rerun_backend_spec(options: dict[str, Any], default: str = "?") -> str:
+    """The ``--backend`` that runs a recorded run's backend again: what the run was given (a
+    plugin's entry point may be named otherwise than the backend calls itself, and a
+    ``module:object`` is found only so), or for ``auto`` the backend it resolved to."""
+    requested = options.get("backend_requested")
+    if isinstance(requested, str) and requested and requested != "auto":
+        return requested
+    return str(options.get("backend") or default)
+
+
 def pythonpath_env(options: dict[str, Any]) -> dict[str, str]:
     """The environment a rerun adds for ``options`` (as ``import_paths`` records them):
     PYTHONPATH naming the backend's and the case modules' directories, or nothing."""

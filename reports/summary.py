@@ -203,15 +203,12 @@ def _run_args(results: RunResults, matrix: str | None = None
 
 def rerun_backend(results: RunResults) -> tuple[str, dict[str, str]]:
     """The ``--backend`` a rerun of ``results`` names, and the environment it adds: the
-    backend the run resolved to, or the ``module:object`` it was given (a plugin that is not
-    registered), and PYTHONPATH naming where that backend and the case modules were imported
-    from (conformance.run_info.import_paths)."""
-    from conformance.run_info import pythonpath_env
+    backend as the run was given it (conformance.run_info.rerun_backend_spec), and PYTHONPATH
+    naming where that backend and the case modules were imported from
+    (conformance.run_info.import_paths)."""
+    from conformance.run_info import pythonpath_env, rerun_backend_spec
 
-    opts = results.options
-    requested = opts.get("backend_requested")
-    plugin = isinstance(requested, str) and ":" in requested
-    return (requested if plugin else str(opts.get("backend", "?"))), pythonpath_env(opts)
+    return rerun_backend_spec(results.options), pythonpath_env(results.options)
 
 
 def _rerun_dir(report_dir) -> str:

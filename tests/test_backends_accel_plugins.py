@@ -187,3 +187,29 @@ def test_the_env_hooks_are_checked_in_a_directory_of_their_own():
 
     check_env_hooks(MakesItsCacheDirectory(), "zap:Backend", 2)
     assert made and not os.path.exists(made[0])
+
+
+def test_a_plugin_whose_entry_point_has_another_name_is_rerun_and_reproduced_by_it(tmp_path):
+    """A plugin registered as ``vendor-ep`` whose backend calls itself ``example-eager`` (an
+    outside audit): the rerun command and ``flexconf repro`` named ``example-eager``, which
+    no registry knows, and failed."""
+    from records.results import load_results
+    from reports.summary import rerun_command
+    from tests.test_plugin_runs import CASES, clean_env, pytest_args, run
+
+    site = tmp_path / "site"
+    install_entry_points(site, "vendor-ep", "1.0",
+                         {"vendor-ep": "flexconf_example_backend:ExampleEager"})
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(site), str(EXAMPLE)]))
+    ran = run(pytest_args(tmp_path, "vendor-ep", CASES[:1]), env=env)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    results = load_results(tmp_path / "report" / "results.json")
+    assert results.options["backend"] == "example-eager"
+    assert " --backend vendor-ep " in rerun_command(results, [CASES[0].id])
+    script = tmp_path / "repro.py"
+    made = run([sys.executable, "-m", "conformance.cli", "repro",
+                str(tmp_path / "report" / "results.json"), CASES[0].id, "-o", str(script)], env=env)
+    assert made.returncode == 0, made.stderr[-2000:]
+    reproduced = run([sys.executable, str(script)], env=env)
+    assert reproduced.returncode == 0, reproduced.stdout[-2000:] + reproduced.stderr[-2000:]
+    assert "PASS" in reproduced.stdout
