@@ -102,8 +102,12 @@ def with_expectations(results: RunResults) -> bool:
 
 
 def known_text(record: Record) -> str:
-    """How a failure stands against ``--expectations``: ``known: REASON`` or ``not listed``."""
-    return f"known: {record.expected_failure}" if record.expected_failure else "not listed"
+    """How a failure stands against ``--expectations``: ``known: REASON``, or ``not listed as
+    LABEL``: the record cannot tell a case the file does not name from one it lists with
+    another label (a known MISMATCH that became a COMPILE_ERROR), and plain "not listed" was
+    false for the second (an outside audit; the gate names the listed label)."""
+    return f"known: {record.expected_failure}" if record.expected_failure \
+        else f"not listed as {record.label.value}"
 
 
 def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:

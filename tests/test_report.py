@@ -407,7 +407,7 @@ def test_failures_come_before_unsupported_cases_and_the_known_ones_say_so(tmp_pa
     assert "1 CRASH · 35 UNSUPPORTED · 1 of 2 failures known**" in summary
     failing_part, _, unsupported_part = summary.partition("### Unsupported (35)")
     assert "### Failing (2)" in failing_part
-    assert f"| `{new.case_id}` | CRASH | not listed |" in failing_part
+    assert f"| `{new.case_id}` | CRASH | not listed as CRASH |" in failing_part
     assert "| MISMATCH | known: bias &lt;sign&gt; flipped |" in failing_part
     assert unsupported_part.count("| no backward |") == SUMMARY_MAX_FAILURES
     assert "... and 5 more: see index.html." in unsupported_part
