@@ -31,6 +31,7 @@ off (``Tensor.set_``, code under ``DisableTorchFunction``).
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import types
 from functools import cache
@@ -364,12 +365,19 @@ def _block_mask_refusal(mask_mod: Callable) -> str | None:
 
 
 def _four_positional_in_its_code(mod: Callable) -> bool:
-    """Whether ``mod`` is a plain function whose code has exactly 4 positional parameters
-    without defaults: what ``_get_mod_type`` counts from ``__code__`` and takes as a mask_mod
-    (torch 2.6 to 2.14 alike)."""
-    if not isinstance(mod, types.FunctionType):
+    """Whether ``mod`` is a plain function of exactly 4 parameters, all positional, none with
+    a default: no ``*args``, ``**kwargs`` or keyword-only ones, nothing that says another
+    signature (``__wrapped__``, ``__signature__``). Both of torch's rules take it as a
+    mask_mod: 2.13 and 2.14 count ``__code__``'s positional parameters less their defaults,
+    2.6 to 2.9 the parameters of ``inspect.signature`` without a default, which counts
+    ``*args`` and ``**kwargs`` too and follows ``__wrapped__`` (an outside review)."""
+    if not isinstance(mod, types.FunctionType) or hasattr(mod, "__wrapped__") \
+            or hasattr(mod, "__signature__"):
         return False
-    return mod.__code__.co_argcount - len(mod.__defaults__ or ()) == len(INDEX_NAMES)
+    code = mod.__code__
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount:
+        return False
+    return code.co_argcount == len(INDEX_NAMES) and not mod.__defaults__
 
 
 def _why_not_pointwise(name: str, mod: Callable, exc: Exception) -> str:

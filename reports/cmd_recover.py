@@ -77,9 +77,11 @@ def _recover(report_dir: Path) -> int:
         print(f"skipped {merged.damaged} damaged line(s) of {report_dir / 'records'}/*.jsonl "
               "(no event this suite writes: a hand edit or a disk fault)")
     command = resume_command(results, report_dir, matrix_path())
-    if selected and set(selected) <= finished_ids(report_dir):  # what --resume would not run
+    fuzzed = bool((manifest.options or {}).get("fuzz_examples"))  # its fuzzing may be cut off
+    if selected and not merged.unfinished and not fuzzed \
+            and set(selected) <= finished_ids(report_dir):  # what --resume would not run
         print("every selected case finished before the run was stopped: mark it complete "
-              f"(this runs no case): {command}")
+              f"(this runs no case; with the suite and release that started it): {command}")
     else:
         print(f"finish it: {command}")
     return 0

@@ -113,8 +113,9 @@ def known_text(record: Record) -> str:
 def rerun_command(results: RunResults, case_ids: str | list[str]) -> str:
     """The command that reruns exactly this case, or these cases (``--case-id``, matched
     whole), with every option that selected and judged them, into a report directory of its
-    own so it never replaces the run they came from. A ``module:object`` backend is named that
-    way again, with the PYTHONPATH it was imported from. A fuzzed case (``fuzz/`` id) is in no
+    own so it never replaces the run they came from. The backend is named as ``--backend``
+    gave it (an entry point's name, a ``module:object`` with the PYTHONPATH it was imported
+    from). A fuzzed case (``fuzz/`` id) is in no
     matrix: its command is ``flexconf repro`` of the run's results.json (one id at a time)."""
     ids = [case_ids] if isinstance(case_ids, str) else list(case_ids)
     if ids and all(is_fuzzed(i) for i in ids):

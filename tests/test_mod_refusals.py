@@ -168,3 +168,57 @@ def test_a_case_that_overflows_float32_where_flex_attention_computes_it_is_the_c
     # a backend wrong where the case is defined is the backend's MISMATCH, on both
     wrong = execute("tests.fault_backends:OnePercentOff", [case, padded], cases_modules=modules)
     assert [r.label for r in wrong] == [Label.MISMATCH, Label.MISMATCH], [r.message for r in wrong]
+
+
+def _four(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def _five(score, b, h, q_idx, kv_idx):
+    return score
+
+
+@functools.wraps(_five)
+def _four_wrapping_five(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def _four_and_more(b, h, q_idx, kv_idx, *more):
+    return kv_idx <= q_idx
+
+
+def _four_and_keywords(b, h, q_idx, kv_idx, **keywords):
+    return kv_idx <= q_idx
+
+
+def _four_and_a_keyword_only(b, h, q_idx, kv_idx, *, window):
+    return kv_idx <= q_idx
+
+
+def _four_and_a_default(b, h, q_idx, kv_idx, window=4):
+    return kv_idx <= q_idx
+
+
+@pytest.mark.parametrize("mod", [
+    _four, _five, _four_wrapping_five, _four_and_more, _four_and_keywords,
+    _four_and_a_keyword_only, _four_and_a_default, lambda b, h, q_idx, kv_idx: q_idx >= 0,
+    functools.partial(_five, 0.0)], ids=lambda mod: getattr(mod, "__name__", "partial"))
+def test_the_mask_check_takes_unasked_only_what_torchs_rule_takes(mod):
+    """The mask check takes a plain four-parameter function without asking torch's rule
+    (whose module imports sympy in torch 2.14), only where every release's rule takes it as
+    a mask_mod: 2.13 and 2.14 count __code__'s parameters, 2.6 to 2.9 inspect.signature's,
+    which counts *args, **kwargs and a keyword-only one and follows __wrapped__ (a review).
+    Each mod is asked of the running torch's rule; a mod taken unasked must be one it takes
+    (and one both rules take: plain parameters only)."""
+    import inspect
+
+    from cases.pointwise import _four_positional_in_its_code
+    from torch.nn.attention.flex_attention import _get_mod_type, _ModificationType
+
+    unasked = _four_positional_in_its_code(mod)
+    if unasked:
+        assert _get_mod_type(mod) == _ModificationType.MASK_MOD
+        parameters = inspect.signature(mod, follow_wrapped=True).parameters.values()
+        assert [p.kind for p in parameters] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4
+        assert all(p.default is inspect.Parameter.empty for p in parameters)
+    assert unasked is (mod is _four or getattr(mod, "__name__", "") == "<lambda>")
