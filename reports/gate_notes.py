@@ -84,11 +84,13 @@ def merge_duplicate_notes(baseline: RunResults, candidate: RunResults) -> list[N
 
 def backend_notes(baseline: RunResults, candidate: RunResults) -> list[Note]:
     """A flagged note when the two runs record one backend name but were given different
-    --backend values (a plugin that calls itself like a built-in, or another plugin object):
-    the same name need not be the same code."""
+    --backend values (a plugin that calls itself like a built-in, another plugin object, or
+    entry points of other names): the same name need not be the same code. A value that is
+    the recorded name itself, or auto (which picks built-ins), names one code."""
     requested = [r.options.get("backend_requested") for r in (baseline, candidate)]
+    name = candidate.options.get("backend")
     if None in requested or requested[0] == requested[1] \
-            or not any(":" in str(spec) for spec in requested):  # built-ins, or auto: one code
+            or all(spec in ("auto", name) for spec in requested):
         return []
     return [Note("BACKEND_SPEC_CHANGE", (
         f"both runs record the backend {candidate.options.get('backend')!r}, but it was given "

@@ -219,6 +219,11 @@ def test_one_backend_name_given_as_two_specs_is_flagged(tmp_path, capsys):
     auto = replace(old, options={**old.options, "backend_requested": "auto"})
     assert gate(tmp_path, auto, old) == 0  # auto resolved to the built-in: one code
     assert "BACKEND_SPEC_CHANGE" not in capsys.readouterr().out
+    # two entry points of other names whose backends call themselves alike (a review)
+    vendor = [replace(r, options={**r.options, "backend_requested": spec})
+              for r, spec in ((old, "vendor-a"), (new, "vendor-b"))]
+    assert gate(tmp_path, *vendor) == 0
+    assert "--backend vendor-a (baseline) and --backend vendor-b" in capsys.readouterr().out
 
 
 def test_run_times_far_slower_are_named_even_when_not_gated(tmp_path, capsys):
