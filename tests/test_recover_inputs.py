@@ -165,7 +165,8 @@ def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_
     assert out[0] == f"recovered 2 finished of 2 selected cases: {report / 'index.html'}"
     assert out[1].startswith("every selected case finished before the run was stopped: "
                              "mark it complete (this runs no case; with the suite and release "
-                             "that started it): pytest "), out
+                             "that started it): "), out
+    assert out[1].endswith(f" --resume {report}") and " pytest conformance/ " in out[1], out
     assert not load_results(report / "results.json").complete
     store = next((report / "records").glob("*.jsonl"))
     kept = store.read_bytes()
@@ -173,7 +174,7 @@ def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_
         f.write(json.dumps({"event": "started", "case_id": "fuzz/x/b1-h1x1-s8x8-d8/fp32/fwd",
                             "case": {}, "worker": "main", "started_at": "t"}) + "\n")
     assert main(["recover", str(report)]) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith("finish it: pytest ")
+    assert capsys.readouterr().out.splitlines()[1].startswith("finish it: ")
     store.write_bytes(kept)
     resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]) + ["--resume", str(report)])
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
