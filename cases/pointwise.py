@@ -344,7 +344,7 @@ def _block_mask_refusal(mask_mod: Callable) -> str | None:
     arguments at all is left to the evaluation, whose message names its parameters."""
     if _parameters(mask_mod) is not None and not _can_take(mask_mod, len(INDEX_NAMES)):
         return None
-    if _four_positional_in_its_code(mask_mod):  # torch's rule takes it, unasked: importing
+    if _takes_four_plain_parameters(mask_mod):  # torch's rule takes it, unasked: importing
         return None  # flex_attention imports sympy in torch 2.14 (0.9 s in every worker)
     try:
         from torch.nn.attention.flex_attention import _get_mod_type, _ModificationType
@@ -364,7 +364,7 @@ def _block_mask_refusal(mask_mod: Callable) -> str | None:
             "a plain function, e.g. lambda b, h, q_idx, kv_idx: mod(b, h, q_idx, kv_idx)")
 
 
-def _four_positional_in_its_code(mod: Callable) -> bool:
+def _takes_four_plain_parameters(mod: Callable) -> bool:
     """Whether ``mod`` is a plain function of exactly 4 parameters, all positional, none with
     a default: no ``*args``, ``**kwargs`` or keyword-only ones, nothing that says another
     signature (``__wrapped__``, ``__signature__``). Both of torch's rules take it as a

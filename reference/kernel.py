@@ -311,8 +311,8 @@ def _nonzero_divisor(denom: torch.Tensor) -> torch.Tensor:
     kept, whose gradient passes to every kept value whole. Not ``denom.clamp_min(1.0)``: a
     row of one term (one key seen, or every other term flushed) has denom exactly 1, and
     torch 2.14 gives clamp's gradient 0 at its bound (2.13 and older: 1), so that row's
-    dQ and dK came out as dO . v alone, not 0 (a false MISMATCH of a correct backward, and
-    the baseline's likewise)."""
+    score got dO . v as its gradient instead of 0, and dQ and dK were off (a false MISMATCH
+    of a correct backward; the baseline's likewise)."""
     return denom.masked_fill(denom == 0, 1.0)
 
 

@@ -212,10 +212,10 @@ def test_the_mask_check_takes_unasked_only_what_torchs_rule_takes(mod):
     (and one both rules take: plain parameters only)."""
     import inspect
 
-    from cases.pointwise import _four_positional_in_its_code
+    from cases.pointwise import _takes_four_plain_parameters
     from torch.nn.attention.flex_attention import _get_mod_type, _ModificationType
 
-    unasked = _four_positional_in_its_code(mod)
+    unasked = _takes_four_plain_parameters(mod)
     if unasked:
         assert _get_mod_type(mod) == _ModificationType.MASK_MOD
         parameters = inspect.signature(mod, follow_wrapped=True).parameters.values()
