@@ -128,8 +128,8 @@ def test_gradient_reference_matches_dense_autograd_over_many_chunks(monkeypatch)
 def test_gradients_do_not_rest_on_the_gradient_of_clamp_at_its_bound(monkeypatch):
     """torch 2.14 gives clamp's gradient 0 at its bound (2.13 and older: 1). The kernel
     divided by its normalizer clamped at 1, which a row of one term (causal's first row sees
-    one key) has exactly: on 2.14 that row's dQ and dK came out as dO . v, not 0, in the
-    golden and the baseline alike (found by the suite's tests on torch 2.14.1). Here clamp
+    one key) has exactly: on 2.14 that row's score got dO . v as its gradient, not 0, and its
+    dQ and dK were off, in the golden and the baseline alike (found by the suite's tests on torch 2.14.1). Here clamp
     gets 2.14's rule on any release, and both must still match dense autograd."""
     real_clamp_min = torch.Tensor.clamp_min
 

@@ -178,5 +178,6 @@ def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_
     store.write_bytes(kept)
     resumed = run(pytest_args(tmp_path, "cpu-eager", CASES[:2]) + ["--resume", str(report)])
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "nothing was left to run" in resumed.stdout, resumed.stdout[-2000:]
     results = load_results(report / "results.json")
     assert results.complete and [r.label.value for r in results.records] == ["PASS", "PASS"]
