@@ -42,7 +42,11 @@ def finished_ids(report_dir: str | Path) -> set[str]:
     """The case ids with a finished record in the store (what ``--resume`` need not run), by
     merge_records' rules: a record of a case a full disk kept from being judged
     (records.errors.NOT_JUDGED_KEY) is none, nor is a case started again after it."""
-    merged = merge_records(report_dir, [])
+    return finished_in(merge_records(report_dir, []))
+
+
+def finished_in(merged) -> set[str]:
+    """finished_ids of a store already merged (merge_records' result)."""
     cut_off = set(merged.unfinished)
     return {r.case_id for r in merged.records
             if r.case_id not in cut_off and not is_not_judged(r)}

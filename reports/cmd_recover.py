@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 def _recover(report_dir: Path) -> int:
     from records.results import load_results
     from records.store import read_manifest, write_run
-    from records.events import finished_ids, merge_records, recorded_selection
+    from records.events import finished_in, merge_records, recorded_selection
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
@@ -79,7 +79,7 @@ def _recover(report_dir: Path) -> int:
     command = resume_command(results, report_dir, matrix_path())
     fuzzed = bool((manifest.options or {}).get("fuzz_examples"))  # its fuzzing may be cut off
     if selected and not merged.unfinished and not fuzzed \
-            and set(selected) <= finished_ids(report_dir):  # what --resume would not run
+            and set(selected) <= finished_in(merged):  # what --resume would not run
         print("every selected case finished before the run was stopped: mark it complete "
               f"(this runs no case; with the suite and release that started it): {command}")
     else:
