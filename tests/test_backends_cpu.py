@@ -45,6 +45,35 @@ def test_cpu_eager_passes_every_core_variant():
     assert all(r.cache_hit is None for r in records)  # no compiler, no cache to tell about
 
 
+def test_no_eager_case_is_a_recompile_of_an_earlier_cases_graph(monkeypatch):
+    """Eager flex_attention traces its calls with Dynamo: a child's begin_case forgets the
+    graphs of earlier cases, so each case's first call is traced for its own shape and captured
+    floats, whatever ran before it in the child (torch 2.15.0 fails the recompile of an eager
+    call whose score mod's captured float changed, docs/findings.md, finding 10: the label of
+    a soft-cap case hung on the case before it). Dynamo is told to raise on any recompile, and
+    three cases run in one process as a child runs them: two soft-caps whose cap differs, then
+    another shape; each is called twice (its first call and a timed run)."""
+    import torch
+
+    from cases.inputs import make_inputs
+    from cases.variants import build_mods, softcap
+
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    backend = load_backend("cpu-eager")
+    outputs = []
+    for case in (Case(softcap(50.0), SHAPE), Case(softcap(20.0), SHAPE),
+                 Case(softcap(20.0), replace(SHAPE, Sq=64, Skv=64))):
+        backend.begin_case(None, cold=False)
+        inputs, mods = make_inputs(case, 0), build_mods(case.variant, case.shape)
+        fn = backend.prepare(case)
+        first, timed = (fn(inputs.q, inputs.k, inputs.v, mods.score_mod, None)
+                        for _ in range(2))
+        assert torch.equal(first, timed)
+        outputs.append(first)
+    assert not torch.equal(outputs[0], outputs[1])  # the caps were two, and both were used
+    torch._dynamo.reset()
+
+
 @pytest.mark.slow
 def test_cpu_inductor_compiles_cold_and_hits_a_warm_cache(tmp_path, monkeypatch):
     """Also: a child's warm-up builds are kept between children (conformance/backends/
