@@ -142,8 +142,9 @@ UNSUPPORTED_SENTENCES = (
 #: (``unsupported_reason``), so the fuzzer never spends an example on them. A newer torch runs
 #: the case, and its own error (or its success) decides. 2.14.1 refuses both with these
 #: sentences (its eager and compiled backward, and Inductor's CPU template with the
-#: log-sum-exp: the extended matrix's 17 such cases at smoke sizes, 2026-12-07).
-NEWEST_CHECKED_TORCH = (2, 14)
+#: log-sum-exp: the extended matrix's 17 such cases at smoke sizes, 2026-12-07), and so does
+#: 2.15.0 (its eager and compiled backward and compiled log-sum-exp raised each, 2026-12-07).
+NEWEST_CHECKED_TORCH = (2, 15)
 CPU_BACKWARD_SENTENCE = ("FlexAttention does not support backward on CPU. Please set the input "
                          "requires_grad to False or use another device.")
 CPU_COMPILED_LSE_SENTENCE = ("torch.compile on CPU only supports inference and `return_lse` is "

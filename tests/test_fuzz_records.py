@@ -46,7 +46,7 @@ def test_the_declared_cpu_refusal_is_torchs_own_sentence():
         flex_attention(q, q, q).sum().backward()
     assert compat.unsupported_sentence(err.value) == compat.CPU_BACKWARD_SENTENCE
     assert compat.known_cpu_refusal("fwd+bwd", False) == compat.CPU_BACKWARD_SENTENCE
-    assert compat.known_cpu_refusal("fwd+bwd", True, version=(2, 15)) is None  # unchecked: run it
+    assert compat.known_cpu_refusal("fwd+bwd", True, version=(2, 16)) is None  # unchecked: run it
 
 
 def _pass(case: Case):

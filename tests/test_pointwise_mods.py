@@ -28,6 +28,7 @@ from cases.variants import Mods, build_mods, registered_variants
 from conformance import compat
 from reference.golden import golden_attention
 from tests import pointwise_variants as pv
+from tests.eager_flex import as_eager_runs_it
 
 #: GQA with equal lengths; then key/value broadcast over the batch with Sq != Skv.
 SHAPES = [Shape(2, 4, 2, 64, 64, 16), Shape(2, 4, 4, 40, 72, 8, Bkv=1)]
@@ -43,8 +44,8 @@ def eager_flex_float64(case: Case, inputs: Inputs):
         block_mask = create_block_mask(mods.mask_mod, s.B, s.Hq, s.Sq, s.Skv, "cpu")
     q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
     k, vv = k.expand(s.B, -1, -1, -1), vv.expand(s.B, -1, -1, -1)
-    return compat.attention(flex_attention, q, k, vv, mods.score_mod, block_mask,
-                            enable_gqa=s.Hq != s.Hkv, return_lse=True)
+    return compat.attention(flex_attention, q, k, vv, as_eager_runs_it(mods.score_mod),
+                            block_mask, enable_gqa=s.Hq != s.Hkv, return_lse=True)
 
 
 # -- the rules, written point by point in plain Python from the docstrings ----------------------

@@ -20,6 +20,7 @@ from cases.variants import Mods, build_mods
 from conformance import compat
 from reference.kernel import chunked_attention, chunked_gradients
 from tests import gym_variants
+from tests.eager_flex import as_eager_runs_it
 
 SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
 #: The grid sizes (B, Hq, Sq, Skv) the probe may index: the unit tests' tables cover them.
@@ -188,7 +189,8 @@ def test_a_golden_with_a_mod_that_only_seems_to_add_matches_eager_flex_attention
     case = _case("b1-h4x2-s24x24-d8")
     inputs = make_inputs(case, 0)
     q, k, vv = (t.double() for t in (inputs.q, inputs.k, inputs.v))
-    want = compat.attention(flex_attention, q, k, vv, mod, None, enable_gqa=True)
+    want = compat.attention(flex_attention, q, k, vv, as_eager_runs_it(mod), None,
+                            enable_gqa=True)
     out, _ = chunked_attention(case, inputs, Mods(None, mod), torch.float64)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 

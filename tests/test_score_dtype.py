@@ -25,6 +25,7 @@ from reference.golden import _pair as golden_and_baseline  # of mods that are no
 from reference.pair_terms import pair_terms
 from reference.verdict import judge
 from tests import dtype_reading_variants as dv
+from tests.eager_flex import as_eager_runs_it
 from tests.test_backends_cpu import execute
 
 GRID = [torch.arange(n) for n in (1, 2, 3, 4)]
@@ -40,7 +41,7 @@ def _case(kind: str, dtype: str, mode: str = "fwd+lse"):
 
 
 def _flex(case, inputs, score_mod) -> Reference:
-    out, lse = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=score_mod,
+    out, lse = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=as_eager_runs_it(score_mod),
                               enable_gqa=True, return_lse=True)
     return Reference(out, lse)
 

@@ -13,6 +13,7 @@ from reference.golden import baseline_attention, golden_attention
 from reference.verdict import judge
 from records.results import Label
 from tests import gym_variants, realworld_variants
+from tests.eager_flex import REFUSAL, refuses_score_mutation
 from tests.test_backends_cpu import execute
 from tests.test_pointwise_mods import assert_golden_equals_eager_flex
 
@@ -101,12 +102,30 @@ def test_golden_equals_eager_flex_attention_in_float64_on_the_realworld_mods(cas
     assert_golden_equals_eager_flex(case)
 
 
+#: ``score.float().clamp_(-c, c)`` changes a float32 score in place (``float()`` returns the
+#: score itself), which torch 2.15.0's eager flex_attention refuses (tests/eager_flex.py)
+_CHANGES_A_FLOAT32_SCORE_IN_PLACE = "rw_clamp_cap"
+
+
+def _label_on_cpu_eager(case_id: str) -> Label:
+    variant, _, dtype, mode = case_id.split("/")[:4]
+    if mode == "fwd+bwd":
+        return Label.UNSUPPORTED
+    if (refuses_score_mutation() and dtype == "fp32"
+            and variant.startswith(_CHANGES_A_FLOAT32_SCORE_IN_PLACE)):
+        return Label.COMPILE_ERROR
+    return Label.PASS
+
+
 @pytest.mark.slow
 def test_cpu_eager_passes_every_realworld_case_it_runs_on_two_seeds():
+    """Every case but those torch refuses: backward on the CPU, and on 2.15 the float32 mod
+    that changes its score in place (the refusal in torch's words)."""
     records = execute("cpu-eager", REALWORLD, seeds=range(2), cases_modules=REALWORLD_MODULES)
     assert len(records) == 2 * len(REALWORLD)
-    wrong = [(r.case_id, r.label, r.message) for r in records if r.label is not (
-        Label.UNSUPPORTED if r.case_id.split("/")[3] == "fwd+bwd" else Label.PASS)]
+    wrong = [(r.case_id, r.label, r.message) for r in records
+             if r.label is not _label_on_cpu_eager(r.case_id)
+             or (r.label is Label.COMPILE_ERROR and REFUSAL not in r.message)]
     assert not wrong, wrong
 
 

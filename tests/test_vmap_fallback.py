@@ -5,12 +5,14 @@ must not be made twice), their gradients, and mods that flex_attention refuses."
 from __future__ import annotations
 
 import itertools
+from functools import partial
 import threading
 import warnings
 
 import pytest
 import torch
 from torch._C import _functorch
+from torch.nn.attention.flex_attention import flex_attention
 
 import cases.pointwise as pointwise
 from cases.inputs import make_grad_output, make_inputs
@@ -19,6 +21,7 @@ from cases.pointwise import PointwiseModError, check_mods, evaluate_mask, evalua
 from cases.variants import Mods, build_mods, builder
 from conformance import compat
 from reference.golden import reference_pair
+from tests.eager_flex import REFUSAL, refuses_score_mutation
 from tests.test_pointwise_mods import assert_golden_equals_eager_flex
 
 GRID = [torch.arange(n) for n in (2, 3, 5, 7)]
@@ -145,7 +148,30 @@ SHAPE = Shape(1, 2, 2, 24, 24, 8)
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", VARIANTS)
 def test_the_golden_of_an_in_place_mod_equals_eager_flex_attention(name, dtype):
+    """Eager flex_attention runs the mod as it is where the running torch does (2.6 to 2.14),
+    on a copy of its score where it refuses the change in place (tests/eager_flex.py)."""
     assert_golden_equals_eager_flex(Case(Variant(name), SHAPE, dtype))
+
+
+def test_which_releases_refuse_a_score_mod_that_changes_its_score_in_place():
+    """torch 2.15.0's eager flex_attention refuses such a mod, in Dynamo's words; 2.6 to 2.14
+    run it (docs/findings.md, finding 11). Pinned for each release up to the newest one the
+    suite has checked (conformance/compat.py): a newer torch may lift the rule, and the
+    tests' judge then finds it so (tests/eager_flex.py)."""
+    version = compat.torch_version()
+    if version > compat.NEWEST_CHECKED_TORCH:
+        pytest.skip(f"torch {version} is newer than the releases checked")
+    assert refuses_score_mutation() is (version >= (2, 15))
+    case = Case(Variant("test_doubled_then_clamped"), SHAPE, "fp32")
+    mod = build_mods(case.variant, SHAPE).score_mod
+    inputs = make_inputs(case, 0)
+    as_it_is = partial(flex_attention, inputs.q, inputs.k, inputs.v, enable_gqa=True)
+    if refuses_score_mutation():
+        with pytest.raises(Exception, match=REFUSAL):
+            as_it_is(score_mod=mod)
+    else:  # where both run, the copy that the judge runs it on elsewhere changes no value
+        on_a_copy = as_it_is(score_mod=lambda s, b, h, q, kv: mod(s.clone(), b, h, q, kv))
+        torch.testing.assert_close(as_it_is(score_mod=mod), on_a_copy, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
