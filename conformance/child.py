@@ -224,6 +224,7 @@ def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str
     start = time.perf_counter()
     _guard(setup, lambda: import_case_modules(list(request.cases_modules)), harness=True)
     case = _guard(setup, lambda: Case.from_json(request.case), harness=True)
+    _guard(setup, _forget_earlier_cases_graphs, harness=True)
     _guard(setup, lambda: backend.begin_case(request.cache_dir, request.cold))
     device = _guard(setup, backend.device)
     seed = request.seed
@@ -378,6 +379,19 @@ def _refuse_fallbacks(backend, phase: Phase) -> None:
         raise CaseFailed(Phase.COMPILE, Outcome.ERROR, RuntimeError(
             f"{len(ops)} operation(s) fell back to the CPU instead of running on the device: "
             f"{names}; a case that ran on the host cannot pass"))
+
+
+def _forget_earlier_cases_graphs() -> None:
+    """Each case is a program's first call, whatever the backend: Dynamo forgets the graphs it
+    traced for the earlier cases of this child before the backend's begin_case. Eager
+    flex_attention traces each call with Dynamo too, so without this a case of an eager backend
+    (built in, or a plugin that resets nothing) was a recompile of an earlier case's graph, with
+    the shapes and captured floats that changed made symbolic, and its label could depend on the
+    cases before it: torch 2.15.0 fails that recompile when a score mod's captured float changed
+    (docs/findings.md, finding 10). Nothing to forget where Dynamo was never imported."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
 
 
 def _block_mask(case, mods, device):

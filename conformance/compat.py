@@ -144,6 +144,8 @@ UNSUPPORTED_SENTENCES = (
 #: sentences (its eager and compiled backward, and Inductor's CPU template with the
 #: log-sum-exp: the extended matrix's 17 such cases at smoke sizes, 2026-12-07), and so does
 #: 2.15.0 (its eager and compiled backward and compiled log-sum-exp raised each, 2026-12-07).
+#: The tests also pin, up to this release, which releases refuse a score mod that changes its
+#: score in place (tests/test_vmap_fallback.py).
 NEWEST_CHECKED_TORCH = (2, 15)
 CPU_BACKWARD_SENTENCE = ("FlexAttention does not support backward on CPU. Please set the input "
                          "requires_grad to False or use another device.")

@@ -38,8 +38,6 @@ def refuses_score_mutation() -> bool:
         if REFUSAL in str(exc):
             return True
         raise
-    finally:
-        torch._dynamo.reset()
     return False
 
 
@@ -53,4 +51,3 @@ def as_eager_runs_it(score_mod: Callable | None) -> Callable | None:
         return score_mod(score.clone(), b, h, q_idx, kv_idx)
 
     return on_a_copy
-

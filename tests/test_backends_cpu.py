@@ -45,33 +45,34 @@ def test_cpu_eager_passes_every_core_variant():
     assert all(r.cache_hit is None for r in records)  # no compiler, no cache to tell about
 
 
-def test_no_eager_case_is_a_recompile_of_an_earlier_cases_graph(monkeypatch):
-    """Eager flex_attention traces its calls with Dynamo: a child's begin_case forgets the
-    graphs of earlier cases, so each case's first call is traced for its own shape and captured
-    floats, whatever ran before it in the child (torch 2.15.0 fails the recompile of an eager
-    call whose score mod's captured float changed, docs/findings.md, finding 10: the label of
-    a soft-cap case hung on the case before it). Dynamo is told to raise on any recompile, and
-    three cases run in one process as a child runs them: two soft-caps whose cap differs, then
-    another shape; each is called twice (its first call and a timed run)."""
+def test_no_case_is_a_recompile_of_an_earlier_cases_graph(tmp_path):
+    """Eager flex_attention traces its calls with Dynamo: the child forgets the graphs of a
+    child's earlier cases before each case, whatever the backend (cpu-eager's begin_case, as a
+    plugin's may, resets nothing), so each case's first call is traced for its own shape and
+    captured floats (torch 2.15.0 fails the recompile of an eager call whose score mod's
+    captured float changed, docs/findings.md, finding 10: a soft-cap case's label hung on the
+    case before it). Dynamo is told to raise on any recompile, and three cases run through the
+    child's own path in one process: two soft-caps whose cap differs, then another shape."""
     import torch
 
-    from cases.inputs import make_inputs
-    from cases.variants import build_mods, softcap
+    from cases.variants import softcap
+    from conformance.child import run_case
+    from conformance.protocol import CaseRequest, DoneEvent, load_output
 
-    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     backend = load_backend("cpu-eager")
     outputs = []
-    for case in (Case(softcap(50.0), SHAPE), Case(softcap(20.0), SHAPE),
-                 Case(softcap(20.0), replace(SHAPE, Sq=64, Skv=64))):
-        backend.begin_case(None, cold=False)
-        inputs, mods = make_inputs(case, 0), build_mods(case.variant, case.shape)
-        fn = backend.prepare(case)
-        first, timed = (fn(inputs.q, inputs.k, inputs.v, mods.score_mod, None)
-                        for _ in range(2))
-        assert torch.equal(first, timed)
-        outputs.append(first)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        backend.warm_up()
+        for n, case in enumerate((Case(softcap(50.0), SHAPE), Case(softcap(20.0), SHAPE),
+                                  Case(softcap(20.0), replace(SHAPE, Sq=64, Skv=64)))):
+            events = []
+            run_case(backend, CaseRequest(case.to_json(), str(tmp_path / f"{n}.pt"), cold=False),
+                     events.append)
+            assert isinstance(events[-1], DoneEvent), (case.id, events[-1])
+            results = load_output(events[-1].output_path)
+            assert results.calls == 4 and not results.differing  # its first call and 3 timed
+            outputs.append(results.first.out)
     assert not torch.equal(outputs[0], outputs[1])  # the caps were two, and both were used
-    torch._dynamo.reset()
 
 
 @pytest.mark.slow

@@ -5,9 +5,9 @@ must not be made twice), their gradients, and mods that flex_attention refuses."
 from __future__ import annotations
 
 import itertools
-from functools import partial
 import threading
 import warnings
+from functools import partial
 
 import pytest
 import torch

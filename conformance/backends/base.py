@@ -184,7 +184,9 @@ class Backend:
         """In the child, before each case: forget everything compiled for earlier cases (each
         case compiles afresh for its static shape), clear compile counters, and point the
         compiler cache at ``cache_dir`` (None: leave it). ``cold`` asks for empty in-memory
-        caches too (the run uses ``--compile-cache cold``)."""
+        caches too (the run uses ``--compile-cache cold``). Dynamo's graphs are forgotten by
+        the child itself just before (conformance/child.py), for every backend; what a
+        backend's own compiler keeps in memory is the backend's to clear here."""
 
     def prepare(self, case: Case) -> AttentionFn:
         """In the child: the callable that computes the case (compiled lazily on first call)."""

@@ -2,11 +2,12 @@
 
 ``cpu-inductor`` compiles ``flex_attention`` with ``fullgraph=True`` (a graph break raises
 instead of silently running part of the call eagerly) and ``dynamic=False`` (every case
-compiles for its own static shape). ``begin_case`` resets Dynamo before each case, in both
-backends (``fresh_dynamo``: eager flex_attention traces its calls with Dynamo too), so a reused
-child never turns a later case into a recompile of an earlier case's graph, and cpu-inductor in
-cold mode also clears Inductor's in-memory code caches (a new cache directory alone is not
-enough: a kernel compiled earlier in the process would be loaded from memory).
+compiles for its own static shape). The child resets Dynamo before each case, whatever the
+backend (conformance/child.py; eager flex_attention traces its calls with Dynamo too), so a
+reused child never turns a later case into a recompile of an earlier case's graph, and
+cpu-inductor's ``begin_case`` in cold mode also clears Inductor's in-memory code caches (a new
+cache directory alone is not enough: a kernel compiled earlier in the process would be loaded
+from memory).
 Inductor's CPU lowering of flex_attention raises rather than falling back to eager.
 """
 from __future__ import annotations
@@ -47,9 +48,6 @@ class CpuEager(Backend):
 
         q, score_mod, block_mask = _warm_up_inputs()
         flex_attention(q, q, q, score_mod=score_mod, block_mask=block_mask)
-
-    def begin_case(self, cache_dir: str | None, cold: bool) -> None:
-        fresh_dynamo()
 
     def prepare(self, case: Case) -> AttentionFn:
         from torch.nn.attention.flex_attention import flex_attention
@@ -103,26 +101,12 @@ class CpuInductor(CpuEager):
         return compat.inductor_compile_stages("cxx_compile")
 
 
-def fresh_dynamo() -> None:
-    """Forget every graph Dynamo traced for earlier cases of this child. Eager flex_attention
-    traces each call too (torch.compile with the eager backend, inside flex_attention), so
-    without this a case could be a recompile of an earlier case's graph, with the shapes and
-    captured floats that changed made symbolic, and its label could depend on which cases ran
-    before it in the same child: torch 2.15.0 fails such a recompile of an eager call when a
-    score mod's captured float changed (docs/findings.md, finding 10). Each case's first call
-    is then what a program's first call is: traced for its own static shape."""
-    import torch
-
-    torch._dynamo.reset()
-
-
 def begin_inductor_case(cache_dir: str | None, cold: bool) -> None:
-    """An Inductor backend's begin_case (CPU and CUDA): Dynamo reset (``fresh_dynamo``), in
-    cold mode Inductor's in-memory code caches cleared, its cache directory set to the case's,
-    and the counters that cache_hit and compile_breakdown read started from zero."""
+    """An Inductor backend's begin_case (CPU and CUDA), after the child reset Dynamo: in cold
+    mode Inductor's in-memory code caches cleared, its cache directory set to the case's, and
+    the counters that cache_hit and compile_breakdown read started from zero."""
     from torch._dynamo.utils import counters
 
-    fresh_dynamo()
     if cold:
         compat.clear_inductor_caches()
     if cache_dir:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from cases.model import Case
 from conformance import compat
 from conformance.backends.base import AttentionFn, Availability, Backend, WorkerSlot
-from conformance.backends.cpu import begin_inductor_case, fresh_dynamo, inductor_cache_hit
+from conformance.backends.cpu import begin_inductor_case, inductor_cache_hit
 
 _CUDA_OOM_RE = re.compile(r"CUDA out of memory\.?[^\n]*")
 _TRITON_OOR_RE = re.compile(r"out of resource: [^\n]*?Hardware limit: \d+")
@@ -132,7 +132,6 @@ class CudaEager(Backend):
         import torch
 
         torch.cuda.empty_cache()  # nothing left over from the previous case counts against this one
-        fresh_dynamo()  # no case is a recompile of an earlier one's graph (backends/cpu.py)
 
     def prepare(self, case: Case) -> AttentionFn:
         fn = self._attention_fn()
