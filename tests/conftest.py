@@ -39,7 +39,7 @@ def pytest_configure(config) -> None:
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     """Each test's own flex_attention calls start from no earlier test's Dynamo graphs, as each
-    case of a run does (conformance.backends.cpu.fresh_dynamo), and a captured float is a
+    case of a run does (the child resets Dynamo: conformance/child.py), and a captured float is a
     constant of the graph traced for it, as in a case's own first call: eager flex_attention
     traces its calls with Dynamo, and a call that recompiles a graph takes the captured floats
     that changed as symbolic, which torch 2.15.0 fails (docs/findings.md, finding 10); tests
