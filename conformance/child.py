@@ -382,13 +382,10 @@ def _refuse_fallbacks(backend, phase: Phase) -> None:
 
 
 def _forget_earlier_cases_graphs() -> None:
-    """Each case is a program's first call, whatever the backend: Dynamo forgets the graphs it
-    traced for the earlier cases of this child before the backend's begin_case. Eager
-    flex_attention traces each call with Dynamo too, so without this a case of an eager backend
-    (built in, or a plugin that resets nothing) was a recompile of an earlier case's graph, with
-    the shapes and captured floats that changed made symbolic, and its label could depend on the
-    cases before it: torch 2.15.0 fails that recompile when a score mod's captured float changed
-    (docs/findings.md, finding 10). Nothing to forget where Dynamo was never imported."""
+    """Each case is a program's first call, whatever the backend (eager flex_attention traces
+    with Dynamo too): otherwise a case was a recompile of an earlier one's graph, its changed
+    shapes and captured floats symbolic, and its label hung on the cases before it (torch 2.15.0
+    fails that recompile when a captured float changed: docs/findings.md, finding 10)."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
         dynamo.reset()
