@@ -185,9 +185,7 @@ class Neuron(Backend):
         self.synchronize()
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
-        import torch
-
-        torch._dynamo.reset()  # every case compiles for its own static shape
+        # the child has reset Dynamo just before: every case compiles for its own static shape
         torch_neuronx = _import_torch_neuronx()
         _call_if_present(torch_neuronx, "reset_dynamo_metrics")
         if cold:  # the in-memory NEFF cache outlives dynamo.reset(); a cold case may not use it
