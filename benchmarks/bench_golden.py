@@ -32,7 +32,12 @@ floors of ours run in the same turns (benchmarks/golden_floor.py): "floor", the 
 products and its score mod on the golden's own chunks and nothing of the softmax, and
 "products", the products alone (without a score mod the two are the same, and only "products"
 runs); the share of the matmul rate at the floor's time is about the most any softmax could
-reach with the mod evaluated as flex_attention defines it.
+reach with the mod evaluated as flex_attention defines it. On causal, "fused" runs torch's own
+fused float64 CPU kernel in the same turns (``scaled_dot_product_attention`` with
+``is_causal``: FlashAttention for the CPU, one pass, blocks above the diagonal skipped, no
+mods at all), the fastest float64 attention that torch ships for this case: ours against it
+says how far a golden built of eager operations is from a fused kernel. It has no score mods,
+so ALiBi has no such side (an additive bias of 1 GiB would be another computation).
 """
 from __future__ import annotations
 
@@ -77,6 +82,8 @@ if which == "prefaulted":  # its heap grown and every page touched before the cl
     keep_freed_heap()
     grown = [torch.ones(3 << 20, dtype=torch.float64) for _ in range(12)]
     del grown
+elif which == "fused":
+    from torch.nn.functional import scaled_dot_product_attention
 elif which in ("floor", "products"):
     sys.path.insert(0, ROOT + "/benchmarks")
     from golden_floor import products_and_score_mod
@@ -94,6 +101,9 @@ def golden():
         return golden_attention(case, inputs).out
     if which in ("floor", "products"):
         return torch.tensor(products_and_score_mod(case, inputs, which == "floor"))
+    if which == "fused":  # causal only (see the module)
+        return scaled_dot_product_attention(inputs.q.double(), inputs.k.double(),
+                                            inputs.v.double(), is_causal=True)
     mods = build_mods(case.variant, case.shape)
     s = case.shape
     bm = create_block_mask(mods.mask_mod, None, None, s.Sq, s.Skv, "cpu")
@@ -222,7 +232,8 @@ def _measure_all(args, before_path: str) -> int:
             continue
         need = pytorch_golden_bytes(shape)
         floors = ["floor", "products"] if _has_score_mod(variant, shape) else ["products"]
-        sides = ["ours", "prefaulted", *floors] + (["before"] if before_path else [])
+        sides = ["ours", "prefaulted", *floors] + (["before"] if before_path else []) \
+            + (["fused"] if variant == "causal" else [])
         if need > 0.8 * _machine_bytes():
             theirs_error = (f"not run: needs about {need / 2**30:.0f} GiB, the machine has "
                             f"{_machine_bytes() / 2**30:.0f} GiB")
@@ -267,6 +278,13 @@ def _measure_all(args, before_path: str) -> int:
             row["memory_ratio"] = theirs["least_extra_peak_mb"] / max(
                 ours["most_extra_peak_mb"], 1)
             row["same_output"] = abs(theirs["checksum"] - ours["checksum"]) < 1e-6
+        if "fused" in runs:  # torch's fused float64 kernel (see the module)
+            fused = row["fused"] = _fastest(runs["fused"])
+            if "seconds" in ours and "seconds" in fused:
+                row["time_vs_fused"] = ours["seconds"] / fused["seconds"]
+                row["warm_time_vs_fused"] = (ours["fastest_warm_seconds"]
+                                             / fused["fastest_warm_seconds"])
+                row["same_output_as_fused"] = abs(fused["checksum"] - ours["checksum"]) < 1e-6
         if before_path:
             before = row["before"] = _fastest(runs["before"])
             if "seconds" in ours and "seconds" in before:
