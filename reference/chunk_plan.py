@@ -136,12 +136,10 @@ def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
     any of its rows sees) times rows times heads stay within CHUNK_SCORE_ELEMENTS; a chunk
     has at least one row, and a multiple of CHUNK_ROW_MULTIPLE where it has that many. Rows
     that see no key widen nothing."""
-    seen = mask.reshape(-1, *mask.shape[-2:])  # [heads or 1, rows or 1, Skv]
-    seen = seen[0] if len(seen) == 1 else seen.any(0)  # a pass saved: what one head sees
-    counts = seen.view(torch.uint8)
-    sees, first = counts.max(-1)  # max's index is the first maximum's: the first key seen
-    first, sees_any = first.tolist(), sees.bool().tolist()  # one pass: any(-1) took as long
-    last = (counts.shape[-1] - 1 - counts.flip(-1).argmax(-1)).tolist()
+    seen = mask.reshape(-1, *mask.shape[-2:]).view(torch.uint8)  # [heads or 1, rows or 1, Skv]
+    counts = seen[0] if len(seen) == 1 else seen.amax(0)  # a pass saved: what one head sees
+    first, last = _first_and_last_seen(counts)
+    first, last, sees_any = first.tolist(), last.tolist(), counts.amax(-1).bool().tolist()
     if len(sees_any) == 1:  # the mask ignores q_idx: every row sees the same keys
         first, last, sees_any = first * num_rows, last * num_rows, sees_any * num_rows
     start, row = 0, 0
@@ -159,6 +157,27 @@ def _cut_by_key_range(mask: torch.Tensor, num_rows: int, num_heads: int):
             lo, hi = new_lo, new_hi
         row += 1
     yield start, num_rows
+
+
+def _first_and_last_seen(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first and the last key each row of ``counts`` ([rows, Skv] of 0 and 1, uint8) sees
+    (for a row that sees none: 0 and Skv - 1). torch's reductions over bytes that return an
+    index (max, argmax) run a byte at a time: 0.75-0.8 ms each on a causal window of
+    [384, 4096], where uint8 amax takes 0.014 ms. So where the rows are whole 8-byte words,
+    the word that holds the first (the last) key seen is found among Skv / 8 words, and the key
+    among its 8 bytes: argmax's first maximum, on 8x fewer entries."""
+    rows, keys = counts.shape
+    if not (keys % 8 == 0 and counts.stride(-1) == 1 and counts.stride(0) % 8 == 0
+            and counts.storage_offset() % 8 == 0):  # not whole words: a byte at a time
+        return counts.argmax(-1), keys - 1 - counts.flip(-1).argmax(-1)
+    seen_words = (counts.view(torch.int64) != 0).view(torch.uint8)  # [rows, Skv / 8]
+    first_word = seen_words.argmax(-1)
+    last_word = seen_words.shape[-1] - 1 - seen_words.flip(-1).argmax(-1)
+    words = counts.unflatten(-1, (-1, 8))  # [rows, Skv / 8, 8]: the bytes of each word
+    row = torch.arange(rows, device=counts.device)
+    first = first_word * 8 + words[row, first_word].argmax(-1)
+    last = last_word * 8 + 7 - words[row, last_word].flip(-1).argmax(-1)
+    return first, last
 
 
 def _aligned_stop(start: int, stop: int) -> int:
@@ -189,7 +208,8 @@ def _kept_keys(mask: torch.Tensor | None, num_keys: int) -> slice | torch.Tensor
     """The key columns that any row of the chunk may see: a slice when contiguous."""
     if mask is None:
         return slice(0, num_keys)
-    visible = mask.reshape(-1, mask.shape[-1]).any(0)
+    # uint8 amax: any(0) over bytes took 25x as long (see _first_and_last_seen)
+    visible = mask.reshape(-1, mask.shape[-1]).view(torch.uint8).amax(0)
     return _as_slice(visible.nonzero().flatten())
 
 

@@ -204,3 +204,33 @@ def test_chunks_cut_by_key_range_take_whole_blocks_of_rows(monkeypatch, multiple
     monkeypatch.setattr(chunk_plan, "CHUNK_ROW_MULTIPLE", 1)  # the rule is what aligns them
     unaligned = list(chunk_plan._cut_by_key_range(causal[None], rows, heads))
     assert any((stop - start) % multiple for start, stop in unaligned[:-1])
+
+
+@pytest.mark.parametrize("layout", ["whole words", "ragged width", "offset view", "strided"])
+def test_first_and_last_key_seen_match_their_definition_on_every_layout(layout):
+    """The plan's scan of each row's first and last key seen, word by word where rows are
+    whole 8-byte words and byte by byte elsewhere, against a plain loop over the rows; rows
+    that see no key, one key, the first or the last key included."""
+    gen = torch.Generator().manual_seed(3)
+    keys = {"whole words": 64, "ragged width": 61, "offset view": 64, "strided": 64}[layout]
+    seen = torch.rand(40, keys + 8, generator=gen) < 0.05
+    seen[0] = False  # sees nothing
+    seen[1] = False
+    seen[1, 0] = True  # only the first key
+    seen[2] = False
+    seen[2, keys - 1] = True  # only the last key (of the rows as scanned, below)
+    seen[3] = True
+    counts = {"whole words": seen[:, :keys], "ragged width": seen[:, :keys],
+              "offset view": seen[:, 3:keys + 3], "strided": seen[::2, :keys]}[layout]
+    if layout == "offset view":
+        counts[2] = False
+        counts[2, keys - 1] = True
+    counts = counts.contiguous() if layout == "whole words" else counts
+    counts = counts.view(torch.uint8)
+    first, last = chunk_plan._first_and_last_seen(counts)
+    for row, keys_seen in enumerate(counts.bool().tolist()):
+        cols = [col for col, sees in enumerate(keys_seen) if sees]
+        if cols:
+            assert (int(first[row]), int(last[row])) == (cols[0], cols[-1]), (layout, row)
+        else:  # the documented values for a row that sees nothing
+            assert (int(first[row]), int(last[row])) == (0, keys - 1), (layout, row)
