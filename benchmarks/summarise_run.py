@@ -5,7 +5,10 @@ docs/performance.md.
     python benchmarks/summarise_run.py /tmp/smoke/results.json
 
 Compile anatomy: per stage, its median seconds over the cases and its share of all compile
-seconds, and how closely the stages sum to each case's compile phase. Performance: per
+seconds, whether torch's timed stages ever overran a case's compile phase (``other`` is the
+phase's remainder, so stages and ``other`` sum to the phase by construction, and only an
+overrun, up to the child's 2% tolerance, can show), and how much of the phase ``other``
+holds. Performance: per
 variant, the median throughput and sparsity efficiency (reports/performance.py) and the DENSE
 notes.
 """
@@ -35,12 +38,17 @@ def anatomy_table(records) -> list[str]:
              "| stage | median s | share of all compile seconds |", "|---|---|---|"]
     for name, values in sorted(stages.items(), key=lambda kv: -sum(kv[1])):
         lines.append(f"| {name} | {statistics.median(values):.3f} | {100 * sum(values) / whole:.1f}% |")
-    gaps = [abs(sum(r.compile_breakdown.values()) - r.compile_seconds) / r.compile_seconds
-            for r in staged]
+    # other = max(0, phase - stages) (conformance/child.py): the sum is the phase unless the
+    # timed stages overran it, which is all this can find (an outside audit: it printed
+    # "within 0.00%", true by construction, as if measured)
+    overruns = [sum(r.compile_breakdown.values()) / r.compile_seconds - 1 for r in staged]
+    overruns = [o for o in overruns if o > 1e-9]
     others = [r.compile_breakdown.get("other", 0.0) / r.compile_seconds for r in staged]
-    lines += ["", f"stages sum to the compile phase within {100 * max(gaps):.2f}% on every case; "
-              f"`other` (outside torch's compile timers) is a median "
-              f"{100 * statistics.median(others):.1f}% of the phase (max {100 * max(others):.1f}%)"]
+    overrun = (f"on {len(overruns)} cases, by at most {100 * max(overruns):.2f}%" if overruns
+               else "on no case")
+    lines += ["", f"torch's timed stages overran the compile phase {overrun}; `other` (the "
+              f"phase outside them) is a median {100 * statistics.median(others):.1f}% of the "
+              f"phase (max {100 * max(others):.1f}%)"]
     return lines
 
 

@@ -197,7 +197,8 @@ OPTIONS: tuple[Option, ...] = (
            "report"),
     Option("--schedule-from", "auto", "the order cases go to xdist workers: longest first by "
            "the measured seconds of RESULTS.json; auto: of the last run in the report "
-           "directory when it is of the same matrix and profile, else by the estimate; "
+           "directory when it is of the same matrix, profile and backend, else by the "
+           "estimate; "
            "estimate: by the estimate; off: collection order (xdist's own)",
            _schedule_from, "controller"),
     Option("--seed", "0", "seed of the inputs (with the case id)", lambda t, _b: parse_seed(t),

@@ -155,7 +155,7 @@ class RunLifecycle:
             return None
         try:
             model = cost_model(self.cases(), relative_cost, choice, self.options.matrix,
-                               self.options.profile, last_run)
+                               self.options.profile, last_run, backend=self.backend.name)
         except ScheduleError as exc:
             raise pytest.UsageError(str(exc)) from None
         if one_process:  # one process runs the cases in collection order

@@ -5,8 +5,9 @@ depends on where they fall, unless they start first (LPT: longest processing tim
 within 4/3 of the optimum). Expected cost per case, in seconds:
 
 - from a run's measured setup, compile and run seconds (``--schedule-from RESULTS.json``, or
-  by default the last run in the report directory when it is of the same matrix and profile);
-  cases that run lacks get the estimate scaled to the measured ones;
+  by default the last run in the report directory when it is of the same matrix, profile and
+  backend; a file named of another backend is used, and the terminal says whose it is); cases
+  that run lacks get the estimate scaled to the measured ones;
 - else from the estimate (``conformance.estimates.relative_cost``).
 
 ``LongestFirstScheduling`` is xdist's load scheduler with its pending list in that order and
@@ -61,8 +62,9 @@ def measured_seconds(results: RunResults) -> dict[str, float]:
 
 
 def cost_model(cases: list, estimate: Callable, choice: str, matrix: str, profile: str,
-               last_run: Path | None) -> CostModel:
-    """The expected seconds of ``cases`` for ``choice`` (a path, AUTO, ESTIMATE)."""
+               last_run: Path | None, *, backend: str) -> CostModel:
+    """The expected seconds of ``cases`` (every case of the run's matrix or case file, before
+    -k and shards) for ``choice`` (a path, AUTO, ESTIMATE), on ``backend`` (its name)."""
     estimates = {case.id: float(estimate(case)) for case in cases}
     if choice == ESTIMATE:
         return CostModel(estimates, "the estimate")
@@ -70,14 +72,18 @@ def cost_model(cases: list, estimate: Callable, choice: str, matrix: str, profil
         if last_run is None or not last_run.exists():
             return CostModel(estimates, "the estimate (no earlier run in the report directory)")
         try:
-            return _from_run(last_run, estimates, matrix, profile)
+            return _from_run(last_run, estimates, matrix, profile, backend, named=False)
         except ScheduleError as exc:  # an earlier run nobody asked for: note it, go on
             return CostModel(estimates, "the estimate (the last run in the report directory "
                                         f"cannot order this one: {exc.problem})", last_run)
-    return _from_run(Path(choice), estimates, matrix, profile)
+    return _from_run(Path(choice), estimates, matrix, profile, backend, named=True)
 
 
-def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str) -> CostModel:
+def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str,
+              backend: str, named: bool) -> CostModel:
+    """The cost model from the run at ``path``. Another backend's run is not taken unasked
+    (``named`` False: its times, eager first calls where this run compiles, say little of this
+    run's: an outside audit); one the user named is used, and its source says whose it is."""
     shown = one_line(str(path))
     try:
         results = load_results(path)
@@ -91,14 +97,22 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
         raise ScheduleError(f"{shown} is a run of --matrix {one_line(theirs[0])} --profile "
                             f"{one_line(theirs[1])}, this one is --matrix {matrix} --profile "
                             f"{profile}", "pass a run of the same matrix, or --schedule-from auto")
+    their_backend = results.options.get("backend")  # absent in a file of an older suite
+    of_another = their_backend is not None and their_backend != backend
+    if of_another and not named:
+        raise ScheduleError(f"{shown} is a run of {one_line(str(their_backend))}, this one is "
+                            f"{one_line(backend)}", "pass a run of this backend, or leave the "
+                            "report directory's last run to a run of the same backend")
     measured = {cid: s for cid, s in measured_seconds(results).items() if cid in estimates}
     if not measured:
         raise ScheduleError(f"{shown} measured none of this run's cases",
                             "pass a run of the same cases, or --schedule-from auto")
     scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
     seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}
-    return CostModel(seconds, f"{path} ({len(measured)} of {len(estimates)} cases measured)",
-                     path)
+    whose = f", a run of {one_line(str(their_backend))}," if of_another else ""
+    # of every case the matrix (or case file) holds: -k and shards select later
+    return CostModel(seconds, f"{path}{whose} ({len(measured)} of the {len(estimates)} cases of "
+                              "the matrix measured)", path)
 
 
 def longest_first(indices: list[int], cost_of: Callable[[int], float]) -> list[int]:

@@ -282,6 +282,8 @@ def _python_problem(python: str) -> str | None:
     """Why ``python`` cannot run ``python -c 'import sys'`` (run once, here), None when it can."""
     import subprocess
 
+    if os.path.isdir(python):  # which() finds no file there: "no such executable" misled
+        return "a directory, not a python"
     if not shutil.which(python):
         return "no such executable"
     try:

@@ -302,7 +302,8 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
 
     dense = [row for row in case_performance(results.records) if row.dense]
     if dense:
-        lines += [f"Performance note: {len(dense)} masked cases cost as if dense (more than "
+        cases = "case costs" if len(dense) == 1 else "cases cost"
+        lines += [f"Performance note: {len(dense)} masked {cases} as if dense (more than "
                   f"{DENSE_THRESHOLD:g}x what skipping their empty tiles would, e.g. "
                   f"{md_code(dense[0].case_id)}: {dense[0].tile_efficiency:.2f}x); see "
                   "index.html. Not a conformance failure.", ""]

@@ -403,3 +403,23 @@ def test_a_run_time_slack_of_inf_is_refused_not_a_silenced_note(tmp_path, capsys
         "would hide the note that names cases far slower; give a factor, e.g. 1.25, or leave "
         "--run-time-slack out"]
     assert gate(tmp_path, old, new, "--run-time-budget", "inf") == 0  # no slack: the note
+
+
+def test_each_refusal_offers_a_fix_the_gate_then_takes(tmp_path, capsys):
+    """A run-time budget below 1 offered 'inf for no limit', which the next try refused with a
+    slack (an outside audit); a python that is a directory said 'no such executable'."""
+    old, new = run([record(A)]), run([record(A)])
+    assert gate(tmp_path, old, new, "--run-time-budget", "0.5", "--run-time-slack", "0") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "flexconf gate: error: --run-time-budget 0.5 is not a factor >= 1; give a factor such as "
+        "1.25 (25% slower allowed)"]
+    assert gate(tmp_path, old, new, "--run-time-budget", "1.25", "--run-time-slack", "0") == 0
+    capsys.readouterr()
+    assert gate(tmp_path, old, new, "--compile-time-budget", "0.5") == 2
+    assert capsys.readouterr().err.endswith("(25% slower allowed), or inf for no limit\n")
+    assert gate(tmp_path, old, new, "--compile-time-budget", "inf") == 0
+    assert gate(tmp_path, old, new, "--confirm", "1", "--baseline-python", str(tmp_path)) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"flexconf gate: error: --baseline-python {str(tmp_path)!r} is not an executable python "
+        "(a directory, not a python); give the path of the python that has that release "
+        "installed, e.g. /path/to/.tox/ENV/bin/python"]

@@ -123,9 +123,11 @@ def test_records_carry_density_and_throughput_and_the_report_shows_them(tmp_path
     expected = attention_flops(cases[1], causal.performance["visible_pairs"]) / causal.run_seconds
     assert causal.performance["gflops_per_second"] == pytest.approx(expected / 1e9, rel=1e-3)
     assert [r.performance["score_mod"] for r in (full, causal, alibi)] == [0.0, 0.0, 1.0]
+    written = (full, causal, _record("document", 10.0, 0.09, 0.1), _record("full", 1.0, 1.0, 1.0))
     write_report(RunResults({}, {"backend": "cpu-eager", "profile": "smoke", "seed": 0},
-                            (full, causal, _record("document", 10.0, 0.09, 0.1),
-                             _record("full", 1.0, 1.0, 1.0)), "t"), tmp_path)
+                            written, "t"), tmp_path)
     html = (tmp_path / "index.html").read_text()
     assert 'id="variant-efficiency"' in html and ">DENSE<" in html
-    assert "masked cases cost as if dense" in (tmp_path / "summary.md").read_text()  # at least the document one
+    dense = sum(row.dense for row in case_performance(written))  # the document one, at least
+    words = "1 masked case costs" if dense == 1 else f"{dense} masked cases cost"
+    assert f"Performance note: {words} as if dense" in (tmp_path / "summary.md").read_text()
