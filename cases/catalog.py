@@ -65,7 +65,8 @@ LARGE_INPUT_SCALE = 4
 
 def extended_matrix(profile: str = "full") -> list[Case]:
     """Beyond the gate: dtypes, GQA, head dims, odd lengths, cross attention and decoding,
-    key/value batch broadcast, large inputs, fully masked rows, log-sum-exp and backward.
+    key/value batch broadcast, large inputs, fully masked rows, log-sum-exp, backward, and an
+    activation in place of softmax.
     Each axis varies one thing of the base case (B2 H8 S2048 D128 bf16 fwd)."""
     div = _LENGTH_DIVISOR[check_profile(profile)]
     seq = EXT_SEQ // div
@@ -102,6 +103,13 @@ def extended_matrix(profile: str = "full") -> list[Case]:
               for mode in ("fwd", "fwd+lse")]
     cases += each_variant(base(), "lse", mode="fwd+lse")
     cases += each_variant(base(B=1, Sq=1024 // div, Skv=1024 // div), "backward", mode="fwd+bwd")
+    # an activation in place of softmax, attention-gym's way, in each dtype and with its lse
+    # (what attention-gym reads back): torch functions whose 16-bit forms round-trip through
+    # float32 (docs/findings.md, finding 13)
+    cases += [Case(v.activation_gelu(), base(), dtype=dtype, mode=mode,
+                   tags=tags | {"activation"})
+              for dtype, mode in (("bf16", "fwd"), ("fp16", "fwd"), ("fp32", "fwd"),
+                                  ("bf16", "fwd+lse"))]
     return cases
 
 

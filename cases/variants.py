@@ -402,5 +402,23 @@ def _build_padded_causal(variant: Variant, shape: Shape, device: torch.device) -
     return Mods(padded_causal_mask, None)
 
 
+# --- activation_gelu (extended matrix: an activation in place of softmax) -----------------------
+def activation_gelu() -> Variant:
+    """attention-gym's activation attention with its defaults: score -> log(gelu(score) + 1),
+    so the softmax weighs each key by gelu(score) + 1 (attention-gym recovers gelu(S) V from
+    the output and the lse); no mask. gelu is ``torch.nn.functional.gelu`` (the erf form), whose
+    decomposition computes a 16-bit score in float32 and rounds back: docs/findings.md,
+    finding 13, is why it is in the extended matrix."""
+    return Variant("activation_gelu")
+
+
+@builder("activation_gelu")
+def _build_activation_gelu(variant: Variant, shape: Shape, device: torch.device) -> Mods:
+    def gelu_activation(score, b, h, q_idx, kv_idx):
+        return torch.log(torch.nn.functional.gelu(score) + 1.0)
+
+    return Mods(None, gelu_activation)
+
+
 # --- composed (masks with and/or/not, score chains; what the fuzzer draws) ------------------
 from cases import composed as _composed  # noqa: E402,F401  (registers its builder)

@@ -33,7 +33,7 @@ def dense_mask(case: Case) -> np.ndarray:
     """Boolean [Hq, Sq, Skv]: True where query i may see key j."""
     s, v = case.shape, case.variant
     i, j = _grid(s.Sq, s.Skv)
-    if v.name == "full":
+    if v.name in ("full", "activation_gelu"):
         m = np.ones((s.Sq, s.Skv), bool)
     elif v.name in ("causal", "alibi", "softcap", "rel_bias"):
         m = j <= i
@@ -60,6 +60,9 @@ def dense_score_transform(case: Case, scores: np.ndarray) -> np.ndarray:
     if v.name == "softcap":
         cap = float(v.param("cap"))
         return cap * np.tanh(scores / cap)
+    if v.name == "activation_gelu":  # gelu(x) = x Phi(x), Phi the standard normal's CDF
+        erf = np.vectorize(math.erf)
+        return np.log(scores * 0.5 * (1.0 + erf(scores / math.sqrt(2.0))) + 1.0)
     if v.name == "rel_bias":
         import torch
 

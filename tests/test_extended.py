@@ -35,7 +35,7 @@ def test_extended_matrix_covers_every_axis_with_stable_distinct_ids():
         assert len({c.id for c in cases}) == len(cases)
         axes = {tag for c in cases for tag in c.tags} - {"extended", profile}
         assert axes == {"dtype", "gqa", "head_dim", "odd_length", "cross", "kv_broadcast",
-                        "large_inputs", "masked_rows", "lse", "backward"}
+                        "large_inputs", "masked_rows", "lse", "backward", "activation"}
     full = {c.id for c in matrix("full", "extended")}
     assert "causal/b2-h8x2-s2048x2048-d128/bf16/fwd" in full
     assert "full/b4x1-h8x8-s1x8192-d128/bf16/fwd" in full
@@ -232,3 +232,29 @@ def test_gradient_verdict_passes_the_baseline_and_catches_broken_gradients():
     assert not verdict.passed and "dv:head" in verdict.metrics["failed_rules"]
     missing = judge(case, golden, baseline, Reference(baseline.out))
     assert not missing.passed and "dq" in missing.summary
+
+
+@pytest.mark.parametrize("shape, seed", [(Shape(2, 4, 2, 96, 96, 32), 0),
+                                         (Shape(1, 2, 1, 33, 70, 16), 5)])
+def test_activation_gelu_golden_is_the_written_out_formula_and_eager_passes(shape, seed):
+    """The extended matrix's activation variant: the golden equals log(gelu(s) + 1) written out
+    with math.erf, point by point in float64 (lse too); eager flex_attention passes in each
+    dtype (the compiled CPU kernel does not in 16-bit: docs/findings.md, finding 13), and a
+    backend that drops the score mod (plain softmax attention) is caught."""
+    from tests.dense_reference import dense_attention
+
+    for dtype in ("bf16", "fp16", "fp32"):
+        case = Case(v.activation_gelu(), shape, dtype, "fwd+lse")
+        inputs = make_inputs(case, seed)
+        golden, baseline = reference_pair(case, inputs)
+        want_out, want_lse = dense_attention(case, *(t.double().numpy() for t in
+                                                     (inputs.q, inputs.k, inputs.v)))
+        torch.testing.assert_close(golden.out, torch.from_numpy(want_out), rtol=1e-12,
+                                   atol=1e-12)
+        torch.testing.assert_close(golden.lse, torch.from_numpy(want_lse), rtol=1e-12,
+                                   atol=1e-12)
+        verdict = judge(case, golden, baseline, eager(case, inputs))
+        assert verdict.passed, f"{case.id}: {verdict.summary}"
+        plain = Reference(*compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, None,
+                                            None, enable_gqa=True, return_lse=True))
+        assert not judge(case, golden, baseline, plain).passed, case.id
