@@ -241,18 +241,13 @@ def test_activation_gelu_golden_is_the_written_out_formula_and_eager_passes(shap
     with math.erf, point by point in float64 (lse too); eager flex_attention passes in each
     dtype (the compiled CPU kernel does not in 16-bit: docs/findings.md, finding 13), and a
     backend that drops the score mod (plain softmax attention) is caught."""
-    from tests.dense_reference import dense_attention
+    from tests.test_golden import _assert_equals_dense
 
     for dtype in ("bf16", "fp16", "fp32"):
         case = Case(v.activation_gelu(), shape, dtype, "fwd+lse")
         inputs = make_inputs(case, seed)
+        _assert_equals_dense(case, inputs, build_mods(case.variant, shape))
         golden, baseline = reference_pair(case, inputs)
-        want_out, want_lse = dense_attention(case, *(t.double().numpy() for t in
-                                                     (inputs.q, inputs.k, inputs.v)))
-        torch.testing.assert_close(golden.out, torch.from_numpy(want_out), rtol=1e-12,
-                                   atol=1e-12)
-        torch.testing.assert_close(golden.lse, torch.from_numpy(want_lse), rtol=1e-12,
-                                   atol=1e-12)
         verdict = judge(case, golden, baseline, eager(case, inputs))
         assert verdict.passed, f"{case.id}: {verdict.summary}"
         plain = Reference(*compat.attention(flex_attention, inputs.q, inputs.k, inputs.v, None,
