@@ -101,8 +101,7 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
     of_another = their_backend is not None and their_backend != backend
     if of_another and not named:
         raise ScheduleError(f"{shown} is a run of {one_line(str(their_backend))}, this one is "
-                            f"{one_line(backend)}", "pass a run of this backend, or leave the "
-                            "report directory's last run to a run of the same backend")
+                            f"{one_line(backend)}", "pass a run of this backend")
     measured = {cid: s for cid, s in measured_seconds(results).items() if cid in estimates}
     if not measured:
         raise ScheduleError(f"{shown} measured none of this run's cases",
