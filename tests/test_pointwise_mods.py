@@ -173,7 +173,7 @@ COMPOSED = [
     composed(Or(Atom("block", 8), Atom("dil", 3))),
 ]
 SUITE_VARIANTS = ([make(SEQ, 16) for _, make in CORE_VARIANTS]
-                  + [v.padded_causal(3 * SEQ // 4)] + COMPOSED)
+                  + [v.padded_causal(3 * SEQ // 4), v.activation_gelu()] + COMPOSED)
 
 
 def test_the_list_below_holds_every_variant_of_the_suite():
