@@ -108,10 +108,10 @@ def _from_run(path: Path, estimates: dict[str, float], matrix: str, profile: str
                             "pass a run of the same cases, or --schedule-from auto")
     scale = statistics.median(measured[cid] / estimates[cid] for cid in measured)
     seconds = {cid: measured.get(cid, est * scale) for cid, est in estimates.items()}
-    whose = f", a run of {one_line(str(their_backend))}," if of_another else ""
+    whose = f"a run of {one_line(str(their_backend))}; " if of_another else ""
     # of every case the matrix (or case file) holds: -k and shards select later
-    return CostModel(seconds, f"{path}{whose} ({len(measured)} of the {len(estimates)} cases of "
-                              "the matrix measured)", path)
+    return CostModel(seconds, f"{path} ({whose}{len(measured)} of the {len(estimates)} cases "
+                              "of the matrix measured)", path)
 
 
 def longest_first(indices: list[int], cost_of: Callable[[int], float]) -> list[int]:

@@ -282,10 +282,8 @@ def _python_problem(python: str) -> str | None:
     """Why ``python`` cannot run ``python -c 'import sys'`` (run once, here), None when it can."""
     import subprocess
 
-    if os.path.isdir(python):  # which() finds no file there: "no such executable" misled
-        return "a directory, not a python"
-    if not shutil.which(python):
-        return "no such executable"
+    if not shutil.which(python):  # a directory named so is no file: say so, not "no such"
+        return "a directory, not a python" if os.path.isdir(python) else "no such executable"
     try:
         proc = subprocess.run([python, "-c", "import sys"], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -304,7 +304,7 @@ def summary_markdown(results: RunResults, comparison: Comparison | None = None,
     if dense:
         cases = "case costs" if len(dense) == 1 else "cases cost"
         lines += [f"Performance note: {len(dense)} masked {cases} as if dense (more than "
-                  f"{DENSE_THRESHOLD:g}x what skipping their empty tiles would, e.g. "
+                  f"{DENSE_THRESHOLD:g}x what skipping the empty tiles would, e.g. "
                   f"{md_code(dense[0].case_id)}: {dense[0].tile_efficiency:.2f}x); see "
                   "index.html. Not a conformance failure.", ""]
     masked = masked_answer_cases(results.records)

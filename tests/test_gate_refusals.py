@@ -4,6 +4,7 @@ it cannot write or that would overwrite an input; and the output directories it 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -405,7 +406,7 @@ def test_a_run_time_slack_of_inf_is_refused_not_a_silenced_note(tmp_path, capsys
     assert gate(tmp_path, old, new, "--run-time-budget", "inf") == 0  # no slack: the note
 
 
-def test_each_refusal_offers_a_fix_the_gate_then_takes(tmp_path, capsys):
+def test_each_refusal_offers_a_fix_the_gate_then_takes(tmp_path, capsys, monkeypatch):
     """A run-time budget below 1 offered 'inf for no limit', which the next try refused with a
     slack (an outside audit); a python that is a directory said 'no such executable'."""
     old, new = run([record(A)]), run([record(A)])
@@ -423,3 +424,10 @@ def test_each_refusal_offers_a_fix_the_gate_then_takes(tmp_path, capsys):
         f"flexconf gate: error: --baseline-python {str(tmp_path)!r} is not an executable python "
         "(a directory, not a python); give the path of the python that has that release "
         "installed, e.g. /path/to/.tox/ENV/bin/python"]
+    # a name that PATH resolves is that python, even beside a directory of the same name
+    from reports.cmd_gate import _python_problem
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin")
+    (tmp_path / os.path.basename(sys.executable)).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _python_problem(os.path.basename(sys.executable)) is None

@@ -73,7 +73,7 @@ def test_a_run_of_another_backend_orders_this_one_only_where_named(tmp_path):
     named = cost_model(CASES, lambda c: 2.0, str(eager), "core", "smoke", None,
                        backend="cpu-inductor")
     assert named.seconds[ids[1]] == 9.0
-    assert named.source == f"{eager}, a run of cpu-eager, (2 of the 4 cases of the matrix measured)"
+    assert named.source == f"{eager} (a run of cpu-eager; 2 of the 4 cases of the matrix measured)"
     same = cost_model(CASES, lambda c: 2.0, AUTO, "core", "smoke", eager, backend="cpu-eager")
     assert same.seconds[ids[1]] == 9.0 and same.source == \
         f"{eager} (2 of the 4 cases of the matrix measured)"
