@@ -178,7 +178,8 @@ OPTIONS: tuple[Option, ...] = (
            "median (at most 1000: more would only run into --run-timeout)",
            _count("--timed-runs", 1, maximum=1000), "worker"),
     Option("--compile-cache", None, "cold: every case compiles from empty caches, no cache of "
-           "any layer can serve it; warm: one compiler cache directory under the suite's cache "
+           "its graph or kernels can serve it (torch's precompiled C++ headers, alike for every "
+           "case, stay: docs/execution.md); warm: one compiler cache directory under the suite's cache "
            "dir, shared by cases and runs", _choice("--compile-cache", ("cold", "warm")),
            "worker", default_text="cold, or warm with --phase compile"),
     Option("--phase", "all", "all: compile, time and judge every case; compile: only compile "

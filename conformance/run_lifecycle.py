@@ -308,12 +308,16 @@ class RunLifecycle:
         report_dir = self.options.report_dir
         self.begin_fresh_run()  # an empty --shard part: its results.json still replaces
         order = [c.id for c in self.cases()]
-        merged = merge_records(report_dir, order)
+        expected = self._expected | self._previously_selected()
+        # a record of a case outside the run's selection is damage (an outside audit: a resume
+        # counted it, said "13 PASS" and exit 0, and wrote a file its report called damaged);
+        # a resumed run whose selection is not known leaves every record in
+        known = expected and (not self.options.resume or self._resumes_known_cases())
+        merged = merge_records(report_dir, order, expected if known else None)
         from conformance.runner import run_environment
 
         environment = merged.environment or run_environment(self.backend, 1)
         recorded = {r.case_id for r in merged.records}
-        expected = self._expected | self._previously_selected()
         # a case cut off in the interrupted process (a CRASH record by the store's rule) that
         # this command did not run again is as missing as one never started
         cut_off_before = set(merged.unfinished) - self._expected

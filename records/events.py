@@ -13,7 +13,10 @@ records/store.py owns the rest of the directory (the lock, the manifest, results
 A case with a finished record takes it (the last one); a case started but never finished
 (its worker was killed, or the run interrupted) becomes CRASH. A line that is no such event
 (a hand edit, a disk fault) is skipped and counted, never a traceback; a torn last line, as a
-kill leaves it, is skipped without a count.
+kill leaves it, is skipped without a count. A worker writes a case's finished event right
+after its started one, so a damaged line there is that case's record: the case has none (it
+is no CRASH: its worker went on), and a resume runs it again. Given the run's selection, a
+record of a case outside it (a fuzzed example's aside) is damage too.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from records.errors import is_not_judged
 from records.files import shape_problem
@@ -155,13 +158,21 @@ class Merged:
     environment: dict[str, Any] | None  # the first worker's
     unfinished: list[str]  # case ids started but never finished (now CRASH records)
     damaged: int = 0  # lines of the store that are no event of this suite (skipped)
+    #: case ids whose finished line is among the damaged ones: no record (resume runs them)
+    damaged_records: tuple[str, ...] = ()
 
 
 def read_events(report_dir: str | Path) -> Iterable[dict]:
     """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
-    for path in sorted(records_dir(report_dir).glob("*.jsonl")):
+    for _, event in _events_by_file(report_dir):
+        yield event
+
+
+def _events_by_file(report_dir: str | Path) -> Iterable[tuple[int, dict]]:
+    """read_events' events, each with the number of the worker file it is read from."""
+    for source, path in enumerate(sorted(records_dir(report_dir).glob("*.jsonl"))):
         if not path.is_file():  # a directory of that name (a hand's, a disk fault): no events
-            yield {"event": DAMAGED_EVENT}
+            yield source, {"event": DAMAGED_EVENT}
             continue
         lines = path.read_bytes().splitlines(keepends=True)
         for number, line in enumerate(lines, 1):
@@ -171,10 +182,10 @@ def read_events(report_dir: str | Path) -> Iterable[dict]:
             except (ValueError, RecursionError):
                 # a last line short of its newline may be torn by a kill: not damage
                 if number < len(lines) or line.endswith(b"\n"):
-                    yield {"event": DAMAGED_EVENT}
+                    yield source, {"event": DAMAGED_EVENT}
                 continue
             # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
-            yield event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
+            yield source, event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
 
 
 def recorded_selection(report_dir: str | Path) -> list[str] | None:
@@ -186,12 +197,23 @@ def recorded_selection(report_dir: str | Path) -> list[str] | None:
     return None
 
 
-def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
+def merge_records(report_dir: str | Path, case_order: list[str],
+                  selected: Collection[str] | None = None) -> Merged:
+    """One record per case of the store (see the module's rules); ``selected``: the ids of
+    the run's selection where known (a record or start of another case is then damage)."""
+    from records.results import is_fuzzed
+
     started: dict[str, dict] = {}
     finished: dict[str, Record] = {}
     environment = None
     damaged = 0
-    for event in read_events(report_dir):
+    open_start: dict[int, dict] = {}  # each worker file's last start not yet finished
+    damaged_starts: dict[str, str] = {}  # case id -> started_at of a start whose record is damaged
+
+    def outside(case_id: str) -> bool:
+        return selected is not None and case_id not in selected and not is_fuzzed(case_id)
+
+    for source, event in _events_by_file(report_dir):
         kind = event.get("event")
         if kind == "environment" and environment is None:
             if isinstance(event.get("environment"), dict):
@@ -199,17 +221,21 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
             else:
                 damaged += 1
         elif kind == "started":
-            if not _valid_start(event):
+            open_start.pop(source, None)
+            if not _valid_start(event) or outside(event["case_id"]):
                 damaged += 1
-            elif event.get("started_at", "") >= started.get(event["case_id"], {}).get(
+                continue
+            open_start[source] = event
+            if event.get("started_at", "") >= started.get(event["case_id"], {}).get(
                     "started_at", ""):  # the latest start, whichever worker's file is read first
                 started[event["case_id"]] = event
-        elif kind == DAMAGED_EVENT:
-            damaged += 1
-        elif kind == "finished":
-            record = _valid_record(event.get("record"))
-            if record is None:  # a hand edit or a disk fault: the other records are kept
-                damaged += 1
+        elif kind == DAMAGED_EVENT or kind == "finished":
+            record = None if kind == DAMAGED_EVENT else _valid_record(event.get("record"))
+            start = open_start.pop(source, None)
+            if record is None or outside(record.case_id):  # a hand edit or a disk fault: the
+                damaged += 1  # other records are kept; right after a start, it was its record
+                if start is not None:
+                    damaged_starts[start["case_id"]] = start.get("started_at", "")
                 continue
             previous = finished.get(record.case_id)
             if previous is None or _kept_over(record, previous):
@@ -221,6 +247,11 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     unfinished = [cid for cid, event in started.items() if cid not in finished or (
         is_not_judged(finished[cid])
         and event.get("started_at", "") > finished[cid].finished_at)]
+    # a case whose latest start was followed by a damaged line was not cut off: its record was
+    # written and damaged since (an outside audit: it read as a CRASH, and a worker that went on)
+    damaged_records = [cid for cid in unfinished
+                       if damaged_starts.get(cid) == started[cid].get("started_at", "")]
+    unfinished = [cid for cid in unfinished if cid not in damaged_records]
     for cid in unfinished:
         event = started[cid]
         finished[cid] = Record(
@@ -231,7 +262,7 @@ def merge_records(report_dir: str | Path, case_order: list[str]) -> Merged:
     position = {cid: i for i, cid in enumerate(case_order)}
     ordered = sorted(finished.values(),
                      key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
-    return Merged(ordered, environment, unfinished, damaged)
+    return Merged(ordered, environment, unfinished, damaged, tuple(damaged_records))
 
 
 def _kept_over(record: Record, previous: Record) -> bool:

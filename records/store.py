@@ -366,11 +366,20 @@ def set_aside_report(report_dir: str | Path, manifest: RunManifest) -> bool:
     """Whether the store's run (``manifest``) reported itself complete and a later run,
     stopped before its first case, set that report aside into ``previous/``: nothing to recover
     or resume, its report is ``previous/``'s. (An incomplete one may still be resumed.)"""
+    head = set_aside_head(report_dir, manifest)
+    return head is not None and head.get("complete") is True
+
+
+def set_aside_head(report_dir: str | Path, manifest: RunManifest) -> dict[str, Any] | None:
+    """The head (``results_head``) of ``previous/results.json`` where it reports the store's
+    run (``manifest``), reported (complete, stopped by a signal, or recovered) before a later
+    run, stopped before its first case, set it aside; else None."""
     report_dir = Path(report_dir)
     head = results_head(report_dir / PREVIOUS_DIR)
-    return bool(manifest.started_at and head.get("started_at") == manifest.started_at
-                and head.get("complete") is True
-                and (records_dir(report_dir) / REPORTED_NAME).exists())
+    if manifest.started_at and head.get("started_at") == manifest.started_at \
+            and (records_dir(report_dir) / REPORTED_NAME).exists():
+        return head
+    return None
 
 
 def unreported_run(report_dir: str | Path) -> RunManifest | None:

@@ -54,7 +54,10 @@ def _recover(report_dir: Path) -> int:
     if manifest is None:
         raise ValueError(_no_records_here(report_dir))
     _refuse_a_reported_run(report_dir, manifest)
-    merged = merge_records(report_dir, manifest.case_order)
+    # a record outside the run's selection (where it is known) is damage: not counted
+    known = manifest.selected if manifest.selected is not None \
+        else recorded_selection(report_dir)
+    merged = merge_records(report_dir, manifest.case_order, known)
     if merged.environment is None and not merged.records:
         raise ValueError(f"{report_dir}: the run recorded nothing before it stopped; run it "
                          "again (nothing to recover)")
@@ -71,11 +74,14 @@ def _recover(report_dir: Path) -> int:
     finished = sum(1 for r in results.records if r.case_id not in merged.unfinished)
     print(f"recovered {finished} finished"
           + (f" of {len(selected)} selected cases" if selected else "")
+          + (f" of the run started {one_line(manifest.started_at)}"
+             if manifest.started_at else "")
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
           + f": {report_dir / 'index.html'}")
     if merged.damaged:
         print(f"skipped {merged.damaged} damaged line(s) of {report_dir / 'records'}/*.jsonl "
-              "(no event this suite writes: a hand edit or a disk fault)")
+              "(no event of this run: a hand edit or a disk fault)"
+              + _damaged_records(merged.damaged_records))
     command = resume_command(results, report_dir, matrix_path())
     fuzzed = bool((manifest.options or {}).get("fuzz_examples"))  # its fuzzing may be cut off
     if selected and not merged.unfinished and not fuzzed \
@@ -85,6 +91,16 @@ def _recover(report_dir: Path) -> int:
     else:
         print(f"finish it: {command}")
     return 0
+
+
+def _damaged_records(case_ids: tuple[str, ...]) -> str:
+    """What the damaged lines cost: the cases whose record was among them (no record now)."""
+    if not case_ids:
+        return ""
+    one = len(case_ids) == 1
+    return (f"; among them the record of {len(case_ids)} finished case{'' if one else 's'} "
+            f"({one_line(case_ids[0])}{'' if one else ', ...'}): {'it has' if one else 'they have'}"
+            " no record, and --resume runs " + ("it" if one else "them") + " again")
 
 
 def _no_records_here(report_dir: Path) -> str:
@@ -106,12 +122,19 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     stopped it): recovering would replace them with an INCOMPLETE rendering of its records.
     What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
     worker recorded after the controller was killed."""
-    from records.store import results_head, reported_run, set_aside_report
+    from records.store import results_head, reported_run, set_aside_head
 
-    if set_aside_report(report_dir, manifest):
+    aside = set_aside_head(report_dir, manifest)
+    if aside is not None:  # rendered again here, it read as the later run's (an outside audit)
+        how = "complete" if aside.get("complete") is True else (
+            "stopped before its end" if aside.get("finished_at") else "recovered")
+        finish = "start a new run" if how == "complete" else (
+            f"finish it with pytest {_matrix_path()} --resume "
+            f"{shlex.quote(one_line(str(report_dir)))} and the run's options, or start a new run")
         raise ValueError(f"{report_dir}: its records are those of the run reported in "
-                         f"{report_dir / 'previous'}/ (a later run stopped before its first "
-                         "case and set it aside); nothing to recover: start a new run")
+                         f"{report_dir / 'previous'}/ (started {one_line(manifest.started_at)}, "
+                         f"{how}; a later run stopped before its first case and set it aside); "
+                         f"nothing to recover: {finish}")
     head = reported_run(report_dir, manifest)
     other = results_head(report_dir) if head is None else {}
     if other.get("started_at"):  # another run's results (a merge written there, say)
@@ -123,9 +146,29 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
         return
     if head.get("complete"):
         raise ValueError(f"{report_dir}: its results.json already reports its run, complete; "
-                         "nothing to recover (recover is for a run that was killed)")
+                         "nothing to recover (recover is for a run that was killed)"
+                         + _pages_missing(report_dir))
+    raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
+                     f"its end; nothing to recover: finish it with pytest {_matrix_path()} "
+                     f"--resume {shlex.quote(one_line(str(report_dir)))} and the run's options"
+                     + _pages_missing(report_dir))
+
+
+def _pages_missing(report_dir: Path) -> str:
+    """How to render the pages of a run whose results.json was written and its pages not (a
+    kill between the two: an outside audit found recover's refusal silent about them)."""
+    from records.store import RESULT_FILES
+
+    missing = [name for name in RESULT_FILES[1:] if not (report_dir / name).exists()]
+    if not missing:
+        return ""
+    quoted = shlex.quote(one_line(str(report_dir)))
+    return (f"; its {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: "
+            f"flexconf report {shlex.quote(one_line(str(report_dir / 'results.json')))} -o "
+            f"{quoted} writes {'it' if len(missing) == 1 else 'them'}")
+
+
+def _matrix_path() -> str:
     from conformance.run_info import matrix_path
 
-    raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
-                     f"its end; nothing to recover: finish it with pytest {matrix_path()} "
-                     f"--resume {shlex.quote(one_line(str(report_dir)))} and the run's options")
+    return matrix_path()

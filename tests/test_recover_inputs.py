@@ -162,7 +162,9 @@ def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_
     report = _killed_after_the_last_case(tmp_path, 2)
     assert main(["recover", str(report)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"recovered 2 finished of 2 selected cases: {report / 'index.html'}"
+    started = json.loads((report / "records" / "run.json").read_text())["started_at"]
+    assert out[0] == (f"recovered 2 finished of 2 selected cases of the run started {started}: "
+                      f"{report / 'index.html'}")
     assert out[1].startswith("every selected case finished before the run was stopped: "
                              "mark it complete (this runs no case; with the suite and release "
                              "that started it): "), out
