@@ -109,19 +109,27 @@ def matrix_path(cwd: str | Path | None = None) -> str:
 
 @lru_cache(maxsize=1)
 def suite_version() -> str:
-    """The installed package version, else the one in pyproject.toml of this checkout."""
+    """The version in the pyproject.toml beside this code (a checkout, installed editable or
+    not at all: an editable install's metadata keeps the version of its last install, and a
+    pull that changed the matrix would have run under the old one), else the installed
+    package's."""
+    try:
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10: the project requires tomli there
+            import tomli as tomllib
+
+        with open(REPO_ROOT / "pyproject.toml", "rb") as f:
+            data = tomllib.load(f)["project"]
+        if data.get("name") == "flexattention-conformance" and isinstance(data["version"], str):
+            return data["version"]
+    except (OSError, KeyError, TypeError, ImportError, ValueError):
+        pass
     try:
         from importlib.metadata import PackageNotFoundError, version
 
         return version("flexattention-conformance")
     except PackageNotFoundError:
-        pass
-    try:
-        import tomllib
-
-        with open(REPO_ROOT / "pyproject.toml", "rb") as f:
-            return tomllib.load(f)["project"]["version"]
-    except (OSError, KeyError, ImportError, ValueError):
         return "unknown"
 
 

@@ -126,3 +126,61 @@ def test_flexconf_list_rejects_an_unknown_profile_in_one_line():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == ("flexconf list: error: unknown profile 'huge'; "
                                    "use one of: full, smoke")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_core_soft_cap_cases_catch_a_backend_that_drops_the_score_mod(seed):
+    """At N(0, 1) inputs soft-capping at 50 barely acts: a backend that dropped the score mod
+    passed 5 to 7 of the 12 core cases, which ones by the seed (an outside audit). The core
+    soft-cap cases run at x2: eager flex_attention passes them, the dropped mod is caught at
+    each length (smoke sizes, batch 1)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from cases.inputs import make_inputs
+    from cases.variants import build_mods
+    from reference.faults import FAULTS
+    from reference.golden import Reference, reference_pair
+    from reference.verdict import judge
+
+    dropped, _ = FAULTS["score_mod_ignored"]
+    cases = [c for c in core_matrix("smoke") if c.variant.name == "softcap"]
+    assert len(cases) == 12 and {c.input_scale for c in cases} == {2}
+    assert all(c.id.endswith("/bf16/fwd/x2") for c in cases)
+    for case in (c for c in cases if c.shape.B == 1):
+        inputs = make_inputs(case, seed)
+        golden, baseline = reference_pair(case, inputs)
+        mods = build_mods(case.variant, case.shape)  # causal, soft-capped
+        mask = create_block_mask(mods.mask_mod, None, None, case.shape.Sq, case.shape.Skv,
+                                 device="cpu")
+        eager = flex_attention(inputs.q, inputs.k, inputs.v, score_mod=mods.score_mod,
+                               block_mask=mask)
+        assert judge(case, golden, baseline, Reference(eager)).passed, case.id
+        verdict = judge(case, golden, baseline, dropped(case, inputs, baseline.out))
+        assert not verdict.passed and verdict.metrics["global_margin"] > 2, case.id
+
+
+def test_the_suite_version_is_the_checkouts_not_an_editable_installs_last(monkeypatch, tmp_path):
+    """An editable install's metadata keeps the version of its install: after a pull that
+    changed the matrix, runs said the old version, and the gate compared two catalogs as
+    one. The pyproject.toml beside the code says which suite runs."""
+    import tomllib
+
+    from conformance import run_info
+
+    with open(run_info.REPO_ROOT / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    run_info.suite_version.cache_clear()
+    assert run_info.suite_version() == version
+    monkeypatch.setattr(run_info, "REPO_ROOT", tmp_path)  # installed, no checkout beside it
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "another"\nversion = "9"\n')
+    run_info.suite_version.cache_clear()
+    try:
+        from importlib.metadata import PackageNotFoundError, version as installed
+
+        try:
+            expected = installed("flexattention-conformance")
+        except PackageNotFoundError:
+            expected = "unknown"
+        assert run_info.suite_version() == expected
+    finally:
+        run_info.suite_version.cache_clear()
