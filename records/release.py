@@ -30,6 +30,18 @@ def release_of(environment: dict[str, Any]) -> dict[str, Any]:
     return {key: environment[key] for key in RELEASE_KEYS if key in environment}
 
 
+def release_text(environment: dict[str, Any]) -> str:
+    """The release ``environment`` records, for people: ``torch 2.14.1+cu130, triton 3.4.0``
+    (a plugin's code by the start of its digest); "" when it records none."""
+    parts = []
+    for key, value in release_of(environment).items():
+        if value in (None, ""):
+            continue
+        text = one_line(str(value))
+        parts.append(f"plugin code {text[:12]}" if key == "backend_code" else f"{key} {text}")
+    return ", ".join(parts)
+
+
 def release_difference(recorded: dict[str, Any], found: dict[str, Any]) -> str | None:
     """How the release in ``found`` differs from the one ``recorded``: ``torch '2.13.0+cpu'
     where the run recorded '2.14.1+cu130'``; None when every recorded key agrees. A key the

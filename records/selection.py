@@ -138,6 +138,24 @@ def selection_damage(run: RunResults) -> str | None:
     return None
 
 
+def run_differences(baseline: RunResults, candidate: RunResults) -> list[tuple[str, str, str]]:
+    """(what, the baseline's value, the candidate's), as text for people, of everything that
+    makes two runs not two measurements of one thing: the backend, the suite version, the case
+    set's definition (DEFINITION), the exact cases of ``--case-id``. The gate refuses such a
+    pair; a report compared against one says so."""
+    differences = [(what, repr(old), repr(new)) for what, old, new in (
+        ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
+        ("suite version", baseline.suite_version, candidate.suite_version)) if old != new]
+    definition = first_difference(selection_of(baseline), selection_of(candidate), DEFINITION)
+    if definition:
+        differences.append(definition)
+    old_ids, new_ids = (sorted(run.options.get("case_ids") or ()) for run in (baseline, candidate))
+    if old_ids != new_ids:  # --case-id: the exact cases chosen, beside -k
+        differences.append(("--case-id", repr(old_ids) if old_ids else "none",
+                            repr(new_ids) if new_ids else "none"))
+    return differences
+
+
 def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINITION,
                      ) -> tuple[str, str, str] | None:
     """(what, a's value, b's value), as text for people, of the first of ``fields`` in which

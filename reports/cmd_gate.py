@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "checked when both runs compiled cold")
     parser.add_argument("--compile-time-slack", type=float, default=0.5, metavar="SECONDS",
                         help="ignore compile-time growth of SECONDS or less (default 0.5)")
-    parser.add_argument("--run-time-budget", type=float, default=1.25, metavar="FACTOR",
+    parser.add_argument("--run-time-budget", type=float, default=None, metavar="FACTOR",
                         help="with --run-time-slack: a case may run at most FACTOR times as "
                              "long (default 1.25)")
     parser.add_argument("--run-time-slack", type=float, default=None, metavar="SECONDS",
@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     from reports.expectations import load_expectations
-    from reports.gate import decide, gate_text
+    from dataclasses import replace
+
+    from reports.gate import DEFAULT_BUDGET, Note, decide, gate_text
     from reports.gate_inputs import check_comparable
     from reports.gate_markdown import gate_markdown
     from reports.gate_json import gate_json, write_json
@@ -113,9 +115,15 @@ def _judge(args: argparse.Namespace) -> int:
     check_comparable(baseline, candidate, args.baseline, args.candidate)
     expectations = load_expectations(args.expectations) if args.expectations else None
     decision = decide(baseline, candidate, expectations, args.compile_time_budget,
-                      args.compile_time_slack, args.strict_expectations, args.run_time_budget,
+                      args.compile_time_slack, args.strict_expectations,
+                      DEFAULT_BUDGET if args.run_time_budget is None else args.run_time_budget,
                       args.run_time_slack)
     decision = _confirm(args, decision, baseline, candidate)
+    if args.run_time_budget is not None and args.run_time_slack is None:  # said, not silent
+        decision = replace(decision, notes=decision.notes + (Note(
+            "RUN_TIME_BUDGET_UNUSED", f"--run-time-budget {args.run_time_budget:g} gates nothing "
+            "without --run-time-slack (run times are not gated by default); add "
+            "--run-time-slack SECONDS, e.g. 0.05, to gate them", flagged=True),))
     # the outputs first: one the disk refuses is the command's error (exit 2), and the verdict
     # is not printed above it (it said MAY SHIP, then failed: an outside audit)
     if args.markdown:

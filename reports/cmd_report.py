@@ -40,6 +40,18 @@ def run(args: argparse.Namespace) -> int:
     write_runs_report(runs, args.output, names=_names(args.results), baseline=baseline,
                       baseline_name=args.baseline or "baseline")
     print(Path(args.output) / "index.html")
+    if baseline is not None:
+        import sys
+
+        from records.selection import run_differences
+        from records.text import one_line
+
+        differences = run_differences(baseline, runs[-1])
+        if differences:  # shown, not refused: a report may compare what a gate may not
+            what, old, new = differences[0]
+            print(one_line(f"note: --baseline {args.baseline} is no release comparison ({what} "
+                           f"{old} there, {new} here); the report says so, and flexconf gate "
+                           "refuses the pair"), file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from records.results import Label, Record, RunResults
+from records.selection import run_differences
 from records.text import one_line
 
 DEFAULT_SLOWER_FACTOR = 1.25
@@ -69,6 +70,9 @@ class Comparison:
     both_cold: bool  # both runs compiled with a cold cache: compile times are comparable
     slower_factor: float
     machines: str | None  # why the runs were not timed on one kind of machine, in words
+    #: what makes the two runs no release comparison (records.selection.run_differences), in
+    #: words: the gate refuses such a pair, and a report says it beside the comparison
+    differs: str | None = None
 
     @property
     def unchanged(self) -> bool:
@@ -141,9 +145,13 @@ def compare_runs(baseline: RunResults, candidate: RunResults,
     slower = slower_cases(baseline, candidate, "compile", slower_factor, slack_seconds)
     faster.sort(key=lambda c: c.ratio)  # the most improved first
     both_cold = all(r.options.get("compile_cache") == "cold" for r in (baseline, candidate))
+    differences = run_differences(baseline, candidate)
+    differs = "; ".join(f"{what} {new} here, {old} in the baseline"
+                        for what, old, new in differences) or None
     return Comparison(tuple(regressions), tuple(fixes), tuple(changed), tuple(new),
                       tuple(missing), slower, tuple(faster), both_cold, slower_factor,
-                      machine_difference(baseline, candidate))
+                      machine_difference(baseline, candidate), one_line(differs) if differs
+                      else None)
 
 
 def machine_difference(baseline: RunResults, candidate: RunResults) -> str | None:

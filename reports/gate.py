@@ -88,7 +88,10 @@ class Finding:
         if self.rule is not None or self.new is None or not self.new.message \
                 or self.new.label in (Label.PASS, Label.COMPILED):
             return ""
-        return first_line(self.new.message, MESSAGE_CHARS)
+        message = first_line(self.new.message, MESSAGE_CHARS)
+        # a KNOWN row whose reason quotes the message already (expectations update writes "to
+        # triage: <message>"): said once, not "X — X" (an outside audit)
+        return "" if self.kind == "KNOWN" and message in self.detail else message
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class GateDecision:
     baseline_verdict: str
     candidate_verdict: str
     case_ids: tuple[str, ...] = ()  # every case compared: the candidate's, then the missing
+    baseline_release: str = ""  # records.release.release_text of each run's environment
+    candidate_release: str = ""
 
     @property
     def may_ship(self) -> bool:
@@ -252,8 +257,11 @@ def decide(baseline: RunResults, candidate: RunResults,
                           f"candidate {candidate.options.get('seed')}): inputs differ"))
     notes += _rerun_note(findings, candidate)
     compared = [r.case_id for r in candidate.records] + [r.case_id for r in comparison.missing]
+    from records.release import release_text
+
     return GateDecision(ordered(findings), tuple(notes), verdict_line(baseline, False),
-                        verdict_line(candidate, False), tuple(compared))
+                        verdict_line(candidate, False), tuple(compared),
+                        release_text(baseline.environment), release_text(candidate.environment))
 
 
 def _rerun_note(findings: list[Finding], candidate: RunResults) -> list[Note]:
@@ -333,13 +341,20 @@ def finding_counts(decision: GateDecision) -> str:
 _MARKS = {"blocking": "x", "good news": "+", "dismissed": "~", "listed": "*"}
 
 
+def release_suffix(release: str) -> str:
+    """`` · torch 2.14.1+cu130`` after a run's verdict: which release the gate judged."""
+    return f" · {release}" if release else ""
+
+
 def gate_text(decision: GateDecision, baseline_name: str, candidate_name: str) -> str:
     """The short table printed on the terminal (at most TEXT_ROWS_PER_KIND rows per kind);
     a failing case's row ends with the first line of its message. Control characters are
     escaped."""
     lines = [f"gate: {headline(decision)} ({finding_counts(decision)})",
-             f"  baseline   {baseline_name}: {decision.baseline_verdict}",
-             f"  candidate  {candidate_name}: {decision.candidate_verdict}"]
+             f"  baseline   {baseline_name}: {decision.baseline_verdict}"
+             + release_suffix(decision.baseline_release),
+             f"  candidate  {candidate_name}: {decision.candidate_verdict}"
+             + release_suffix(decision.candidate_release)]
     lines += [f"  ! {note.kind}: {note.text}" for note in decision.notes if note.flagged]
     if decision.findings:
         width = min(max(len(one_line(f.subject)) for f in decision.findings), 72)

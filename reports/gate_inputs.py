@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from records.errors import is_not_judged
 from records.results import RunResults
-from records.selection import DEFINITION, first_difference, selection_damage, selection_of
+from records.selection import run_differences, selection_damage, selection_of
 from records.text import one_line
 
 
@@ -111,16 +111,7 @@ def check_comparable(baseline: RunResults, candidate: RunResults,
         raise GateInputError(f"{baseline_name} and {candidate_name} are the same run (started "
                              f"{one_line(baseline.started_at)}): a copy compared with itself "
                              "shows nothing; gate a new run of the candidate release")
-    differences = [(what, repr(old), repr(new)) for what, old, new in (
-        ("backend", baseline.options.get("backend"), candidate.options.get("backend")),
-        ("suite version", baseline.suite_version, candidate.suite_version)) if old != new]
-    definition = first_difference(selection_of(baseline), selection_of(candidate), DEFINITION)
-    if definition:
-        differences.append(definition)
-    old_ids, new_ids = (sorted(run.options.get("case_ids") or ()) for run in (baseline, candidate))
-    if old_ids != new_ids:  # --case-id: the exact cases chosen, beside -k
-        differences.append(("--case-id", repr(old_ids) if old_ids else "none",
-                            repr(new_ids) if new_ids else "none"))
+    differences = run_differences(baseline, candidate)
     if differences:  # every one: a -k run against a --case-id run differs in both
         said = "; ".join(f"{what} {new} differs from the baseline's {old}"
                          for what, old, new in differences)

@@ -4,7 +4,7 @@
      "verdict": "MAY_SHIP" | "MAY_NOT_SHIP" | "REFUSED", "exit_code": 0 | 1 | 2,
      "exit_code_meaning": "...", "headline": "...", "counts": {"REGRESSION": 1, ...},
      "baseline": {"file", "verdict", "suite_version", "reference_version", "backend",
-                  "selection"}, "candidate": {...},
+                  "release", "selection"}, "candidate": {...},
      "findings": [{"kind", "category", "blocking", "subject", "case_id", "detail",
                    "old_label", "new_label", "old_compile_seconds", "new_compile_seconds",
                    "old_run_seconds", "new_run_seconds", "message_first_line", "message",
@@ -76,8 +76,11 @@ def write_json(data: dict[str, Any], path: str | Path) -> None:
 
 
 def _run(run: RunResults, name: str, verdict: str) -> dict[str, Any]:
+    from records.release import release_of
+
     return {"file": name, "verdict": verdict, "suite_version": run.suite_version,
             "reference_version": run.reference_version, "backend": run.options.get("backend"),
+            "release": release_of(run.environment),
             "selection": {k: v for k, v in selection_of(run).to_json().items()
                           if k != "case_ids"}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reports.gate import LISTED_KINDS, GateDecision, finding_counts, headline
+from reports.gate import LISTED_KINDS, GateDecision, finding_counts, headline, release_suffix
 from reports.markdown import md_code, md_table, md_text
 
 #: Rows per listed kind (NEW, KNOWN) in the Markdown (a PR comment has a size limit; what
@@ -22,9 +22,11 @@ def gate_markdown(decision: GateDecision, baseline_name: str, candidate_name: st
     mark = "✅" if decision.may_ship else "❌"
     lines = [f"## Release gate: {mark} {text(headline(decision))}", "",
              text(finding_counts(decision)), "",
-             f"- baseline {md_code(baseline_name)}: {text(decision.baseline_verdict)}",
+             f"- baseline {md_code(baseline_name)}: {text(decision.baseline_verdict)}"
+             + release_suffix(text(decision.baseline_release)),
              f"- candidate {md_code(candidate_name)}: "
-             f"{text(decision.candidate_verdict)}", ""]
+             f"{text(decision.candidate_verdict)}"
+             + release_suffix(text(decision.candidate_release)), ""]
     lines += [f"- **{note.kind}**: {text(note.text)}" for note in decision.notes if note.flagged]
     if decision.findings:
         if lines[-1].startswith("- **"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 from records.results import Label
 from tests.test_gate import A, B, gate, known
@@ -91,3 +92,17 @@ def test_an_entry_for_a_misspelt_backend_is_flagged_in_the_gate_and_the_update(t
     assert (f"note     {tmp_path / 'known.toml'}:1  backend 'neuorn' is not the run's 'neuron': "
             "the entry applies to none of its cases; fix the name if it is meant") \
         in capsys.readouterr().out.splitlines()
+
+
+def test_a_known_row_whose_reason_quotes_the_message_says_it_once(tmp_path, capsys):
+    """expectations update writes 'to triage: <message>': the row read 'X — X'."""
+    old = run([record(A), record(B, Label.MISMATCH, message="rms error 9 vs limit 1")])
+    entry = (f'[[failure]]\nbackend = "neuron"\ncase = "{B}"\nlabel = "MISMATCH"\n'
+             'reason = "to triage: rms error 9 vs limit 1"\n')
+    assert gate(tmp_path, old, old, expectations=entry) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "* KNOWN" in line]
+    assert row.endswith("MISMATCH as expected (line 1): to triage: rms error 9 vs limit 1"), row
+    other = run([record(A), record(B, Label.MISMATCH, message="rms error 3 vs limit 1")])
+    assert gate(tmp_path, old, replace(other, started_at="t9"), expectations=entry) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "* KNOWN" in line]
+    assert row.endswith("to triage: rms error 9 vs limit 1 — rms error 3 vs limit 1"), row

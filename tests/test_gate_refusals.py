@@ -404,6 +404,14 @@ def test_a_run_time_slack_of_inf_is_refused_not_a_silenced_note(tmp_path, capsys
         "would hide the note that names cases far slower; give a factor, e.g. 1.25, or leave "
         "--run-time-slack out"]
     assert gate(tmp_path, old, new, "--run-time-budget", "inf") == 0  # no slack: the note
+    capsys.readouterr()
+    # a budget without a slack gates nothing: said (an outside audit: accepted in silence)
+    assert gate(tmp_path, old, new, "--run-time-budget", "2") == 0
+    assert ("  ! RUN_TIME_BUDGET_UNUSED: --run-time-budget 2 gates nothing without "
+            "--run-time-slack (run times are not gated by default); add --run-time-slack "
+            "SECONDS, e.g. 0.05, to gate them") in capsys.readouterr().out.splitlines()
+    assert gate(tmp_path, old, new) == 0
+    assert "RUN_TIME_BUDGET_UNUSED" not in capsys.readouterr().out
 
 
 def test_each_refusal_offers_a_fix_the_gate_then_takes(tmp_path, capsys, monkeypatch):
