@@ -13,13 +13,14 @@ A case module is an importable Python module that
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import sys
 from types import ModuleType
 
 from cases.catalog import PROFILES, check_profile, matrix
 from cases.model import Case, Variant
-from cases.names import check_custom_matrix
+from cases.names import check_custom_matrix, entry_point_origin
 from cases import variants
 from records.text import one_line
 
@@ -42,24 +43,38 @@ def import_case_modules(names: list[str]) -> list[ModuleType]:
             continue
         before = set(variants.registered_variants())
         try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-                if name.endswith(".py"):
-                    raise ValueError(f"case module {name!r} cannot be found: name the module, "
-                                     f"not its file: --cases-module {name[:-3]}, with its "
-                                     "directory on PYTHONPATH") from None
-                raise ValueError(f"case module {name!r} cannot be found; install it or put "
-                                 "its directory on PYTHONPATH") from None
-            raise ValueError(f"case module {name!r} failed to import: {exc}; install what "
-                             "it needs") from None
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: say which
-            raise ValueError(f"case module {name!r} failed to import: "
-                             f"{type(exc).__name__}: {exc}; fix the module") from None
+            module = _import_module(name)
+        except ValueError as exc:
+            origin = entry_point_origin(name)
+            if origin is None:
+                raise
+            # an installed package's: every run loads it, so say which package to fix (an
+            # outside audit: the line named neither, and stopped every run)
+            raise ValueError(f"{exc} (the module of {origin}, which every run loads; fix or "
+                             "uninstall that package)") from None
         for variant in set(variants.registered_variants()) - before:
             _REGISTERED_BY[variant] = name
         modules.append(module)
     return modules
+
+
+def _import_module(name: str) -> ModuleType:
+    """import_case_modules' import of one name: ValueError, one line, when it fails."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            if name.endswith(".py"):
+                raise ValueError(f"case module {name!r} cannot be found: name the module, "
+                                 f"not its file: --cases-module {name[:-3]}, with its "
+                                 "directory on PYTHONPATH") from None
+            raise ValueError(f"case module {name!r} cannot be found; install it or put "
+                             "its directory on PYTHONPATH") from None
+        raise ValueError(f"case module {name!r} failed to import: {exc}; install what "
+                         "it needs") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: say which
+        raise ValueError(f"case module {name!r} failed to import: "
+                         f"{type(exc).__name__}: {exc}; fix the module") from None
 
 
 def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
@@ -85,6 +100,9 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
                     f"case module {name!r}: case {case.id!r} uses variant "
                     f"{case.variant.name!r}, which has no builder; decorate its builder with "
                     f"@cases.variants.builder({case.variant.name!r})")
+            problem = _param_problem(case.variant)
+            if problem:
+                raise ValueError(f"case module {name!r}: case {case.id!r}: {problem}")
             collected.append(case)
     seen: set[str] = set()
     for case in collected:
@@ -94,6 +112,26 @@ def load_case_modules(names: list[str], profile: str = "full") -> list[Case]:
         seen.add(case.id)
     _refuse_catalog_ids(collected, names)
     return collected
+
+
+def _param_problem(variant: Variant) -> str | None:
+    """What makes a variant's parameters unfit for a record (None when nothing does): each is
+    a (name, value) pair with a name and a finite int or float value, as a case file reads
+    them back (conformance/case_file.py). A string, a bool or NaN ran, and the record's spec
+    was then refused by `flexconf repro`, `shrink` and `--case-file` (an outside audit)."""
+    if not isinstance(variant.params, tuple):
+        return (f"params is a {type(variant.params).__name__}; give a tuple of (name, value) "
+                "pairs, e.g. (('w', 256),)")
+    for pair in variant.params:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and pair[0]):
+            return f"parameter {pair!r} is not a (name, value) pair; give e.g. ('w', 256)"
+        key, value = pair
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            return (f"parameter {key!r} is {value!r}; give a finite int or float (a record's "
+                    "spec must be read back by flexconf repro, shrink and --case-file)")
+    return None
 
 
 def _module_cases(name: str, make, profile: str) -> list:
@@ -189,6 +227,10 @@ def _checked_source(name: str, hook):
                 raise ValueError(f"case module {name!r}: fuzz_variants returned variant "
                                  f"{variant.name!r}, which has no builder; decorate its builder "
                                  f"with @cases.variants.builder({variant.name!r})")
+            problem = _param_problem(variant)
+            if problem:
+                raise ValueError(f"case module {name!r}: fuzz_variants returned variant "
+                                 f"{variant.token!r}: {problem}")
         return found
 
     return variants_for

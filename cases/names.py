@@ -19,6 +19,19 @@ def entry_point_case_modules() -> list[str]:
     return [ep.value.partition(":")[0].strip() for ep in found]
 
 
+def entry_point_origin(module: str) -> str | None:
+    """Where the case module ``module`` was installed from, where an entry point names it:
+    ``entry point 'acme' (group flexattention_conformance.cases) of package acme-cases 1.0``;
+    None for a module only given with --cases-module."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value.partition(":")[0].strip() == module:
+            dist = getattr(ep, "dist", None)
+            package = "an unknown package" if dist is None else \
+                f"package {dist.metadata['Name']} {dist.version}"
+            return f"entry point {ep.name!r} (group {ENTRY_POINT_GROUP}) of {package}"
+    return None
+
+
 def check_custom_matrix(matrix_name: str, modules) -> None:
     """ValueError, one line, for ``--matrix custom`` without a case module (it selects the
     case modules' cases alone, so it would run nothing; with --case-file the option would be

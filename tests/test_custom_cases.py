@@ -113,6 +113,11 @@ def test_a_module_whose_import_fails_or_whose_variant_has_no_builder_is_named(tm
         load_case_modules(["no_builder"])
 
 
+_ONE_CASE = ("from cases.model import Case, Shape, Variant\n"
+             "def cases(profile):\n"
+             "    return [Case(Variant('sliding_window', {}), Shape(1, 1, 1, 8, 8, 8))]\n")
+
+
 @pytest.mark.parametrize("source, message", [
     ("def cases(profile):\n    return None\n",
      "case module 'mod': cases('smoke') returned None, not a list; return a list of "
@@ -129,6 +134,14 @@ def test_a_module_whose_import_fails_or_whose_variant_has_no_builder_is_named(tm
     ("def cases(profile):\n    return []\n",
      "--matrix custom: the case module(s) mod give no case for the smoke profile; return cases "
      "from cases('smoke'), or give the --profile they have cases for"),
+    # a record's spec must read back: NaN, a string and a bool ran, and repro refused the
+    # record (an outside audit)
+    (_ONE_CASE.format("(('w', float('nan')),)"), "case module 'mod': case "
+     "'sliding_window-wnan/b1-h1x1-s8x8-d8/bf16/fwd': parameter 'w' is nan; give a finite int "
+     "or float (a record's spec must be read back by flexconf repro, shrink and --case-file)"),
+    (_ONE_CASE.format("(('w', 'abc'),)"), "parameter 'w' is 'abc'; give a finite int or float"),
+    (_ONE_CASE.format("(('w', True),)"), "parameter 'w' is True; give a finite int or float"),
+    (_ONE_CASE.format("(('w', 8), ('', 2))"), "parameter ('', 2) is not a (name, value) pair"),
 ])
 def test_a_case_module_whose_cases_are_unusable_is_a_one_line_error(source, message, tmp_path,
                                                                      monkeypatch):
@@ -169,6 +182,14 @@ def test_entry_points_name_installed_case_modules(tmp_path, monkeypatch):
         "[flexattention_conformance.cases]\nacme = acme_variants.masks\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "acme_variants.masks" in entry_point_case_modules()
+    # not importable: the line names the entry point and its package, which every run loads
+    # (an outside audit: it named neither)
+    with pytest.raises(ValueError) as err:
+        import_case_modules(["acme_variants.masks"])
+    assert str(err.value) == (
+        "case module 'acme_variants.masks' cannot be found; install it or put its directory on "
+        "PYTHONPATH (the module of entry point 'acme' (group flexattention_conformance.cases) "
+        "of package acme-variants 1.0, which every run loads; fix or uninstall that package)")
 
 
 def test_matrix_custom_lists_and_collects_only_the_modules_cases(monkeypatch, capsys):

@@ -183,6 +183,12 @@ def test_registry_errors_say_what_to_do():
         registry.load_backend("no_such_pkg.mod:Thing")
     with pytest.raises(registry.BackendError, match="is a dict, not a"):
         registry.load_backend("conformance.backends.registry:BUILTIN")
+    # a module without its object: the fix named (an outside audit: "unknown backend")
+    with pytest.raises(registry.BackendError) as err:
+        registry.load_backend("tests.fault_backends")
+    assert str(err.value) == ("--backend 'tests.fault_backends' names a module, not a backend "
+                              "in it; name the backend class or object too: "
+                              "tests.fault_backends:CLASS")
 
 
 def test_registry_reads_entry_points(monkeypatch):

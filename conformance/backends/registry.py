@@ -66,10 +66,23 @@ def load_backend(spec: str) -> Backend:
     names = registered()
     target = names.get(spec)
     if target is None and ":" not in spec:
+        if _is_a_module(spec):  # the object left out (an outside audit: no hint of it)
+            raise BackendError(f"--backend {spec!r} names a module, not a backend in it; name "
+                               f"the backend class or object too: {spec}:CLASS")
         raise BackendError(
             f"unknown backend {spec!r}; known: auto, {', '.join(names)} (flexconf backends "
             "says which can run here), or package.module:object")
     return _instantiate(target or spec, spec)
+
+
+def _is_a_module(spec: str) -> bool:
+    """Whether ``spec`` names an importable module (importing its parent packages to tell)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(spec) is not None
+    except (ImportError, ValueError):  # a parent that is no package, a name like "a..b"
+        return False
 
 
 def resolve_backend(spec: str) -> Backend:
