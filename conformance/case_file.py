@@ -20,31 +20,33 @@ SHAPE_FIELDS = ("B", "Bkv", "Hq", "Hkv", "Sq", "Skv", "D")
 FILE_FIELDS = ("cases", "fuzz")
 
 
-def load_case_file(path: str, known_variants: Collection[str] | None = None) -> list:
+def load_case_file(path: str, known_variants: Collection[str] | None = None,
+                   what: str = "--case-file") -> list:
     """Cases of a JSON case file: one spec, a list of specs, or {"cases": [...]}.
     ``known_variants``: the variants this process can build (after importing the case
-    modules); a spec naming another is an error here, not a HARNESS_ERROR of the case."""
+    modules); a spec naming another is an error here, not a HARNESS_ERROR of the case.
+    ``what``: how errors name the file (the option, or shrink's argument)."""
     try:
         data = read_json(path, "pass a JSON case spec file (docs/cases.md)")
     except UserFileError as exc:
-        raise ValueError(f"--case-file {exc}") from None
+        raise ValueError(f"{what} {exc}") from None
     if isinstance(data, dict) and "cases" in data:
-        _refuse_unknown(data, FILE_FIELDS, f"--case-file {path!r}: the file")
+        _refuse_unknown(data, FILE_FIELDS, f"{what} {path!r}: the file")
         data = data["cases"]
         if not isinstance(data, list):  # it was read as one spec: "case 0 is a JSON string"
-            raise ValueError(f"--case-file {path!r}: its 'cases' is a JSON {_json_type(data)}; "
+            raise ValueError(f"{what} {path!r}: its 'cases' is a JSON {_json_type(data)}; "
                              "give a list of case specs (Case.to_json, docs/cases.md)")
     specs = data if isinstance(data, list) else [data]
     cases = []
     for i, spec in enumerate(specs):
-        cases.append(case_from_spec(spec, f"--case-file {path!r}: case {i}", known_variants))
+        cases.append(case_from_spec(spec, f"{what} {path!r}: case {i}", known_variants))
     if not cases:
-        raise ValueError(f"--case-file {one_line(str(path))} lists no cases; give a file with "
+        raise ValueError(f"{what} {one_line(str(path))} lists no cases; give a file with "
                          "at least one case spec (Case.to_json, docs/cases.md)")
     ids = [c.id for c in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
-        raise ValueError(f"--case-file {path!r} lists case {duplicates[0]!r} twice; keep one")
+        raise ValueError(f"{what} {path!r} lists case {duplicates[0]!r} twice; keep one")
     return cases
 
 

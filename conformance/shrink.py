@@ -205,7 +205,7 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     modules = list(dict.fromkeys(list(case_modules or []) + entry_point_case_modules()))
     if text.endswith(".json") or Path(text).is_file():
         import_case_modules(modules)  # a spec may name a custom variant
-        cases = load_case_file(text, registered_variants())
+        cases = load_case_file(text, registered_variants(), what="case spec file")
         if len(cases) != 1:
             raise ValueError(f"{text} holds {len(cases)} cases; shrink takes one: give a spec "
                              "file of one case, or the case's id")
@@ -229,7 +229,7 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
                 raise ValueError(f"case {text!r}: variant {variant.name!r}: {problem}")
             scale = int(parts[4][1:]) if len(parts) == 5 and parts[4][1:].isdigit() else 1
             return Case(variant, Shape.parse(parts[1]), parts[2], parts[3], scale)
-    raise ValueError(f"no case with id {text!r}: its variant {parts[0]!r} is none of the "
+    raise ValueError(f"no case with id {text!r}: its variant part {parts[0]!r} is none of the "
                      "matrices', the composed variants' or the case modules'; pass a case spec "
                      "file (SPEC.json, e.g. from the run's results.json) or --cases-module")
 

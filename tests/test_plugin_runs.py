@@ -157,6 +157,16 @@ def test_expected_failure_is_xfail_and_still_recorded(tmp_path):
     assert "1 MISMATCH · 1 of 1 failures known** (❌ does not conform)" in summary
     assert "| MISMATCH | known: row doubled on purpose |" in summary
     assert "known: row doubled on purpose" in (tmp_path / "report" / "index.html").read_text()
+    assert "still reads 'to triage:" not in proc.stdout
+    # a reason as flexconf expectations update writes it: the run says so, as the gate does
+    # (an outside audit: "1 xfailed", exit 0, not a word)
+    known.write_text(known.read_text().replace("row doubled on purpose", "to triage: MISMATCH"))
+    proc = run(pytest_args(tmp_path, "tests.fault_backends:WrongNumbers", CASES[:2],
+                           "--expectations", str(known)))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ("1 known failure(s) accepted by --expectations on a reason that still reads 'to "
+            f"triage: ...' (e.g. {CASES[1].id}): give each entry a reason and a link"
+            in proc.stdout), proc.stdout[-3000:]
 
 
 def _copy_kept_warm_up_builds(backend: str, cache_home: Path) -> None:

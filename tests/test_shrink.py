@@ -274,7 +274,7 @@ def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_pa
     fuzzed = case_from_argument("fuzz/composed/b1-h8x2-s16x16-d16/bf16/fwd")
     assert fuzzed.variant.name == composed.NAME and fuzzed.shape.Hq == 8
     with pytest.raises(ValueError, match=r"^no case with id 'nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd':"
-                                         r" its variant 'nosuch-v1' is none of the matrices'"):
+                                         r" its variant part 'nosuch-v1' is none of the matrices'"):
         case_from_argument("nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd")
     # by id, a parameter out of the catalog's range ran (w0: PASS), while its spec file was
     # refused (an outside audit); a shape beyond torch's sizes overflowed inside the case
@@ -287,6 +287,9 @@ def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_pa
     specs = tmp_path / "five.json"
     specs.write_text(json.dumps([Case(Variant("full"), Shape(1, 1, 1, 8 * n, 8 * n, 8)).to_json()
                                  for n in range(1, 6)]))
+    # a spec file given as shrink's argument is named as such, not as --case-file (an audit)
+    with pytest.raises(ValueError, match=r"^case spec file .*missing.json.*: no such file"):
+        case_from_argument(str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match=r"five.json holds 5 cases; shrink takes one"):
         case_from_argument(str(specs))
     saved = tmp_path / "fuzz.json"
