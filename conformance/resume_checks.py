@@ -55,6 +55,7 @@ def resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: in
             raise pytest.UsageError(
                 f"--resume {options.report_dir}: the run had {key} {_given(before)}, this one "
                 f"{_given(now)}; resume with the run's own options")
+    _refuse_another_suite(options.report_dir, manifest)
     _refuse_another_oracle(options.report_dir)
     _refuse_another_release(options.report_dir, backend, options.backend)
     _refuse_another_layout(options.report_dir, workers)
@@ -115,6 +116,21 @@ def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
                 f"--resume {where}: this command would measure another release: {difference}; "
                 f"resume with the release that started the run, or keep its cases as an "
                 f"incomplete report with flexconf recover {shlex.quote(where)}")
+
+
+def _refuse_another_suite(report_dir: Path, manifest) -> None:
+    """UsageError, one line, when another suite version started the run: its matrix may hold
+    other cases (0.2.0's core soft-cap cases are not 0.1.0's), so the resume could neither run
+    the cases it selected nor end complete, and the file would bear the new version's name."""
+    from conformance.run_info import suite_version
+    from records.text import one_line
+
+    if manifest.suite_version and manifest.suite_version != suite_version():
+        where = one_line(str(report_dir))
+        raise pytest.UsageError(
+            f"--resume {where}: suite {one_line(manifest.suite_version)} started the run, this "
+            f"is suite {suite_version()}; resume with the suite that started it, or keep its "
+            f"cases as an incomplete report with flexconf recover {shlex.quote(where)}")
 
 
 def _refuse_another_oracle(report_dir: Path) -> None:

@@ -182,16 +182,25 @@ def test_a_run_an_older_suite_recorded_with_a_matrix_beside_its_case_file_resume
 
     from conformance.backends.registry import resolve_backend
     from conformance.resume_checks import resumable_run
+    from conformance.run_info import suite_version
     from records.store import RunManifest, write_manifest
 
     recorded = {"backend": "cpu-eager", "profile": "smoke", "matrix": "all",
                 "case_file": "/a/cases.json", "seed": 0}
-    write_manifest(tmp_path, RunManifest("t1", "0.1.0", recorded, ["full/a"]))
+    write_manifest(tmp_path, RunManifest("t1", suite_version(), recorded, ["full/a"]))
     options = SimpleNamespace(report_dir=tmp_path, backend="cpu-eager")
     backend = resolve_backend("cpu-eager")
     assert resumable_run(options, {**recorded, "matrix": "core"}, backend, 1).started_at == "t1"
     with pytest.raises(pytest.UsageError, match="the run had matrix 'all', this one 'core'"):
         resumable_run(options, {**recorded, "matrix": "core", "case_file": None}, backend, 1)
+    # another suite version started it: its matrix may hold other cases (0.1.0's soft-cap ids)
+    write_manifest(tmp_path, RunManifest("t1", "0.1.0", recorded, ["full/a"]))
+    with pytest.raises(pytest.UsageError) as refused:
+        resumable_run(options, {**recorded, "matrix": "core"}, backend, 1)
+    assert str(refused.value) == (
+        f"--resume {tmp_path}: suite 0.1.0 started the run, this is suite {suite_version()}; "
+        "resume with the suite that started it, or keep its cases as an incomplete report with "
+        f"flexconf recover {tmp_path}")
 
 
 def test_a_resume_whose_record_file_is_a_directory_is_one_line(tmp_path):
