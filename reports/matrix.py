@@ -1,6 +1,7 @@
 """The matrix as grids: variants as rows, batch x sequence as columns, one grid per
-combination of the other parts of the case (dtype, mode, heads, head dim, kv broadcast,
-input scale and any later part of the id).
+combination of the other parts of the case (dtype, mode, heads, head dim, kv broadcast and any
+later part of the id but the input scale). The input scale goes with the row (``softcap ·
+inputs x2``): the core matrix, whose soft-cap cases run on inputs x2, stays one grid.
 
 Coordinates come from the record's case spec, or else from parsing the case id; records
 whose id follows no known form are collected in ``unplaced`` (shown as a plain list).
@@ -83,14 +84,20 @@ def coordinates(record: Record) -> Coordinates | None:
     if not isinstance(name, str) or not variant_token.startswith(name):
         name = variant_token.split("-", 1)[0]
     kv_batch = "" if shape.Bkv == shape.B else " · kv batch 1"
-    extra = "".join(f" · inputs {part}" if part.startswith("x") else f" · {part}"
-                    for part in rest)
+    scale = "".join(f" · inputs {part}" for part in rest if _is_scale(part))
+    extra = "".join(f" · {part}" for part in rest if not _is_scale(part))
+    name, variant_token = name + scale, variant_token + scale
     heads = f"h{shape.Hq}x{shape.Hkv} · d{shape.D}{kv_batch}{extra}"
     if origin:
         row = f"{variant_token} · {heads}"
         return Coordinates(row, row, shape.B, (shape.Sq, shape.Skv), f"{origin} · {dtype} · {mode}")
     group = f"{dtype} · {mode} · {heads}"
     return Coordinates(name, variant_token, shape.B, (shape.Sq, shape.Skv), group)
+
+
+def _is_scale(part: str) -> bool:
+    """Whether an id part after the mode is the input scale (``x4``)."""
+    return part.startswith("x") and part[1:].isdigit()
 
 
 def build_matrix(records: tuple[Record, ...] | list[Record]) -> Matrix:

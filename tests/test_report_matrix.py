@@ -14,7 +14,8 @@ def test_core_matrix_is_one_grid_of_8_variants_by_3_batches_x_4_lengths():
     grid = matrix.grids[0]
     assert grid.title == "bf16 · fwd · h8x8 · d128"
     assert [row for row, _ in grid.rows] == ["full", "causal", "sliding_window", "prefix_lm",
-                                             "document", "alibi", "softcap", "rel_bias"]
+                                             "document", "alibi", "softcap · inputs x2",
+                                             "rel_bias"]
     assert grid.batch_spans == [(1, 4), (2, 4), (4, 4)]
     assert [seq_text(seq) for _, seq in grid.columns[:4]] == ["1024", "2048", "4096", "8192"]
     # prefix_lm's parameter scales with the length (p256 ... p2048) and it stays one row
@@ -45,8 +46,9 @@ def test_other_id_parts_make_separate_grids_and_unknown_ids_are_kept_apart():
                record(case_id() + "/x4"), record(ODD_ID)]
     matrix = build_matrix(records)
     assert [g.title for g in matrix.grids] == ["bf16 · fwd · h8x8 · d128", "fp32 · fwd · h8x8 · d128",
-                                               "bf16 · fwd+bwd · h8x2 · d64 · kv batch 1",
-                                               "bf16 · fwd · h8x8 · d128 · inputs x4"]
+                                               "bf16 · fwd+bwd · h8x2 · d64 · kv batch 1"]
+    # the input scale goes with the row: the core matrix's soft-cap x2 stays in its grid
+    assert [row for row, _ in matrix.grids[0].rows] == ["causal", "causal · inputs x4"]
     assert seq_text(matrix.grids[2].columns[0][1]) == "128x256"
     assert [r.case_id for r in matrix.unplaced] == [ODD_ID]
 
