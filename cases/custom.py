@@ -19,7 +19,7 @@ import sys
 from types import ModuleType
 
 from cases.catalog import PROFILES, check_profile, matrix
-from cases.model import Case, Variant
+from cases.model import Case, Variant, id_part_problem
 from cases.names import check_custom_matrix, entry_point_origin
 from cases import variants
 from records.text import one_line
@@ -127,6 +127,9 @@ def _param_problem(variant: Variant) -> str | None:
                 and pair[0]):
             return f"parameter {pair!r} is not a (name, value) pair; give e.g. ('w', 256)"
         key, value = pair
+        problem = id_part_problem(key)
+        if problem:
+            return f"parameter name {key!r} {problem}"
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                 isinstance(value, float) and not math.isfinite(value)):
             return (f"parameter {key!r} is {value!r}; give a finite int or float (a record's "

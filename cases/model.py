@@ -111,6 +111,20 @@ class Shape:
 ParamValue = int | float
 
 
+def id_part_problem(text) -> str | None:
+    """Why ``text`` cannot be part of a case id (a variant's name, a parameter's name), with
+    the fix; None when it can. pytest writes case ids into its test ids escaping what is not
+    printable ASCII, so a record of 'kausal_\u00fc' matched no case of the run's selection,
+    and every record of the case module was dropped (a review); '/' splits an id's parts."""
+    if not isinstance(text, str) or not text:
+        return "is empty or no string; give a name in printable ASCII"
+    if not (text.isascii() and text.isprintable()) or "/" in text or " " in text:
+        return ("holds a character that a case id cannot (pytest escapes all but printable "
+                "ASCII in test ids; '/' and spaces split ids); name it in printable ASCII "
+                "without '/' or spaces")
+    return None
+
+
 @dataclass(frozen=True)
 class Variant:
     """A named attention variant with its parameters (the mods are built from these).

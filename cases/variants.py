@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from cases import torch_state
-from cases.model import Shape, Variant
+from cases.model import Shape, Variant, id_part_problem
 
 MaskMod = Callable[..., torch.Tensor]
 ScoreMod = Callable[..., torch.Tensor]
@@ -51,6 +51,10 @@ _BUILDERS: dict[str, Builder] = {}
 
 def builder(name: str) -> Callable[[Builder], Builder]:
     """Register the builder of the variant called ``name``."""
+
+    problem = id_part_problem(name)
+    if problem:
+        raise ValueError(f"variant name {name!r} {problem}")
 
     def register(fn: Builder) -> Builder:
         if name in _BUILDERS and _BUILDERS[name] is not fn:

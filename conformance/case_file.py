@@ -9,7 +9,7 @@ import math
 from collections.abc import Collection
 
 from cases.catalog_params import param_problem
-from cases.model import Case
+from cases.model import Case, id_part_problem
 from records.files import UserFileError, read_json
 from records.text import one_line
 
@@ -103,6 +103,9 @@ def _check_fields(spec, where: str, extra_fields: bool = False) -> None:
         raise ValueError(f"{where}: 'params' is a JSON {_json_type(spec['params'])}; give an "
                          'object of the variant\'s parameters, e.g. {"w": 256}, or {}')
     for key, value in (spec.get("params") or {}).items():  # a parameter is a number
+        problem = id_part_problem(key)
+        if problem:
+            raise ValueError(f"{where}: parameter name {one_line(repr(key))} {problem}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (
                 isinstance(value, float) and not math.isfinite(value)):
             raise ValueError(f"{where}: params.{one_line(str(key))} is "

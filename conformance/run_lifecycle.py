@@ -346,6 +346,10 @@ class RunLifecycle:
         self.summary_lines.append(f"{len(results.records)}{of} {cases} on {self.backend.name}: "
                                   f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        if merged.damaged:  # said, as recover says it (a review: dropped without a word)
+            from records.events import damage_line
+
+            self.summary_lines.append(damage_line(merged, report_dir))
         self.summary_lines.extend(_untriaged_line(results.records))
         if finished_first:
             self.exit_after_stop = exit_status_of(results.records, self._expected)

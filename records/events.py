@@ -35,6 +35,8 @@ RECORDS_DIR = "records"
 #: What ``read_events`` yields for a line of the store that is no event: not JSON (the torn
 #: last line aside), or JSON that is no object.
 DAMAGED_EVENT = "damaged"
+#: The events a worker writes (the module's table); any other object is a damaged line.
+_EVENT_KINDS = ("environment", "selection", "started", "finished", DAMAGED_EVENT)
 
 
 def records_dir(report_dir: str | Path) -> Path:
@@ -206,7 +208,7 @@ def merge_records(report_dir: str | Path, case_order: list[str],
     started: dict[str, dict] = {}
     finished: dict[str, Record] = {}
     environment = None
-    damaged = 0
+    damaged_lines = 0
     open_start: dict[int, dict] = {}  # each worker file's last start not yet finished
     damaged_starts: dict[str, str] = {}  # case id -> started_at of a start whose record is damaged
 
@@ -215,15 +217,17 @@ def merge_records(report_dir: str | Path, case_order: list[str],
 
     for source, event in _events_by_file(report_dir):
         kind = event.get("event")
-        if kind == "environment" and environment is None:
-            if isinstance(event.get("environment"), dict):
+        if kind not in _EVENT_KINDS:  # JSON of no event of ours ({}, a changed key): damage
+            kind = DAMAGED_EVENT
+        if kind == "environment":
+            if not isinstance(event.get("environment"), dict):
+                damaged_lines += 1
+            elif environment is None:
                 environment = event["environment"]
-            else:
-                damaged += 1
         elif kind == "started":
             open_start.pop(source, None)
             if not _valid_start(event) or outside(event["case_id"]):
-                damaged += 1
+                damaged_lines += 1
                 continue
             open_start[source] = event
             if event.get("started_at", "") >= started.get(event["case_id"], {}).get(
@@ -233,13 +237,14 @@ def merge_records(report_dir: str | Path, case_order: list[str],
             record = None if kind == DAMAGED_EVENT else _valid_record(event.get("record"))
             start = open_start.pop(source, None)
             if record is None or outside(record.case_id):  # a hand edit or a disk fault: the
-                damaged += 1  # other records are kept; right after a start, it was its record
+                damaged_lines += 1  # other records are kept; right after a start, it was its record
                 if start is not None:
                     damaged_starts[start["case_id"]] = start.get("started_at", "")
                 continue
             previous = finished.get(record.case_id)
             if previous is None or _kept_over(record, previous):
                 finished[record.case_id] = record
+    # (a selection event needs nothing here: recorded_selection reads it)
     # a case started again after the record a full disk kept from being judged (a resume
     # running it again) and not finished since was cut off too (a review: the old record
     # stood, and a run stopped there said it was complete); only such a record is run again,
@@ -248,10 +253,12 @@ def merge_records(report_dir: str | Path, case_order: list[str],
         is_not_judged(finished[cid])
         and event.get("started_at", "") > finished[cid].finished_at)]
     # a case whose latest start was followed by a damaged line was not cut off: its record was
-    # written and damaged since (an outside audit: it read as a CRASH, and a worker that went on)
-    damaged_records = [cid for cid in unfinished
-                       if damaged_starts.get(cid) == started[cid].get("started_at", "")]
-    unfinished = [cid for cid in unfinished if cid not in damaged_records]
+    # written and damaged since (an outside audit: it read as a CRASH, and a worker that went on);
+    # one that keeps the record a full disk kept from being judged is run again for it, unnamed
+    damaged_cases = [cid for cid in unfinished
+                     if damaged_starts.get(cid) == started[cid].get("started_at", "")]
+    unfinished = [cid for cid in unfinished if cid not in damaged_cases]
+    damaged_records = [cid for cid in damaged_cases if cid not in finished]
     for cid in unfinished:
         event = started[cid]
         finished[cid] = Record(
@@ -262,7 +269,23 @@ def merge_records(report_dir: str | Path, case_order: list[str],
     position = {cid: i for i, cid in enumerate(case_order)}
     ordered = sorted(finished.values(),
                      key=lambda r: (position.get(r.case_id, len(position)), r.case_id))
-    return Merged(ordered, environment, unfinished, damaged, tuple(damaged_records))
+    return Merged(ordered, environment, unfinished, damaged_lines, tuple(damaged_records))
+
+
+def damage_line(merged: Merged, report_dir: str | Path) -> str:
+    """The line that says what the store's damaged lines cost: how many were skipped, and the
+    cases whose record was among them (no record now: a resume runs them again)."""
+    from records.text import one_line
+
+    line = (f"skipped {merged.damaged} damaged line(s) of {records_dir(report_dir)}/*.jsonl (no "
+            "event of this run: a hand edit or a disk fault)")
+    cases = merged.damaged_records
+    if not cases:
+        return line
+    one = len(cases) == 1
+    return (f"{line}; among them the record of {len(cases)} finished case{'' if one else 's'} "
+            f"({one_line(cases[0])}{'' if one else ', ...'}): {'it has' if one else 'they have'} "
+            f"no record, and --resume runs {'it' if one else 'them'} again")
 
 
 def _kept_over(record: Record, previous: Record) -> bool:

@@ -149,11 +149,18 @@ def run_differences(baseline: RunResults, candidate: RunResults) -> list[tuple[s
     definition = first_difference(selection_of(baseline), selection_of(candidate), DEFINITION)
     if definition:
         differences.append(definition)
-    old_ids, new_ids = (sorted(run.options.get("case_ids") or ()) for run in (baseline, candidate))
+    old_ids, new_ids = (_case_id_option(run) for run in (baseline, candidate))
     if old_ids != new_ids:  # --case-id: the exact cases chosen, beside -k
         differences.append(("--case-id", repr(old_ids) if old_ids else "none",
                             repr(new_ids) if new_ids else "none"))
     return differences
+
+
+def _case_id_option(run: RunResults) -> list[str]:
+    """The run's ``--case-id`` values, sorted, as text: options are not in the schema, and a
+    doctored value (numbers among the ids, a string) was a TypeError traceback (a review)."""
+    ids = run.options.get("case_ids")
+    return sorted(str(cid) for cid in ids) if isinstance(ids, list) else []
 
 
 def first_difference(a: Selection, b: Selection, fields: Sequence[str] = DEFINITION,

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 def _recover(report_dir: Path) -> int:
     from records.results import load_results
     from records.store import read_manifest, write_run
-    from records.events import finished_in, merge_records, recorded_selection
+    from records.events import damage_line, finished_in, merge_records, recorded_selection
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
@@ -79,9 +79,7 @@ def _recover(report_dir: Path) -> int:
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
           + f": {report_dir / 'index.html'}")
     if merged.damaged:
-        print(f"skipped {merged.damaged} damaged line(s) of {report_dir / 'records'}/*.jsonl "
-              "(no event of this run: a hand edit or a disk fault)"
-              + _damaged_records(merged.damaged_records))
+        print(damage_line(merged, report_dir))
     command = resume_command(results, report_dir, matrix_path())
     fuzzed = bool((manifest.options or {}).get("fuzz_examples"))  # its fuzzing may be cut off
     if selected and not merged.unfinished and not fuzzed \
@@ -91,16 +89,6 @@ def _recover(report_dir: Path) -> int:
     else:
         print(f"finish it: {command}")
     return 0
-
-
-def _damaged_records(case_ids: tuple[str, ...]) -> str:
-    """What the damaged lines cost: the cases whose record was among them (no record now)."""
-    if not case_ids:
-        return ""
-    one = len(case_ids) == 1
-    return (f"; among them the record of {len(case_ids)} finished case{'' if one else 's'} "
-            f"({one_line(case_ids[0])}{'' if one else ', ...'}): {'it has' if one else 'they have'}"
-            " no record, and --resume runs " + ("it" if one else "them") + " again")
 
 
 def _no_records_here(report_dir: Path) -> str:

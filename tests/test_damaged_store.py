@@ -48,6 +48,9 @@ DAMAGE = {
     "torn in the middle of the file": lambda line: line[:len(line) // 2] + b"\n",
     "a label that does not exist": lambda line: line.replace(b'"PASS"', b'"GREEN"'),
     "a case id that is not UTF-8": lambda line: line.replace(b"full/a", b"full/\xff"),
+    # JSON objects of no event of ours (a review: they closed no start, counted nothing)
+    "an unknown event kind": lambda line: line.replace(b'"finished"', b'"finishee"'),
+    "an empty object": lambda line: b"{}\n",
 }
 
 
@@ -174,5 +177,30 @@ def test_a_resume_drops_a_record_outside_its_selection_and_says_what_it_wrote(tm
     results = load_results(report / "results.json")
     assert results.complete and [r.case_id for r in results.records] == [c.id for c in CASES[:2]]
     assert "2 cases on cpu-eager: 2 PASS" in resumed.stdout, resumed.stdout[-2000:]
+    assert (f"skipped 1 damaged line(s) of {report / 'records'}/*.jsonl (no event of this run: "
+            "a hand edit or a disk fault)") in resumed.stdout, resumed.stdout[-2000:]
     assert "DAMAGED" not in summary_markdown(results)
     assert not _error_lines(resumed)
+
+
+def test_a_not_judged_case_whose_new_record_is_damaged_keeps_its_old_record_unnamed(tmp_path):
+    """Recover said "3 finished of 3" and then that the case "has no record" (a review): it
+    keeps the record a full disk kept from being judged, and a resume runs it again."""
+    from records.errors import NOT_JUDGED_KEY
+    from records.events import RecordWriter, finished_ids, merge_records
+
+    _store(tmp_path, {"gw0": [(B, True)]})
+    writer = RecordWriter(tmp_path, "gw1")
+    writer.started(A, {}, "gw1", "2026-12-07T10:01:00")
+    writer.finished(Record(case_id=A, label=Label.HARNESS_ERROR, worker="gw1",
+                           metrics={NOT_JUDGED_KEY: True}, finished_at="2026-12-07T10:02:00"))
+    writer.started(A, {}, "gw1", "2026-12-07T11:00:00")  # a resume runs it again
+    writer.finished(Record(case_id=A, label=Label.PASS, worker="gw1",
+                           finished_at="2026-12-07T11:01:00"))
+    writer.close()
+    _damage_line(tmp_path / "records" / "gw1.jsonl", 3, DAMAGE["a NUL"])  # the new record
+    merged = merge_records(tmp_path, [A, B, C])
+    assert merged.unfinished == [] and merged.damaged_records == () and merged.damaged == 1
+    assert [(r.case_id, r.label) for r in merged.records] == \
+        [(A, Label.HARNESS_ERROR), (B, Label.PASS)]
+    assert finished_ids(tmp_path) == {B}

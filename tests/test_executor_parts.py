@@ -191,6 +191,17 @@ def test_registry_errors_say_what_to_do():
                               "tests.fault_backends:CLASS")
 
 
+def test_a_backend_spec_whose_package_fails_to_import_is_one_line(tmp_path, monkeypatch):
+    """Telling a module without its :CLASS imported the parent package, whose SyntaxError was
+    an INTERNALERROR (a review); a name without a dot is no module hint."""
+    (tmp_path / "broken_pkg").mkdir()
+    (tmp_path / "broken_pkg" / "__init__.py").write_text("def (:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for spec in ("broken_pkg.backends", "torch"):
+        with pytest.raises(registry.BackendError, match=f"^unknown backend '{spec}'; known: "):
+            registry.load_backend(spec)
+
+
 def test_registry_reads_entry_points(monkeypatch):
     class FakeEntryPoint:
         name, value = "vendor-x", "tests.fault_backends:WrongNumbers"

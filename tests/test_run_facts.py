@@ -74,3 +74,16 @@ def test_a_report_against_a_run_of_another_backend_says_it_is_no_release_compari
                  "-o", str(tmp_path / "out2")]) == 0
     assert "release comparison" not in capsys.readouterr().err
     assert "Not a release comparison" not in (tmp_path / "out2" / "index.html").read_text()
+
+
+def test_a_doctored_case_id_option_is_compared_as_text_not_a_traceback(tmp_path, capsys):
+    from conformance.cli import main
+    from records.results import write_results
+
+    doctored = run([record(case_id())])
+    doctored = replace(doctored, options={**doctored.options, "case_ids": [1, "a"]})
+    write_results(doctored, tmp_path / "old.json")
+    write_results(replace(run([record(case_id())]), started_at="t2"), tmp_path / "new.json")
+    assert main(["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json"),
+                 "-o", str(tmp_path / "out")]) == 0
+    assert "--case-id ['1', 'a'] there, none here" in capsys.readouterr().err

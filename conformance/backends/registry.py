@@ -66,7 +66,7 @@ def load_backend(spec: str) -> Backend:
     names = registered()
     target = names.get(spec)
     if target is None and ":" not in spec:
-        if _is_a_module(spec):  # the object left out (an outside audit: no hint of it)
+        if "." in spec and _is_a_module(spec):  # the object left out (an audit: no hint of it)
             raise BackendError(f"--backend {spec!r} names a module, not a backend in it; name "
                                f"the backend class or object too: {spec}:CLASS")
         raise BackendError(
@@ -76,12 +76,13 @@ def load_backend(spec: str) -> Backend:
 
 
 def _is_a_module(spec: str) -> bool:
-    """Whether ``spec`` names an importable module (importing its parent packages to tell)."""
+    """Whether ``spec`` names an importable module (importing its parent packages to tell;
+    a parent that fails to import, however, says no: the unknown-backend line follows)."""
     import importlib.util
 
     try:
         return importlib.util.find_spec(spec) is not None
-    except (ImportError, ValueError):  # a parent that is no package, a name like "a..b"
+    except Exception:  # noqa: BLE001 - a parent's own error (a SyntaxError too): not a module
         return False
 
 
