@@ -180,7 +180,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--compile-cache", None, "cold: every case compiles from empty caches, no cache of "
            "its graph or kernels can serve it (torch's precompiled C++ headers, alike for every "
            "case, stay: docs/execution.md); warm: one compiler cache directory under the "
-           "suite's cache dir, shared by cases and runs", _choice("--compile-cache", ("cold", "warm")),
+           "suite's cache dir, shared by cases and runs",
+           _choice("--compile-cache", ("cold", "warm")),
            "worker", default_text="cold, or warm with --phase compile"),
     Option("--phase", "all", "all: compile, time and judge every case; compile: only compile "
            "every selected case into the warm cache (no timed runs, no verdict; label "
