@@ -4,7 +4,7 @@ Nothing here imports torch: reports and the gate read case ids without it.
 An id encodes everything that defines a case and never changes meaning:
 
     <variant token>/<shape token>/<dtype>/<mode>[/x<input scale>]
-    sliding_window-w1024/b4-h8x8-s8192x8192-d128/bf16/fwd
+    sliding_window-w1000/b4-h8x8-s8192x8192-d128/bf16/fwd
     softcap-cap50/b2-h8x8-s2048x2048-d128/bf16/fwd/x8
 
 Modes: ``fwd`` (the output), ``fwd+lse`` (the output and its log-sum-exp), ``fwd+bwd`` (the

@@ -45,7 +45,7 @@ def test_smoke_divides_lengths_and_length_parameters_by_eight():
 
 def test_ids_are_readable_stable_and_round_trip():
     ids = [c.id for c in core_matrix("full")]
-    assert "sliding_window-w1024/b4-h8x8-s8192x8192-d128/bf16/fwd" in ids
+    assert "sliding_window-w1000/b4-h8x8-s8192x8192-d128/bf16/fwd" in ids
     assert "prefix_lm-p2048/b1-h8x8-s8192x8192-d128/bf16/fwd" in ids
     assert "causal/b2-h8x8-s4096x4096-d128/bf16/fwd" in ids
     for case in core_matrix("smoke"):
@@ -184,3 +184,30 @@ def test_the_suite_version_is_the_checkouts_not_an_editable_installs_last(monkey
         assert run_info.suite_version() == expected
     finally:
         run_info.suite_version.cache_clear()
+
+
+def test_every_core_sliding_window_binds_and_a_window_one_key_too_wide_is_caught():
+    """At w = S (1024 at S1024, 128 at smoke's S128) the window never bound: those cases were
+    causal ones, and a backend whose window was one key too wide passed them bit for bit (an
+    outside mutation test). The window is shorter than every core length and ends inside key
+    blocks; one key too wide is caught at the shortest length, on two seeds."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from cases.inputs import make_inputs
+    from reference.golden import Reference, reference_pair
+    from reference.verdict import judge
+
+    for profile in ("full", "smoke"):
+        windows = [c for c in core_matrix(profile) if c.variant.name == "sliding_window"]
+        assert all(c.variant.param("w") < c.shape.Skv and c.variant.param("w") % 128
+                   for c in windows), profile
+    shortest = min((c for c in core_matrix("smoke") if c.variant.name == "sliding_window"),
+                   key=lambda c: (c.shape.Skv, c.shape.B))
+    w, s = int(shortest.variant.param("w")), shortest.shape.Skv
+    wide = create_block_mask(lambda b, h, q, kv: (kv <= q) & (q - kv <= w), None, None, s, s,
+                             device="cpu")
+    for seed in (0, 1):
+        inputs = make_inputs(shortest, seed)
+        golden, baseline = reference_pair(shortest, inputs)
+        out = flex_attention(inputs.q, inputs.k, inputs.v, block_mask=wide)
+        assert not judge(shortest, golden, baseline, Reference(out)).passed, seed
