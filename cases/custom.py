@@ -13,13 +13,12 @@ A case module is an importable Python module that
 from __future__ import annotations
 
 import importlib
-import math
 import re
 import sys
 from types import ModuleType
 
 from cases.catalog import PROFILES, check_profile, matrix
-from cases.model import Case, Variant, id_part_problem
+from cases.model import Case, Variant, id_part_problem, is_param_value
 from cases.names import check_custom_matrix, entry_point_origin
 from cases import variants
 from records.text import one_line
@@ -130,8 +129,7 @@ def _param_problem(variant: Variant) -> str | None:
         problem = id_part_problem(key)
         if problem:
             return f"parameter name {key!r} {problem}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                isinstance(value, float) and not math.isfinite(value)):
+        if not is_param_value(value):
             return (f"parameter {key!r} is {value!r}; give a finite int or float (a record's "
                     "spec must be read back by flexconf repro, shrink and --case-file)")
     return None

@@ -12,6 +12,7 @@ output and dQ, dK, dV). The input scale multiplies the N(0, 1) inputs (1 is left
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -123,6 +124,13 @@ def id_part_problem(text) -> str | None:
                 "ASCII in test ids; '/' and spaces split ids); name it in printable ASCII "
                 "without '/' or spaces")
     return None
+
+
+def is_param_value(value) -> bool:
+    """Whether ``value`` may be a variant parameter's: a finite int or float (no bool), as a
+    case spec reads it back (case files, case modules: one rule for both)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and (
+        not isinstance(value, float) or math.isfinite(value))
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,10 @@ names the file, the case and the fix. Every field is checked, unknown ones too: 
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Collection
 
 from cases.catalog_params import param_problem
-from cases.model import Case, id_part_problem
+from cases.model import Case, id_part_problem, is_param_value
 from records.files import UserFileError, read_json
 from records.text import one_line
 
@@ -106,8 +105,7 @@ def _check_fields(spec, where: str, extra_fields: bool = False) -> None:
         problem = id_part_problem(key)
         if problem:
             raise ValueError(f"{where}: parameter name {one_line(repr(key))} {problem}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                isinstance(value, float) and not math.isfinite(value)):
+        if not is_param_value(value):
             raise ValueError(f"{where}: params.{one_line(str(key))} is "
                              f"{one_line(_json_text(value))}; give a finite number, e.g. 256")
 
