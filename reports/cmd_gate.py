@@ -53,8 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "why; 0: never (one measurement per run decides)")
     parser.add_argument("--confirm-max-cases", type=int, default=None, metavar="K",
                         help="when confirming: measure at most K flagged cases again, those whose "
-                             "time grew by the largest factor (default 20); the others stay "
-                             "unconfirmed and block")
+                             "time grew by the largest factor, compile and run taking turns "
+                             "(default 20); the others stay unconfirmed and block")
     parser.add_argument("--candidate-python", metavar="PY", action=NonEmpty,
                         what="the path of a python",
                         help="when confirming: the python that has the candidate's release "

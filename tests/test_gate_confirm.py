@@ -364,8 +364,9 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
     [note] = [n.text for n in confirmed_decision.notes if n.kind == "CONFIRMATION"]
     assert note.startswith("2 flagged cases measured again 1 time,")
     assert "; 2 dismissed; 1 more flagged case not measured again" in note  # A is not counted
-    assert note.endswith("(--confirm-max-cases: those whose time grew by the largest factor "
-                         "were), their findings unconfirmed and blocking")
+    assert note.endswith("(--confirm-max-cases: those whose time grew by the largest factor, "
+                         "compile and run taking turns, were), their findings unconfirmed and "
+                         "blocking")
     assert not [n for n in confirmed_decision.notes if n.kind == "UNCONFIRMED"]
 
 
