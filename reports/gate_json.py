@@ -16,8 +16,8 @@ Labels, times and messages are null where the case is not in that run (or the fi
 about a case: STALE names an expectation). ``message`` is the candidate's full message.
 ``category`` is blocking, good news, dismissed (a time finding that its reruns did not
 reproduce) or listed. Time findings (COMPILE_TIME, RUN_TIME) carry ``confirmation``
-(reports/timing.py, ``Confirmation.to_json``: status confirmed, dismissed, unmeasured or
-unconfirmed, the rule, and each side's repeated figures with median, min and max) and
+(reports/timing.py, ``Confirmation.to_json``: status confirmed, dismissed, inconclusive,
+unmeasured or unconfirmed, the rule, and each side's repeated figures with median, min and max) and
 COMPILE_TIME ones ``stage_grew_most`` ({"stage", "old_seconds", "new_seconds"} from the
 recorded breakdowns, or null); both are null for other findings.
 """

@@ -6,9 +6,18 @@ A time finding is flagged from one measurement per run. Measured again, it is
     baseline's repeated median (or, when the baseline has no repeated figure, its recorded
     one): it blocks;
   - ``dismissed`` (as noise) when it did not, against the baseline's repeated median, and
-    every candidate rerun gave a figure: it does not block. Never against a recorded figure
-    (a baseline run slowed by load would hide a real slowdown), nor when a candidate rerun
-    gave none (a COMPILE_TIMEOUT is slower than any figure);
+    every candidate rerun gave a figure, and the figures can tell: each side's reruns lie
+    within what the rule allows between releases (max - min <= (factor - 1) * median +
+    slack), or even the candidate's slowest rerun did not grow past the rule against the
+    baseline's fastest, or the candidate's median is not above the baseline's at all (the
+    growth did not reproduce): it does not block. Never against a recorded figure (a baseline run
+    slowed by load would hide a real slowdown), nor when a candidate rerun gave none (a
+    COMPILE_TIMEOUT is slower than any figure);
+  - ``inconclusive`` when the medians did not confirm it but could not dismiss it either: the
+    reruns spread wider than the rule can resolve, and the candidate's median is above the
+    baseline's (a loaded machine: torch 2.15.0's real x1.4 compile regressions, measured
+    again under load at 5.8-11.1 s against 7.4-8.8 s, had medians x1.13-x1.25 and were
+    dismissed; docs/results/README.md): it still blocks;
   - ``unmeasured`` otherwise, when the figures do not confirm it: it still blocks, since
     nothing disproved it;
   - ``unconfirmed`` when not measured again (``--confirm 0``; ``auto`` without a fitting
@@ -24,7 +33,7 @@ from reports.compare import grew
 from reports.formatting import precise_seconds
 
 KINDS = {"compile": "COMPILE_TIME", "run": "RUN_TIME"}
-STATUSES = ("confirmed", "dismissed", "unmeasured", "unconfirmed")
+STATUSES = ("confirmed", "dismissed", "inconclusive", "unmeasured", "unconfirmed")
 
 
 @dataclass(frozen=True)
@@ -46,12 +55,22 @@ class TimeRule:
     def verdict(self, before: float, after: float) -> str:
         """``x1.30 >= x1.25`` or ``x1.02 < x1.25`` (with the slack when it decided)."""
         ratio = after / before if before > 0 else float("inf")
+        shown = f"{ratio:.2f}"
+        if shown == f"{self.factor:.2f}" and ratio != self.factor:
+            shown = f"{ratio:.4f}"  # not "x1.25 < x1.25"
         if self.grew(before, after):
-            return f"x{ratio:.2f} >= x{self.factor:g}"
+            return f"x{shown} >= x{self.factor:g}"
         if ratio >= self.factor:
-            return (f"x{ratio:.2f}, but +{_seconds(after - before)} s <= "
+            return (f"x{shown}, but +{_seconds(after - before)} s <= "
                     f"{self.slack_seconds:g} s slack")
-        return f"x{ratio:.2f} < x{self.factor:g}"
+        return f"x{shown} < x{self.factor:g}"
+
+    def resolves(self, figures: "Figures") -> bool:
+        """Whether one side's reruns agree among themselves within what the rule allows
+        between releases: ``max - min <= (factor - 1) * median + slack``. Wider, they
+        cannot tell a regression of the rule's size from the machine's noise."""
+        spread = max(figures.seconds) - min(figures.seconds)
+        return spread <= (self.factor - 1) * figures.median + self.slack_seconds
 
 
 @dataclass(frozen=True)
@@ -139,9 +158,12 @@ class Confirmation:
         """One line: the status and the figures it rests on."""
         if self.status == "unconfirmed":
             return "unconfirmed: measured once per run"
-        head = {"confirmed": "confirmed", "dismissed": "dismissed as noise",
-                "unmeasured": "not confirmed, still blocking: " + self._unmeasured_reason
-                }[self.status]
+        if self.status == "inconclusive":
+            head = "inconclusive, still blocking: " + self._noise_reason
+        elif self.status == "unmeasured":
+            head = "not confirmed, still blocking: " + self._unmeasured_reason
+        else:
+            head = {"confirmed": "confirmed", "dismissed": "dismissed as noise"}[self.status]
         parts = [f"candidate {self.candidate.text}" if self.candidate else ""]
         if self.baseline is not None:
             parts.append(f"baseline {self.baseline.text}")
@@ -154,6 +176,15 @@ class Confirmation:
         if self.stage is not None and self.status == "confirmed":  # what grew, when it did
             line += f"; {self.stage.text}"
         return line
+
+    @property
+    def _noise_reason(self) -> str:
+        wide = [side for side, figures in (("candidate", self.candidate),
+                                            ("baseline", self.baseline))
+                if figures is not None and not self.rule.resolves(figures)]
+        return (f"the {' and the '.join(wide)}'s reruns spread wider than the rule can "
+                f"resolve (x{self.rule.factor:g} and {self.rule.slack_seconds:g} s); measure "
+                "again on a quieter machine")
 
     @property
     def _unmeasured_reason(self) -> str:
@@ -182,8 +213,9 @@ class Confirmation:
 
 def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Figures,
           baseline: Figures | None) -> Confirmation:
-    """Confirmed or dismissed on the repeated medians (see the module doc); unmeasured when
-    the figures cannot decide."""
+    """Confirmed or dismissed on the repeated medians (see the module doc); inconclusive when
+    they would dismiss it but spread too wide to tell; unmeasured when a side has no
+    figure."""
     confirmation = Confirmation("unmeasured", rule, repeats, candidate, baseline,
                                 recorded_baseline,
                                 stage_growth(baseline.breakdown if baseline else None,
@@ -194,7 +226,9 @@ def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Fig
     if rule.grew(before, after):
         status = "confirmed"
     elif baseline is not None and baseline.median is not None and not candidate.failures:
-        status = "dismissed"
+        resolved = rule.resolves(candidate) and rule.resolves(baseline)
+        separated = not rule.grew(min(baseline.seconds), max(candidate.seconds))
+        status = "dismissed" if resolved or separated or after <= before else "inconclusive"
     else:  # a recorded baseline figure may itself be slow, and a candidate rerun without a
         return confirmation  # figure (a timeout) may be the slowdown: neither clears it
     return Confirmation(status, rule, repeats, candidate, baseline, recorded_baseline,
