@@ -159,7 +159,7 @@ class Confirmation:
         if self.status == "unconfirmed":
             return "unconfirmed: measured once per run"
         if self.status == "inconclusive":
-            head = "inconclusive, still blocking: " + self._noise_reason
+            head = f"inconclusive, still blocking ({self._noise_reason})"
         elif self.status == "unmeasured":
             head = "not confirmed, still blocking: " + self._unmeasured_reason
         else:
@@ -182,9 +182,10 @@ class Confirmation:
         wide = [side for side, figures in (("candidate", self.candidate),
                                             ("baseline", self.baseline))
                 if figures is not None and not self.rule.resolves(figures)]
-        return (f"the {' and the '.join(wide)}'s reruns spread wider than the rule can "
-                f"resolve (x{self.rule.factor:g} and {self.rule.slack_seconds:g} s); measure "
-                "again on a quieter machine")
+        sides = " and the ".join(f"{side}'s" for side in wide)
+        return (f"the {sides} reruns spread wider than the rule can resolve, "
+                f"x{self.rule.factor:g} and "
+                f"{self.rule.slack_seconds:g} s: measure again on a quieter machine")
 
     @property
     def _unmeasured_reason(self) -> str:
