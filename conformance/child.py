@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from typing import Any, Callable
 
 from conformance.process_gc import imported_for_good, warming_up
@@ -225,16 +226,17 @@ def _run_phases(backend, request: CaseRequest, emit: Emit, timings: dict) -> str
     _guard(setup, lambda: import_case_modules(list(request.cases_modules)), harness=True)
     case = _guard(setup, lambda: Case.from_json(request.case), harness=True)
     _guard(setup, _forget_earlier_cases_graphs, harness=True)
-    _guard(setup, lambda: backend.begin_case(request.cache_dir, request.cold))
-    device = _guard(setup, backend.device)
+    on_device = partial(_guard, setup, backend=backend)  # a CUDA fault: EXEC_ERROR, new child
+    on_device(lambda: backend.begin_case(request.cache_dir, request.cold))
+    device = on_device(backend.device)
     seed = request.seed
     inputs = _guard(setup, lambda: make_inputs(case, seed), harness=True)
     mods = _guard(setup, lambda: build_mods(case.variant, case.shape, device), harness=True)
-    inputs = _guard(setup, lambda: inputs.to(device))
+    inputs = on_device(lambda: inputs.to(device))
     backward = case.mode == "fwd+bwd"
-    grad_out = _guard(setup, lambda: make_grad_output(case, seed).to(device)) if backward else None
-    mask = _guard(setup, lambda: _block_mask(case, mods, device))
-    fn = _guard(setup, lambda: backend.prepare(case))
+    grad_out = on_device(lambda: make_grad_output(case, seed).to(device)) if backward else None
+    mask = on_device(lambda: _block_mask(case, mods, device))
+    fn = on_device(lambda: backend.prepare(case))
     timings["setup_seconds"] = time.perf_counter() - start
 
     def call():  # every result is checked: a wrong structure is the call's phase's error

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,6 +127,8 @@ class Executor:
             cache_dir = Path(s.warm_cache_dir)
         reference = None if s.compile_only else in_background(
             self.reference.get, case, s.seed, s.reference_device)
+        if reference is not None and s.reference_device != "cpu":
+            wait([reference])  # on the case's own GPU: never beside its timed runs
         request = CaseRequest(
             case=case.to_json(), output_path=str(output_path), seed=s.seed, runs=s.timed_runs,
             cold=s.compile_cache == "cold", cache_dir=str(cache_dir) if cache_dir else None,

@@ -381,9 +381,17 @@ class ConformanceSession(RunLifecycle):
         if self.options.reference_device == "cuda":
             import torch
 
+            from conformance.compat import TF32_OVERRIDE_ENV
+
             if not torch.cuda.is_available():
                 raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
                                         "here; use --reference-device cpu")
+            if os.environ.get(TF32_OVERRIDE_ENV, "0") not in ("", "0"):
+                raise pytest.UsageError(
+                    f"--reference-device cuda: {TF32_OVERRIDE_ENV}="
+                    f"{os.environ[TF32_OVERRIDE_ENV]} makes cuBLAS round float32 products to "
+                    "TF32, and the float32 baseline the verdict scales by must be IEEE float32; "
+                    f"unset {TF32_OVERRIDE_ENV} or use --reference-device cpu")
         from conformance.compat import require_supported_torch
         from conformance.runner import load_expectations
 

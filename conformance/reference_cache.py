@@ -31,12 +31,17 @@ def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
     from cases.inputs import make_grad_output, make_inputs
     from reference.golden import reference_pair
 
+    from conformance.compat import ieee_float32_matmul
+
     inputs = make_inputs(case, seed)
     grad_out = make_grad_output(case, seed) if case.mode == "fwd+bwd" else None
-    if device != "cpu":
-        inputs = inputs.to(device)
-        grad_out = grad_out.to(device) if grad_out is not None else None
-    golden, baseline = reference_pair(case, inputs, grad_out)
+    if device == "cpu":
+        golden, baseline = reference_pair(case, inputs, grad_out)
+        return _on_cpu(golden), _on_cpu(baseline)
+    inputs = inputs.to(device)
+    grad_out = grad_out.to(device) if grad_out is not None else None
+    with ieee_float32_matmul():  # the float32 baseline: never TF32
+        golden, baseline = reference_pair(case, inputs, grad_out)
     return _on_cpu(golden), _on_cpu(baseline)
 
 
@@ -59,7 +64,7 @@ class ReferenceCache:
 
         from reference.outputs import reference_from_dict, reference_to_dict, save_whole
 
-        key = cache_key(case.id, seed, device, _variant_module(case))
+        key = cache_key(case.id, seed, device.split(":")[0], _variant_module(case))  # any GPU
         path = self.directory / f"{key}.pt"
         try:
             data = torch.load(path, weights_only=True)

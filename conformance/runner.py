@@ -13,6 +13,7 @@ import pytest
 from cases.model import Case
 from conformance.artifacts import ARTIFACTS_DIRNAME
 from conformance.backends.base import WorkerSlot, threads_per_worker, usable_cores
+from conformance.backends.cuda import reference_device_for
 from conformance.cache_dirs import warm_cache_dir
 from conformance.options import RunOptions
 from records.results import Label, Record
@@ -95,7 +96,7 @@ class Runner:
             compile_cache=options.compile_cache,
             warm_cache_dir=str(warm_cache_dir(backend.name)),
             seed=options.seed, timed_runs=options.timed_runs,
-            reference_device=options.reference_device,
+            reference_device=reference_device_for(options.reference_device, self.slot),
             cases_modules=options.cases_modules, compile_only=options.phase == "compile",
             artifacts_dir=str(options.report_dir / ARTIFACTS_DIRNAME),
             keep_artifacts=options.keep_artifacts,

@@ -21,7 +21,8 @@ from conformance.backends.base import WorkerSlot
 from conformance.backends.cuda import (CudaEager, CudaInductor, gpu_for_worker, triton_version,
                                        visible_gpus)
 from conformance.backends.registry import BackendError, resolve_backend
-from conformance.protocol import CaseRequest, DoneEvent, ErrorEvent, Timings, label_of, observation_of
+from conformance.protocol import (CaseRequest, DoneEvent, ErrorEvent, Outcome, Phase, Timings,
+                                  label_of, observation_of)
 from records.results import Label
 
 TINY = Case(variants.causal(), Shape(1, 2, 2, 64, 64, 16), "fp32")
@@ -174,7 +175,30 @@ def test_versions_tolerate_absent_tools(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
     env = CudaEager().environment()
     assert env["driver"] == "unknown (nvidia-smi not found)"
-    assert triton_version() in ("not installed",) or triton_version()[0].isdigit()
+    from importlib.metadata import PackageNotFoundError, version
+
+    installed = []
+    for package in ("triton", "pytorch-triton", "pytorch-triton-rocm"):
+        try:
+            installed.append(version(package))
+        except PackageNotFoundError:
+            pass
+    assert triton_version() == (installed[0] if installed else "not installed")
+
+
+def test_triton_version_names_the_first_distribution_installed(monkeypatch):
+    from importlib import metadata
+
+    def version(package):
+        if package == "pytorch-triton":
+            return "3.6.0+git1234"
+        raise metadata.PackageNotFoundError(package)
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert triton_version() == "3.6.0+git1234"
+    monkeypatch.setattr(metadata, "version", lambda p: (_ for _ in ()).throw(
+        metadata.PackageNotFoundError(p)))
+    assert triton_version() == "not installed"
 
 
 def test_one_gpu_per_worker_from_the_visible_list():
@@ -219,3 +243,102 @@ def test_warm_up_runs_the_attention_call_once():
 
     Recording().warm_up()
     assert calls == [(torch.bfloat16, True, True)]
+
+
+@pytest.mark.parametrize("raised", [
+    NoTritonConfigsError(f"No valid triton configs. OutOfMemoryError: {TRITON_OOR}"),
+    NoTritonConfigsError("No valid triton configs. OutOfMemoryError: CUDA driver error: out of "
+                         "memory"),
+], ids=["with-the-limits", "launcher-text"])
+def test_a_kernel_launcher_out_of_memory_is_out_of_resources_not_out_of_memory(raised):
+    """Inductor groups a launcher's torch.cuda.OutOfMemoryError with Triton's OutOfResources
+    (both retried without pipelining, then rewrapped as "No valid triton configs. ...": torch
+    2.13 triton_heuristics ``_make_launchers``): loading a kernel failed for on-chip memory,
+    no tensor was allocated. Its exact text from a GPU is not known here; both forms are a
+    COMPILE_ERROR that says what failed."""
+    label, message = _label_of_first_call(_raising(raised))
+    assert label is Label.COMPILE_ERROR, message
+    assert message.startswith("TritonOutOfResources: Triton kernel exceeds the GPU's on-chip "
+                              "resources ("), message
+
+
+def _cuda_error(text: str) -> BaseException:
+    kind = getattr(torch, "AcceleratorError", RuntimeError)  # torch >= 2.8 raises this
+    try:
+        return kind(text)
+    except TypeError:  # its constructor may want an error code first
+        return RuntimeError(text)
+
+
+@pytest.mark.parametrize("raised", [
+    _cuda_error("CUDA error: an illegal memory access was encountered\nCUDA kernel errors "
+                "might be asynchronously reported at some other API call"),
+    RuntimeError("CUDA error: device-side assert triggered"),
+    _wrapped_by_dynamo(RuntimeError("CUDA error: unspecified launch failure")),
+], ids=["accelerator-error", "runtime-error-text", "wrapped-by-the-compiler"])
+def test_a_cuda_fault_in_the_first_call_is_a_runtime_error_and_replaces_the_child(raised):
+    """A kernel's fault surfaces at the first call's synchronize, inside the compile phase: it
+    was a COMPILE_ERROR, and the child kept its broken CUDA context (an outside review)."""
+    backend = CudaOnCpu()
+    backend.call = _raising(raised)
+    events = []
+    child.run_case(backend, CaseRequest(TINY.to_json(), os.devnull, cold=False), events.append)
+    error = next(e for e in events if isinstance(e, ErrorEvent))
+    assert error.outcome is Outcome.EXEC_ERROR  # the supervisor closes the child on it
+    assert label_of(observation_of(error, Timings())) is Label.RUNTIME_ERROR
+
+
+def test_a_cuda_fault_while_setting_a_case_up_replaces_the_child_too():
+    """Inputs and the block mask move to the GPU in setup: a fault there left every later case
+    of the worker a setup error in the same broken context."""
+    class FaultyDevice(CudaOnCpu):
+        def device(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    events = []
+    child.run_case(FaultyDevice(), CaseRequest(TINY.to_json(), os.devnull, cold=False),
+                   events.append)
+    error = next(e for e in events if isinstance(e, ErrorEvent))
+    assert (error.phase, error.outcome) == (Phase.SETUP, Outcome.EXEC_ERROR), error
+    assert label_of(observation_of(error, Timings())) is Label.RUNTIME_ERROR
+
+
+def test_each_worker_computes_its_goldens_on_its_own_gpu(monkeypatch):
+    """--reference-device cuda put every worker's goldens on GPU 0, beside worker 0's timed
+    runs (an outside review); now each worker's on the GPU its child runs on."""
+    from conformance.backends.cuda import reference_device_for
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert [reference_device_for("cuda", WorkerSlot(i, 8)) for i in range(8)] == \
+        [f"cuda:{i % 4}" for i in range(8)]
+    assert gpu_for_worker(WorkerSlot(5, 8), ["0", "1", "2", "3"]) == "1"  # the same GPU
+    assert reference_device_for("cpu", WorkerSlot(5, 8)) == "cpu"
+
+
+def test_the_float32_baseline_is_computed_without_tf32_and_the_setting_put_back():
+    from conformance.compat import ieee_float32_matmul
+
+    matmul = torch.backends.cuda.matmul
+    name = "fp32_precision" if hasattr(torch._C, "_get_fp32_precision_getter") else "allow_tf32"
+    before = getattr(matmul, name)
+    setattr(matmul, name, "tf32" if name == "fp32_precision" else True)
+    try:
+        with ieee_float32_matmul():
+            assert getattr(matmul, name) in ("ieee", False)
+        assert getattr(matmul, name) in ("tf32", True)
+    finally:
+        setattr(matmul, name, before)
+
+
+def test_a_tf32_override_with_goldens_on_the_gpu_is_one_line(tmp_path):
+    """TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (NGC images set it) turns TF32 on for cuBLAS
+    whatever torch's flags say: the float32 baseline would not be IEEE float32."""
+    from tests.test_plugin_runs import clean_env, pytest_args, run
+
+    proc = run(pytest_args(tmp_path, "cpu-eager", [TINY], "--reference-device", "cuda",
+                           "-p", "tests.cuda_claimed"),
+               env=clean_env(TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1"))
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert ("--reference-device cuda: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes cuBLAS round "
+            "float32 products to TF32") in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "report" / "results.json").exists()

@@ -238,6 +238,27 @@ def test_inductor_compile_stages_from_torchs_metrics(monkeypatch, threads, entri
             or entries[0].entire_frame_compile_time_s)
 
 
+def test_triton_compiles_in_one_thread_are_their_own_stage(monkeypatch):
+    """CUDA, as the suite runs it (one compile thread): Inductor compiles each Triton kernel in
+    process, timed as ``async_compile.precompile`` (torch 2.13 async_compile.py), as the
+    generated module loads in code generation. Without that region the breakdown had no
+    ``triton_compile`` and put all of it in ``inductor_codegen`` (an outside review)."""
+    from torch._dynamo import utils
+    from torch._inductor import async_compile
+
+    monkeypatch.setattr(async_compile, "get_compile_threads", lambda: 1)
+    metrics = {**_NEW, "inductor_code_gen_cumulative_compile_time_us": 6_000_000}
+    monkeypatch.setattr(utils, "get_compilation_metrics",
+                        lambda: [_Metrics(**metrics, triton_compile_time_us=5_000_000)])
+    monkeypatch.setattr(utils, "compilation_time_metrics",
+                        {"async_compile.precompile": [4.0, 1.0],
+                         "PyCodeCache.load_by_key_path": [5.5]})
+    stages = compat.inductor_compile_stages("triton_compile")
+    assert stages == pytest.approx({"dynamo_tracing": 1.0, "aot_autograd": 1.0,
+                                    "inductor_lowering": 2.0, "inductor_codegen": 0.5,
+                                    "triton_compile": 5.5})
+
+
 def test_torchs_structured_trace_reaches_a_capture_only_when_torch_writes_a_trace(tmp_path):
     """pytest >= 9 attaches its log capture to torch's never-propagating trace logger: without
     the filter every failing case showed dozens of empty DEBUG lines from a make_fx trace (the

@@ -44,6 +44,19 @@ class TritonOutOfResources(RuntimeError):
 def translate_cuda_error(exc: BaseException) -> BaseException | None:
     """The clear exception ``exc`` stands for (searching its wrapped causes), or None."""
     chain = list(_chain(exc))
+    for err in chain:  # before out of memory: Inductor's "No valid triton configs" names
+        text = str(err)  # a kernel's launcher that failed with either, shared memory both
+        if (type(err).__name__ == "OutOfResources" or "out of resource:" in text
+                or "No valid triton configs. OutOfMemoryError" in text):
+            m = _TRITON_OOR_RE.search(text)
+            detail = (m.group(0) if m else "No valid triton configs: the kernel's launcher "
+                      "raised OutOfMemoryError; the traceback has its text"
+                      if "No valid triton configs. OutOfMemoryError" in text
+                      else _first_line(err))
+            return TritonOutOfResources(
+                f"Triton kernel exceeds the GPU's on-chip resources ({detail}); the compiler "
+                "generated a kernel that cannot run on this GPU (smaller BLOCK_M/BLOCK_N or "
+                "num_stages in kernel_options may fit)")
     for err in chain:
         if type(err).__name__ == "OutOfMemoryError":
             line = _first_line(err)
@@ -53,15 +66,6 @@ def translate_cuda_error(exc: BaseException) -> BaseException | None:
         m = _CUDA_OOM_RE.search(str(err))
         if m:
             return CudaOutOfMemory(m.group(0))
-    for err in chain:
-        text = str(err)
-        if type(err).__name__ == "OutOfResources" or "out of resource:" in text:
-            m = _TRITON_OOR_RE.search(text)
-            detail = m.group(0) if m else _first_line(err)
-            return TritonOutOfResources(
-                f"Triton kernel exceeds the GPU's on-chip resources ({detail}); the compiler "
-                "generated a kernel that cannot run on this GPU (smaller BLOCK_M/BLOCK_N or "
-                "num_stages in kernel_options may fit)")
     return None
 
 
@@ -149,6 +153,16 @@ class CudaEager(Backend):
 
         torch.cuda.synchronize()
 
+    def is_execution_error(self, exc: BaseException) -> bool:
+        """A CUDA error the device raised running kernels (an illegal memory access, a
+        device-side assert, a launch failure): ``torch.AcceleratorError`` since torch 2.8, a
+        RuntimeError "CUDA error: ..." before. It surfaces at the first call's synchronize,
+        inside the compile phase, so without this it was a COMPILE_ERROR (an outside review);
+        recognised, it is a RUNTIME_ERROR in any phase, and the child is replaced: a CUDA
+        error leaves the context unusable for every later case."""
+        return any(type(err).__name__ == "AcceleratorError" or "CUDA error:" in str(err)
+                   for err in _chain(exc))
+
     def _attention_fn(self) -> Callable:
         from torch.nn.attention.flex_attention import flex_attention
 
@@ -168,10 +182,13 @@ class CudaInductor(CudaEager):
 
     def child_env(self, slot: WorkerSlot, cache_dir: str | None) -> dict[str, str]:
         env = super().child_env(slot, cache_dir)
-        # Triton compiles in the child itself: compile-worker processes keep the environment
-        # they started with, so after begin_case moved TRITON_CACHE_DIR to a case's fresh
-        # directory they would still read and fill the first one (a cold case could then hit
-        # an earlier case's kernels). flex_attention's forward is a few kernels: little is lost.
+        # Triton compiles in the child itself: a pool of compile workers that kept the
+        # environment it started with would, after begin_case moved TRITON_CACHE_DIR to a
+        # case's fresh directory, still read and fill the first one (a cold case could then hit
+        # an earlier case's kernels). torch 2.13's pool passes both cache directories with
+        # every task; not every release the suite supports was checked, and one thread is
+        # safe in all. flex_attention's forward is a few kernels: little is lost, and the
+        # compiles are timed in process (compat.inductor_compile_stages: triton_compile).
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         if cache_dir:
             env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
@@ -216,6 +233,18 @@ def gpu_for_worker(slot: WorkerSlot, gpus: list[str]) -> str:
         raise ValueError("no GPU to give to worker children (CUDA_VISIBLE_DEVICES is empty or "
                          "torch counts 0 GPUs); check `nvidia-smi`, or use a cpu-* backend")
     return gpus[slot.index % len(gpus)]
+
+
+def reference_device_for(device: str, slot: WorkerSlot) -> str:
+    """Where worker ``slot`` computes its goldens (``--reference-device``): ``cpu``, or the
+    GPU its child runs on (``cuda:i``: the parent sees the GPUs of CUDA_VISIBLE_DEVICES in
+    order, as visible_gpus lists them for gpu_for_worker), so eight workers' goldens do not
+    all land on GPU 0 beside worker 0's timed runs (an outside review)."""
+    if device != "cuda":
+        return device
+    import torch
+
+    return f"cuda:{slot.index % max(1, torch.cuda.device_count())}"
 
 
 def triton_version() -> str:

@@ -20,6 +20,9 @@
 # at most 480 s of the device tool's 600 s per command.
 # Rehearsed on the CPU with BACKEND=cpu-inductor PROFILE=smoke COMPILE_WORKERS=2 WORKERS=2
 # (docs/results/README.md).
+# On one GPU the run's 8 workers share it: their run times and GFLOP/s are measured with
+# neighbours' kernels on the same GPU (contended), the labels and compile stages are not
+# disturbed; say so beside any figure taken from it.
 #
 # The device machine has torch, pytest and pytest-xdist but no jsonschema, and nothing can be
 # installed there from an index. Before the call, in the checkout (.whl is git-excluded):
@@ -68,6 +71,10 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
               torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
   python3 -c "import triton; print('triton', triton.__version__)"
+  # what would change the float32 baseline's products (TF32) or the compile's threads
+  env | grep -i -e tf32 -e OMP_NUM_THREADS -e TORCHINDUCTOR || echo "no TF32/OMP/Inductor env"
+  python3 -c "import torch; m = torch.backends.cuda.matmul; print('matmul', 'fp32_precision',
+              getattr(m, 'fp32_precision', '-'), 'allow_tf32', m.allow_tf32)"
 } 2>&1 | tee -a "$log"
 
 # One phase: name, seconds, workers, then pytest options. Sets $status to pytest's exit status.
