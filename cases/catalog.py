@@ -116,7 +116,23 @@ def extended_matrix(profile: str = "full") -> list[Case]:
     cases += [Case(padded, base(), mode=mode, tags=tags | {"masked_rows"})
               for mode in ("fwd", "fwd+lse")]
     cases += each_variant(base(), "lse", mode="fwd+lse")
-    cases += each_variant(base(B=1, Sq=1024 // div, Skv=1024 // div), "backward", mode="fwd+bwd")
+    small = dict(B=1, Sq=1024 // div, Skv=1024 // div)
+    cases += each_variant(base(**small), "backward", mode="fwd+bwd")
+    # the backward where a kernel sums or guards what the forward cannot show: dK and dV summed
+    # over a GQA group and over a shared key/value batch, fully masked rows, and a soft-cap
+    # whose slope binds (inputs x4). Without them a backend that took one query head's dK and
+    # dV, NaN'd the gradients of masked rows, or dropped the cap's gradient passed the whole
+    # extended matrix (an outside mutation test of the backward, 2026-12-07: each is caught
+    # here at 26-119x the limit, a correct FlashAttention-style backward passes at 0.55 at most)
+    backward = tags | {"backward"}
+    cases += [Case(v.causal(), base(**small, Hkv=2), mode="fwd+bwd", tags=backward | {"gqa"}),
+              Case(v.full(), base(**small, Hkv=2), mode="fwd+bwd", tags=backward | {"gqa"}),
+              Case(v.causal(), base(**{**small, "B": 2}, Bkv=1), mode="fwd+bwd",
+                   tags=backward | {"kv_broadcast"}),
+              Case(v.padded_causal(3 * small["Sq"] // 4), base(**small), mode="fwd+bwd",
+                   tags=backward | {"masked_rows"}),
+              Case(v.softcap(SOFTCAP), base(**small), mode="fwd+bwd",
+                   input_scale=LARGE_INPUT_SCALE, tags=backward | {"large_inputs"})]
     # an activation in place of softmax, attention-gym's way, in each dtype and with its lse
     # (what attention-gym reads back): torch functions whose 16-bit forms round-trip through
     # float32 (docs/findings.md, finding 13)
