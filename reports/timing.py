@@ -6,11 +6,12 @@ A time finding is flagged from one measurement per run. Measured again, it is
     baseline's repeated median (or, when the baseline has no repeated figure, its recorded
     one): it blocks;
   - ``dismissed`` (as noise) when it did not, against the baseline's repeated median, and
-    every candidate rerun gave a figure, and the figures can tell: each side's reruns lie
-    within what the rule allows between releases (max - min <= (factor - 1) * median +
-    slack), or even the candidate's slowest rerun did not grow past the rule against the
-    baseline's fastest, or the candidate's median is not above the baseline's at all (the
-    growth did not reproduce): it does not block. Never against a recorded figure (a baseline run
+    every candidate rerun gave a figure, and the figures can tell: each side's reruns (two
+    or more) lie within what the rule lets a time grow between releases (max - min <=
+    max((factor - 1) * median, slack)), or even the candidate's slowest rerun did not grow
+    past the rule against the baseline's fastest, or the candidate's median is not above
+    the baseline's at all (the growth did not reproduce; a regression that load hid that
+    well is dismissed too): it does not block. Never against a recorded figure (a baseline run
     slowed by load would hide a real slowdown), nor when a candidate rerun gave none (a
     COMPILE_TIMEOUT is slower than any figure);
   - ``inconclusive`` when the medians did not confirm it but could not dismiss it either: the
@@ -66,11 +67,15 @@ class TimeRule:
         return f"x{shown} < x{self.factor:g}"
 
     def resolves(self, figures: "Figures") -> bool:
-        """Whether one side's reruns agree among themselves within what the rule allows
-        between releases: ``max - min <= (factor - 1) * median + slack``. Wider, they
-        cannot tell a regression of the rule's size from the machine's noise."""
+        """Whether one side's reruns agree among themselves within what the rule lets a time
+        grow between releases: ``max - min <= max((factor - 1) * median, slack)`` (a time
+        grew when past both, so either one is allowed). Wider, they cannot tell a
+        regression of the rule's size from the machine's noise; one figure shows no spread
+        at all, so it resolves nothing."""
+        if len(figures.seconds) < 2:
+            return False
         spread = max(figures.seconds) - min(figures.seconds)
-        return spread <= (self.factor - 1) * figures.median + self.slack_seconds
+        return spread <= max((self.factor - 1) * figures.median, self.slack_seconds)
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,8 @@ def judge(rule: TimeRule, repeats: int, recorded_baseline: float, candidate: Fig
         status = "confirmed"
     elif baseline is not None and baseline.median is not None and not candidate.failures:
         resolved = rule.resolves(candidate) and rule.resolves(baseline)
-        separated = not rule.grew(min(baseline.seconds), max(candidate.seconds))
+        separated = (min(len(candidate.seconds), len(baseline.seconds)) > 1
+                     and not rule.grew(min(baseline.seconds), max(candidate.seconds)))
         status = "dismissed" if resolved or separated or after <= before else "inconclusive"
     else:  # a recorded baseline figure may itself be slow, and a candidate rerun without a
         return confirmation  # figure (a timeout) may be the slowdown: neither clears it

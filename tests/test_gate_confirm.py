@@ -354,7 +354,7 @@ def test_confirm_measures_at_most_max_cases_again_those_that_grew_most(tmp_path)
     sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
     calls: list = []
     measured = remeasure(sides, flagged_cases(decision, 2), 1, tmp_path,
-                         rerun=rerun_giving({"baseline": [4.0], "candidate": [4.1]}, calls))
+                         rerun=rerun_giving({"baseline": [4.0], "candidate": [3.9]}, calls))
     assert calls == [("baseline", (B, C)), ("candidate", (B, C))]
     confirmed_decision = confirm_decision(decision, measured)
     status = {f.subject: f.confirmation.status if f.confirmation else "unconfirmed"
@@ -380,7 +380,7 @@ def test_a_fuzzed_case_is_not_rerun_by_id_and_its_finding_keeps_blocking(tmp_pat
     assert flagged_cases(decision) == [A]
     sides = [Side("baseline", old, "/py/old"), Side("candidate", new, "/py/new")]
     measured = remeasure(sides, flagged_cases(decision), 1, tmp_path,
-                         rerun=rerun_giving({"baseline": [4.0], "candidate": [4.1]}))
+                         rerun=rerun_giving({"baseline": [4.0], "candidate": [3.9]}))
     confirmed_decision = confirm_decision(decision, measured)
     status = {f.subject: f.confirmation.status if f.confirmation else "unconfirmed"
               for f in confirmed_decision.findings}
