@@ -381,11 +381,14 @@ class ConformanceSession(RunLifecycle):
         if self.options.reference_device == "cuda":
             import torch
 
+            from conformance.backends.cuda import reference_gpus_problem
             from conformance.compat import TF32_OVERRIDE_ENV
 
             if not torch.cuda.is_available():
                 raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
                                         "here; use --reference-device cpu")
+            if reference_gpus_problem():
+                raise pytest.UsageError(reference_gpus_problem())
             if os.environ.get(TF32_OVERRIDE_ENV, "0") not in ("", "0"):
                 raise pytest.UsageError(
                     f"--reference-device cuda: {TF32_OVERRIDE_ENV}="

@@ -42,7 +42,12 @@ def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
     grad_out = grad_out.to(device) if grad_out is not None else None
     with ieee_float32_matmul():  # the float32 baseline: never TF32
         golden, baseline = reference_pair(case, inputs, grad_out)
-    return _on_cpu(golden), _on_cpu(baseline)
+    on_cpu = _on_cpu(golden), _on_cpu(baseline)
+    del inputs, grad_out, golden, baseline
+    import torch
+
+    torch.cuda.empty_cache()  # the golden's float64 working memory, on the case's own GPU
+    return on_cpu
 
 
 def _on_cpu(ref):

@@ -245,21 +245,21 @@ def test_warm_up_runs_the_attention_call_once():
     assert calls == [(torch.bfloat16, True, True)]
 
 
-@pytest.mark.parametrize("raised", [
-    NoTritonConfigsError(f"No valid triton configs. OutOfMemoryError: {TRITON_OOR}"),
-    NoTritonConfigsError("No valid triton configs. OutOfMemoryError: CUDA driver error: out of "
-                         "memory"),
-], ids=["with-the-limits", "launcher-text"])
-def test_a_kernel_launcher_out_of_memory_is_out_of_resources_not_out_of_memory(raised):
-    """Inductor groups a launcher's torch.cuda.OutOfMemoryError with Triton's OutOfResources
-    (both retried without pipelining, then rewrapped as "No valid triton configs. ...": torch
-    2.13 triton_heuristics ``_make_launchers``): loading a kernel failed for on-chip memory,
-    no tensor was allocated. Its exact text from a GPU is not known here; both forms are a
-    COMPILE_ERROR that says what failed."""
-    label, message = _label_of_first_call(_raising(raised))
+def test_a_kernel_launchers_failure_is_labelled_by_what_it_says():
+    """Inductor rewraps a kernel launcher's failure, Triton's OutOfResources or a
+    torch.cuda.OutOfMemoryError, as "No valid triton configs. <type>: <text>" (torch 2.13
+    triton_heuristics ``_make_launchers``). Said as out of resource (shared memory), it is
+    the kernel's COMPILE_ERROR, whatever the type; said as out of memory (the module could
+    not be loaded on a full GPU), OUT_OF_MEMORY. What a GPU's launcher really says is not
+    known here: worth checking on a GPU."""
+    label, message = _label_of_first_call(_raising(NoTritonConfigsError(
+        f"No valid triton configs. OutOfMemoryError: {TRITON_OOR}")))
     assert label is Label.COMPILE_ERROR, message
     assert message.startswith("TritonOutOfResources: Triton kernel exceeds the GPU's on-chip "
-                              "resources ("), message
+                              "resources (out of resource: shared memory"), message
+    label, message = _label_of_first_call(_raising(NoTritonConfigsError(
+        "No valid triton configs. OutOfMemoryError: CUDA driver error: out of memory")))
+    assert label is Label.OUT_OF_MEMORY, message
 
 
 def _cuda_error(text: str) -> BaseException:
@@ -313,6 +313,19 @@ def test_each_worker_computes_its_goldens_on_its_own_gpu(monkeypatch):
         [f"cuda:{i % 4}" for i in range(8)]
     assert gpu_for_worker(WorkerSlot(5, 8), ["0", "1", "2", "3"]) == "1"  # the same GPU
     assert reference_device_for("cpu", WorkerSlot(5, 8)) == "cpu"
+
+
+def test_goldens_on_gpus_this_process_does_not_see_one_for_one_are_refused(monkeypatch):
+    """With MIG a process sees one instance however many CUDA_VISIBLE_DEVICES names: every
+    worker's goldens would land on the first, beside its timed runs (a review)."""
+    from conformance.backends.cuda import reference_gpus_problem
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    line = reference_gpus_problem({"CUDA_VISIBLE_DEVICES": "MIG-aaaa,MIG-bbbb"})
+    assert line == ("--reference-device cuda: CUDA_VISIBLE_DEVICES lists 2 GPUs (MIG-aaaa, "
+                    "MIG-bbbb) but this process sees 1 (MIG instances: one per process), so a "
+                    "worker's goldens could not go to its own GPU; use --reference-device cpu")
+    assert reference_gpus_problem({"CUDA_VISIBLE_DEVICES": "MIG-aaaa"}) is None
 
 
 def test_the_float32_baseline_is_computed_without_tf32_and_the_setting_put_back():

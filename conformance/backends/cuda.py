@@ -44,15 +44,11 @@ class TritonOutOfResources(RuntimeError):
 def translate_cuda_error(exc: BaseException) -> BaseException | None:
     """The clear exception ``exc`` stands for (searching its wrapped causes), or None."""
     chain = list(_chain(exc))
-    for err in chain:  # before out of memory: Inductor's "No valid triton configs" names
-        text = str(err)  # a kernel's launcher that failed with either, shared memory both
-        if (type(err).__name__ == "OutOfResources" or "out of resource:" in text
-                or "No valid triton configs. OutOfMemoryError" in text):
+    for err in chain:  # before out of memory: Inductor's "No valid triton configs. X: ..."
+        text = str(err)  # names whichever its kernel's launcher raised, by type and text
+        if type(err).__name__ == "OutOfResources" or "out of resource:" in text:
             m = _TRITON_OOR_RE.search(text)
-            detail = (m.group(0) if m else "No valid triton configs: the kernel's launcher "
-                      "raised OutOfMemoryError; the traceback has its text"
-                      if "No valid triton configs. OutOfMemoryError" in text
-                      else _first_line(err))
+            detail = m.group(0) if m else _first_line(err)
             return TritonOutOfResources(
                 f"Triton kernel exceeds the GPU's on-chip resources ({detail}); the compiler "
                 "generated a kernel that cannot run on this GPU (smaller BLOCK_M/BLOCK_N or "
@@ -245,6 +241,21 @@ def reference_device_for(device: str, slot: WorkerSlot) -> str:
     import torch
 
     return f"cuda:{slot.index % max(1, torch.cuda.device_count())}"
+
+
+def reference_gpus_problem(environ: dict[str, str] | None = None) -> str | None:
+    """Why the goldens cannot go to each worker's own GPU, or None: the GPUs this process
+    sees must be the list the children's GPUs are taken from, one for one (a process sees
+    one MIG instance however many CUDA_VISIBLE_DEVICES names)."""
+    import torch
+
+    gpus, count = visible_gpus(environ), torch.cuda.device_count()
+    if len(gpus) == count:
+        return None
+    return (f"--reference-device cuda: CUDA_VISIBLE_DEVICES lists {len(gpus)} GPUs "
+            f"({', '.join(gpus)}) but this process sees {count} (MIG instances: one per "
+            "process), so a worker's goldens could not go to its own GPU; use "
+            "--reference-device cpu")
 
 
 def triton_version() -> str:
