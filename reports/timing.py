@@ -11,8 +11,8 @@ A time finding is flagged from one measurement per run. Measured again, it is
     max((factor - 1) * median, slack)), or even the candidate's slowest rerun did not grow
     past the rule against the baseline's fastest, or the candidate's median is not above
     the baseline's at all (the growth did not reproduce; a regression that load hid that
-    well is dismissed too): it does not block. Never against a recorded figure (a baseline run
-    slowed by load would hide a real slowdown), nor when a candidate rerun gave none (a
+    well is dismissed too): it does not block. Never against a recorded figure (a baseline
+    run slowed by load would hide a real slowdown), nor when a candidate rerun gave none (a
     COMPILE_TIMEOUT is slower than any figure);
   - ``inconclusive`` when the medians did not confirm it but could not dismiss it either: the
     reruns spread wider than the rule can resolve, and the candidate's median is above the
@@ -184,6 +184,9 @@ class Confirmation:
 
     @property
     def _noise_reason(self) -> str:
+        if min(len(f.seconds) for f in (self.candidate, self.baseline) if f is not None) < 2:
+            return ("one rerun a side shows nothing of the machine's noise: measure again "
+                    "with --confirm 3 or more")
         wide = [side for side, figures in (("candidate", self.candidate),
                                             ("baseline", self.baseline))
                 if figures is not None and not self.rule.resolves(figures)]
