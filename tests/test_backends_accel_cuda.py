@@ -355,3 +355,20 @@ def test_a_tf32_override_with_goldens_on_the_gpu_is_one_line(tmp_path):
     assert ("--reference-device cuda: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes cuBLAS round "
             "float32 products to TF32") in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "report" / "results.json").exists()
+
+
+def test_the_warm_up_compiles_every_stage_in_the_process():
+    """As on the CPU: no cache of whole graphs may serve the warm-up, so its one-time costs
+    are paid there and not by the first case whose graph misses (an outside review)."""
+    from torch._inductor import config
+
+    seen = []
+    backend = CudaOnCpu()
+
+    def call(q, k, v, score_mod=None, block_mask=None, **kwargs):
+        seen.append(config.fx_graph_cache)
+        return torch.zeros_like(q)
+
+    backend.call = call
+    backend.warm_up()
+    assert seen == [False]

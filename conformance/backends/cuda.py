@@ -121,11 +121,15 @@ class CudaEager(Backend):
     def warm_up(self) -> None:
         from conformance.backends.cpu import _warm_up_inputs
 
-        # bf16, a block mask and a score mod, as the CPU backends warm up: the paths cases take
+        # bf16, a block mask and a score mod, as the CPU backends warm up: the paths cases take;
+        # no cache of whole graphs may serve it (with --compile-cache warm a hit would leave
+        # Inductor's lowering and code generation to the first case that misses, an outside
+        # review), as on the CPU
         q, score_mod, block_mask = _warm_up_inputs()
         device = self.device()
         q, block_mask = q.to(device), block_mask.to(device)
-        compat.attention(self._attention_fn(), q, q, q, score_mod, block_mask)
+        with compat.graph_caches_off():
+            compat.attention(self._attention_fn(), q, q, q, score_mod, block_mask)
         self.synchronize()
 
     def begin_case(self, cache_dir: str | None, cold: bool) -> None:
