@@ -387,8 +387,9 @@ class ConformanceSession(RunLifecycle):
             if not torch.cuda.is_available():
                 raise pytest.UsageError("--reference-device cuda: torch sees no CUDA device "
                                         "here; use --reference-device cpu")
-            if reference_gpus_problem():
-                raise pytest.UsageError(reference_gpus_problem())
+            problem = reference_gpus_problem()
+            if problem:
+                raise pytest.UsageError(problem)
             if os.environ.get(TF32_OVERRIDE_ENV, "0") not in ("", "0"):
                 raise pytest.UsageError(
                     f"--reference-device cuda: {TF32_OVERRIDE_ENV}="

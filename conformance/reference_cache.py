@@ -28,10 +28,11 @@ _KEY_ROOTS = ("reference.golden", "cases.inputs", "cases.variants", "cases.compo
 def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
     """(golden, baseline) References of ``case`` (output, lse, and gradients for backward
     cases), on the CPU, without any cache."""
-    from cases.inputs import make_grad_output, make_inputs
-    from reference.golden import reference_pair
+    import torch
 
+    from cases.inputs import make_grad_output, make_inputs
     from conformance.compat import ieee_float32_matmul
+    from reference.golden import reference_pair
 
     inputs = make_inputs(case, seed)
     grad_out = make_grad_output(case, seed) if case.mode == "fwd+bwd" else None
@@ -44,8 +45,6 @@ def compute_reference(case, seed: int, device: str = "cpu") -> tuple[Any, Any]:
         golden, baseline = reference_pair(case, inputs, grad_out)
     on_cpu = _on_cpu(golden), _on_cpu(baseline)
     del inputs, grad_out, golden, baseline
-    import torch
-
     torch.cuda.empty_cache()  # the golden's float64 working memory, on the case's own GPU
     return on_cpu
 
