@@ -78,13 +78,19 @@ class Executor:
         env = {"OMP_NUM_THREADS": str(threads), "FLEXCONF_NUM_THREADS": str(threads)}
         env.update(backend.child_env(slot, start_cache))
         # compilers that read their cache settings once per process get them here, for the
-        # child's lifetime (cold: no cache can serve a case; warm: the shared directory)
-        process_cache = settings.warm_cache_dir if settings.compile_cache == "warm" \
-            else str(self.workdir / "process-cache")
-        env.update(backend.process_cache_env(process_cache, settings.compile_cache == "cold"))
+        # child's lifetime (cold: no cache can serve a case, and each child has a directory
+        # of its own, so a replacement finds nothing of the child before it, even where a
+        # compiler ignored the switch; warm: the shared directory)
+        if settings.compile_cache == "warm":
+            env.update(backend.process_cache_env(settings.warm_cache_dir, False))
+
+        def cold_cache_env(child: int) -> dict[str, str]:
+            return backend.process_cache_env(str(self.workdir / f"process-cache-{child}"), True)
+
         self.supervisor = ChildSupervisor(
             backend_spec, env, self.workdir,
-            Budgets(settings.compile_timeout, settings.run_timeout), backend.artifact_env)
+            Budgets(settings.compile_timeout, settings.run_timeout), backend.artifact_env,
+            cold_cache_env if settings.compile_cache == "cold" else None)
         self._count = 0
 
     def execute(self, case: Case, started_at: str | None = None) -> Record:

@@ -57,11 +57,14 @@ class ChildSupervisor:
     ``artifact_env`` (the backend's): the environment that makes a child keep its compile
     artefacts in a given directory. Each child gets its own directory (compilers read such
     settings once per process), and ``case_artifacts`` lists what the last request added.
+    ``child_env``: more environment for each child, given its number (1, 2, ...).
     """
 
     def __init__(self, backend_spec: str, env: dict[str, str], workdir: Path, budgets: Budgets,
-                 artifact_env: Callable[[str], dict[str, str]] | None = None):
+                 artifact_env: Callable[[str], dict[str, str]] | None = None,
+                 child_env: Callable[[int], dict[str, str]] | None = None):
         self.backend_spec, self.env, self.budgets = backend_spec, env, budgets
+        self.child_env = child_env
         self.workdir = Path(workdir)
         self.artifact_env = artifact_env
         self.proc: subprocess.Popen | None = None
@@ -132,6 +135,8 @@ class ChildSupervisor:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
         env.update(self.env)
+        if self.child_env is not None:
+            env.update(self.child_env(self._started))
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env[WORKER_PID_ENV] = str(os.getpid())  # the child dies with this process
         if self.artifact_env is not None:

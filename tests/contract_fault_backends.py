@@ -291,3 +291,28 @@ class ShowsItsCacheEnv(CpuEager):
         print(f"process cache {os.environ.get('FLEXCONF_TEST_PROCESS_CACHE')}; artefacts "
               f"{os.environ.get('FLEXCONF_TEST_ARTIFACTS')}")
         return super().prepare(case)
+
+
+class FailsCausalAndShowsItsCache(CpuEager):
+    """Writes, whenever it prepares a case, the process cache its child was started with to
+    ``$FLEXCONF_TEST_CACHE_LOG`` ("CASE_ID SETTING"), and fails every ``causal`` case's first
+    call, so that the executor starts another child after it."""
+
+    name = "test-fails-causal-shows-its-cache"
+
+    def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
+        return {"FLEXCONF_TEST_PROCESS_CACHE": f"{'cold' if cold else 'warm'}:{cache_dir}"}
+
+    def prepare(self, case: Case):
+        import os
+
+        with open(os.environ["FLEXCONF_TEST_CACHE_LOG"], "a") as log:
+            log.write(f"{case.id} {os.environ.get('FLEXCONF_TEST_PROCESS_CACHE')}\n")
+        attention = super().prepare(case)
+        if case.variant.name != "causal":
+            return attention
+
+        def fails(*args, **kwargs):
+            raise RuntimeError("a planted compile failure")
+
+        return fails

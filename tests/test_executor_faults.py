@@ -250,3 +250,19 @@ def test_an_unsupported_reason_that_raises_is_the_backends_runtime_error():
                      "'no support entry for causal'")
     assert any("unsupported_reason" in line for line in detail)  # the traceback's end
     assert after.label is Label.PASS, after.message
+
+
+def test_each_cold_child_gets_a_process_cache_of_its_own(tmp_path, monkeypatch):
+    """A compiler that reads its cache settings once per process gets them per child: after a
+    COMPILE_ERROR, a cold run's next child starts with a new directory, so it finds nothing of
+    the child before it even where the compiler ignored the cold switch (an outside review:
+    one directory per worker, where docs/backends.md promised one per child)."""
+    log = tmp_path / "cache.log"
+    monkeypatch.setenv("FLEXCONF_TEST_CACHE_LOG", str(log))  # the children inherit it
+    records = run_cases("tests.contract_fault_backends:FailsCausalAndShowsItsCache",
+                        [HEALTHY, FAULTY, HEALTHY])
+    assert [r.label for r in records] == [Label.PASS, Label.COMPILE_ERROR, Label.PASS], \
+        [r.message for r in records]
+    settings = [line.split()[1] for line in log.read_text().splitlines()]
+    assert len(settings) == 3 and all(s.startswith("cold:") for s in settings), settings
+    assert settings[0] == settings[1] != settings[2]  # one child until the failure, then a new
