@@ -183,7 +183,7 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
     assert env["NEURON_COMPILER_OPT_LEVEL"] == "not set (-O2 for torch.compile)"
     assert env["NEURON_LOGICAL_NC_CONFIG"].startswith("not set (Trn2 default: LNC=2")
     assert env["neuron_core_indices"].startswith("logical NeuronCores")
-    assert env["cache_hit_source"].startswith("torch_neuronx._C._get_compilation_cache_stats")
+    assert env["cache_hit_source"].startswith("the case's graphs (torch_neuronx.get_dynamo_metrics)")
     assert env["compile_breakdown_source"] == "torch_neuronx.get_dynamo_metrics()"
     assert env["fallback_ops_check"] == "torch_neuronx.get_fallback_ops()"
     assert env["cold_memory_cache"].startswith("cleared before each cold case")
@@ -331,7 +331,8 @@ def test_failed_cases_keep_their_artifacts_in_the_report_dir(standin, tmp_path, 
     monkeypatch.setenv("STANDIN_NEURON_FAIL_COMPILE", "1")
     (failed,) = _run([CAUSAL], tmp_path)
     assert failed.label is Label.COMPILE_ERROR, failed.message
-    assert "neuronx-cc (stand-in) failed to compile the graph: injected failure" in failed.message
+    assert "Compilation error occurred on Neuron for operation=flex_" in failed.message
+    assert 'COMPILATION FAILED: neuronx-cc (stand-in): injected failure' in failed.message
     kept = tmp_path / "report" / failed.artifacts
     assert failed.artifacts.startswith("artifacts/causal__b1-h2x2-s64x64-d16__fp32__fwd-")
     names = {p.relative_to(kept).parts[0] for p in kept.rglob("*") if p.is_file()}

@@ -57,6 +57,18 @@ def _neffs(cache_dir: Path) -> list[Path]:
             if p.parent.name == p.name[2:4] and p.parent.parent.name == p.name[:2]]
 
 
+def _stand_in_script(script: str, tmp_path) -> list[str]:
+    """The lines ``script`` prints in a fresh interpreter with the stand-in, its NEFF cache in
+    ``tmp_path/neff`` and metrics as the script enables them."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
+               TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff"))
+    env.pop("TORCH_NEURONX_METRICS_ENABLED", None)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
 def test_the_cache_counters_count_only_once_metrics_are_enabled(standin, tmp_path):
     """[SRC] the counters are TORCH_NEURONX_COUNTERs, off by default: a backend that did not
     enable them would read every case's cache as unknown, never as cold."""
@@ -70,13 +82,7 @@ def test_the_cache_counters_count_only_once_metrics_are_enabled(standin, tmp_pat
         "    torch.neuron.synchronize()\n"
         "    print(json.dumps(torch_neuronx._C._get_compilation_cache_stats()))\n"
         "    torch_neuronx._C._neuron_set_metrics_enabled(True)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), str(REPO)]),
-               TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff"))
-    env.pop("TORCH_NEURONX_METRICS_ENABLED", None)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    off, on = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    off, on = (json.loads(line) for line in _stand_in_script(script, tmp_path)[-2:])
     assert off["cache_hits"] == off["cache_misses"] == 0  # compiled, and nothing counted
     assert (on["persistent_hits"], on["in_memory_misses"]) == (1, 1)  # served by the first
     assert len(_neffs(tmp_path / "neff")) == 1
@@ -104,7 +110,8 @@ def test_cold_never_hits_a_cache_and_warm_uses_its_own(standin, tmp_path, monkey
     assert [r.cache_hit for r in first_warm] == [False, False]  # the host cache is not ours
     assert [r.cache_hit for r in second_warm] == [True, True]  # ours serves the next run
     assert all(r.compile_breakdown["neuronx-cc"] == 0 for r in second_warm)
-    assert len(_neffs(tmp_path / "warm" / "neff")) == 3  # warm-up and two cases
+    (release,) = (tmp_path / "warm" / "neff").iterdir()  # one compiler release, one directory
+    assert len(_neffs(release)) == 3  # warm-up and two cases
 
 
 def test_the_compile_phase_waits_for_the_async_compile_and_is_split_by_stage(standin, tmp_path,
@@ -120,3 +127,25 @@ def test_the_compile_phase_waits_for_the_async_compile_and_is_split_by_stage(sta
     assert stages["neuronx-cc"] >= 0.4
     assert record.compile_seconds >= stages["neuronx-cc"]  # synchronize ran inside the phase
     assert sum(stages.values()) == pytest.approx(record.compile_seconds, abs=1e-5)
+
+
+def test_a_backward_is_a_second_graph_compiled_by_neuronx_cc(standin, tmp_path):
+    """[SRC] backend.py gives AOTAutograd no bw_compiler, so torch compiles the backward with
+    the forward's compiler: a second NEFF, with its own metrics and cache entry; and each
+    execution looks its NEFF up again, an in-memory hit (so the counters' hits are no
+    cache_hit: conformance/backends/neuron_cache.py)."""
+    script = (
+        "import json, torch, torch_neuronx\n"
+        "torch_neuronx._C._neuron_set_metrics_enabled(True)\n"
+        "f = torch.compile(lambda a, b: (a.sin() * b).cos(), backend='neuron', fullgraph=True,"
+        " options={'fallback_execution': False})\n"
+        "x = torch.randn(8, requires_grad=True)\n"
+        "f(x, x).sum().backward()\n"
+        "graphs = [m.graph_id for m in torch_neuronx.get_dynamo_metrics()]\n"
+        "entries = torch_neuronx._C._get_compilation_cache_entries()\n"
+        "print(json.dumps([graphs, entries, torch_neuronx._C._get_compilation_cache_stats()]))\n")
+    graphs, entries, stats = json.loads(_stand_in_script(script, tmp_path)[-1])
+    assert len(set(graphs)) == 2 and {e["cache_key"] for e in entries} == set(graphs)
+    assert all(e["compilation_time_ms"] > 0 for e in entries)  # both compiled, none from disk
+    assert stats["total_compilations"] == 2 and stats["in_memory_hits"] == 2  # one per run
+    assert len(_neffs(tmp_path / "neff")) == 2

@@ -86,10 +86,52 @@ def test_child_env_forces_the_guards_and_keeps_settings_read_once_per_process(mo
     assert cold[sdk.NEFF_CACHE_DIR_ENV] == str(tmp_path / "neff")  # never /tmp/neff_cache
     warm = backend.process_cache_env(str(tmp_path), cold=False)
     assert warm["TORCH_NEURONX_NEFF_DISABLE_CACHE"] == "0"
+    assert warm[sdk.NEFF_CACHE_DIR_ENV].startswith(str(tmp_path / "neff" / "release-"))
     assert warm[sdk.NEFF_LOCAL_CACHE_DIR_ENV] == str(tmp_path / "neff-local")
     assert backend.artifact_env("/x") == {"TORCH_NEURONX_DEBUG_DIR": "/x",
                                           "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS": "1"}
     assert "NEURON_COMPILE_CACHE_URL" not in {**cold, **warm}  # the XLA-era variable
+
+
+def test_a_warm_run_keeps_each_compiler_releases_neffs_apart(monkeypatch, tmp_path):
+    """[SRC] a NEFF's cache key does not name the compiler's release: one directory for all
+    would serve a new neuronx-cc the old one's NEFFs (an outside review)."""
+    backend = Neuron()
+    releases = iter([{"torch_neuronx": "2.13.3.0", "neuronx_cc": "2.28.7631.0"},
+                     {"torch_neuronx": "2.13.3.0", "neuronx_cc": "2.28.7631.0"},
+                     {"torch_neuronx": "2.13.3.0", "neuronx_cc": "2.29.100.0"},
+                     {"torch_neuronx": "2.13.4.0", "neuronx_cc": "2.28.7631.0"}])
+    monkeypatch.setattr(backend, "_compiler_release", lambda: next(releases))
+    dirs = [backend.process_cache_env(str(tmp_path), cold=False)[sdk.NEFF_CACHE_DIR_ENV]
+            for _ in range(4)]
+    assert dirs[0] == dirs[1] and len(set(dirs)) == 3
+
+
+_STATS = {"in_memory_hits": 4, "in_memory_misses": 1, "persistent_hits": 0,
+          "total_compilations": 1}
+
+
+@pytest.mark.parametrize("graphs, entries, before, stats_after, expected", [
+    # every execution counts an in-memory hit [SRC]: a cold first call's graphs, compiled
+    (["fw", "bw"], [{"cache_key": "fw", "compilation_time_ms": 41_000},
+                    {"cache_key": "bw", "compilation_time_ms": 93_000}], {"eager"},
+     {**_STATS, "in_memory_hits": 7, "in_memory_misses": 3, "total_compilations": 3}, False),
+    # the backward read from the disk cache (an entry of 0 ms): served, in part
+    (["fw", "bw"], [{"cache_key": "fw", "compilation_time_ms": 41_000},
+                    {"cache_key": "bw", "compilation_time_ms": 0}], set(), _STATS, True),
+    # compiled by an earlier case of the same (warm) child: in memory before the first call
+    (["fw"], [{"cache_key": "fw", "compilation_time_ms": 41_000}], {"fw"}, _STATS, True),
+    # entries that do not name a graph: the counters, never their in-memory hits
+    (["fw"], [], set(), {**_STATS, "in_memory_hits": 9, "total_compilations": 2}, False),
+    (["fw"], None, None, {**_STATS, "persistent_hits": 1}, True),
+    (["fw"], None, None, {**_STATS, "in_memory_hits": 9}, None),
+    ([], None, None, None, None),
+])
+def test_a_cache_hit_is_a_graph_served_never_an_executions_lookup(graphs, entries, before,
+                                                                  stats_after, expected):
+    from conformance.backends.neuron_cache import served_from_cache
+
+    assert served_from_cache(graphs, entries, before, _STATS, stats_after) is expected
 
 
 def test_runtime_timeouts_are_recognised_in_the_runtimes_words():
@@ -173,12 +215,13 @@ def test_cache_hit_counts_the_cases_graph_not_setups_eager_kernels(monkeypatch):
     """[SRC] setup's eager device ops compile through the same CompilationCache, and its
     counters are the ones cache_hit reads: counted from begin_case, a setup kernel served
     from the cache made a cold compile of the case's graph read as a hit. Counted from the
-    end of prepare (after waiting for setup's queued work), only the first call counts."""
+    end of prepare (after waiting for setup's queued work), only the first call counts. And
+    of the first call, its compiles only: every execution counts an in-memory hit [SRC]."""
     from types import SimpleNamespace
 
     from conformance.backends import neuron
 
-    stats = {"cache_hits": 0, "cache_misses": 0}
+    stats = {"in_memory_hits": 0, "persistent_hits": 0, "total_compilations": 0}
     events = []
     fake = SimpleNamespace(_C=SimpleNamespace(_get_compilation_cache_stats=lambda: dict(stats),
                                               _clear_compilation_memory_cache=lambda: None),
@@ -188,12 +231,13 @@ def test_cache_hit_counts_the_cases_graph_not_setups_eager_kernels(monkeypatch):
     monkeypatch.setattr(backend, "_compile", lambda: object())
     backend._sync = lambda: events.append("synchronized")
     backend.begin_case(None, cold=True)
-    stats["cache_hits"] += 1  # setup: an eager kernel the warm-up compiled, from the cache
+    stats["persistent_hits"] += 1  # setup: an eager kernel, from the cache
     backend.prepare(Case(variants.causal(), Shape(1, 1, 1, 128, 128, 16)))
     assert events == ["synchronized"]  # setup's queued work finished inside setup
-    stats["cache_misses"] += 1  # the first call: the case's graph compiled cold
+    stats["total_compilations"] += 1  # the first call: the case's graph compiled cold,
+    stats["in_memory_hits"] += 1  # and its execution looked it up
     assert backend.cache_hit() is False
-    stats["cache_hits"] += 1
+    stats["persistent_hits"] += 1
     assert backend.cache_hit() is True
 
 

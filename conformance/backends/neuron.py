@@ -14,9 +14,11 @@ What the suite makes sure of:
   option), Dynamo's ``suppress_errors`` is off, ``fullgraph=True``; CPU tensors are never
   copied to the device silently; any op the SDK reports as fallen back to the CPU fails the case.
 - "Cold" means cold: the NEFF cache, read once per process, is disabled in the children of a
-  cold run and the in-memory cache is cleared before each case; a warm run shares one cache
-  under the suite's cache directory, never the host-wide /tmp/neff_cache. ``cache_hit`` comes
-  from the compilation-cache statistics.
+  cold run (each child with a directory of its own) and the in-memory cache is cleared before
+  each case; a warm run shares one cache per compiler release under the suite's cache
+  directory, never the host-wide /tmp/neff_cache. ``cache_hit`` comes from the case's graphs
+  in the cache's entries, else its counters, never from the hits each execution counts
+  (conformance/backends/neuron_cache.py).
 - Times mean something: compilation and execution are asynchronous until
   ``torch.neuron.synchronize()``; a child that cannot synchronize refuses to run cases.
 - Compile artefacts are preserved, one debug directory per child (read once per process),
@@ -31,6 +33,7 @@ from typing import Any, Callable
 from cases.model import Case
 from conformance import compat
 from conformance.backends import device_check
+from conformance.backends import neuron_cache
 from conformance.backends import neuron_sdk as sdk
 from conformance.backends.base import (AttentionFn, Availability, Backend, FatalSetupError,
                                        WorkerSlot)
@@ -57,6 +60,7 @@ class Neuron(Backend):
         self._device_check_mode = device_check_mode
         self._sync: Callable[[], None] | None = None
         self._stats_before: dict | None = None
+        self._keys_before: set[str] | None = None  # the NEFF cache's keys before a first call
 
     @property
     def cores_per_worker(self) -> int:
@@ -116,10 +120,7 @@ class Neuron(Backend):
             "neuron_core_indices": ("logical NeuronCores (NEURON_LOGICAL_NC_CONFIG="
                                     f"{logical or 'default: 2 on Trn2'})"),
             "fallback_execution": f"disabled ({sdk.FALLBACK_ENV}=1, fallback_execution=False)",
-            "cache_hit_source": ("torch_neuronx._C._get_compilation_cache_stats (a private API; "
-                                 f"counting with {sdk.METRICS_ENV}=1)"
-                                 if apis.get("cache_stats") else
-                                 "none: the cache statistics API is absent, cache_hit is unknown"),
+            "cache_hit_source": _cache_hit_source(apis),
             "cold_memory_cache": (
                 "cleared before each cold case (torch_neuronx._C._clear_compilation_memory_cache)"
                 if apis.get("clear_memory_cache") else
@@ -151,11 +152,18 @@ class Neuron(Backend):
                     os.environ.get(sdk.VISIBLE_CORES_ENV))}
 
     def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
-        # the NEFF cache is configured once per process: a cold child may use none at all
-        env = {sdk.NEFF_CACHE_DIR_ENV: os.path.join(cache_dir, "neff"),
+        # the NEFF cache is configured once per process: a cold child may use none at all; a
+        # warm run keeps one directory per compiler release, as NEFFs' keys do not say it
+        neffs = [] if cold else [neuron_cache.warm_neff_dir_name(self._compiler_release())]
+        env = {sdk.NEFF_CACHE_DIR_ENV: os.path.join(cache_dir, "neff", *neffs),
                sdk.NEFF_LOCAL_CACHE_DIR_ENV: os.path.join(cache_dir, "neff-local")}
         env.update({name: "1" if cold else "0" for name in sdk.NEFF_DISABLE_CACHE_ENVS})
         return env
+
+    def _compiler_release(self) -> dict[str, str]:
+        """The torch-neuronx and neuronx-cc releases, as environment() records them."""
+        return {"torch_neuronx": sdk.probe_package(self.device_type).version or "",
+                "neuronx_cc": sdk.tool_output(["neuronx-cc", "--version"])}
 
     def artifact_env(self, directory: str) -> dict[str, str]:
         return {sdk.DEBUG_DIR_ENV: directory, sdk.PRESERVE_ENV: "1"}
@@ -190,7 +198,7 @@ class Neuron(Backend):
         _call_if_present(torch_neuronx, "reset_dynamo_metrics")
         if cold:  # the in-memory NEFF cache outlives dynamo.reset(); a cold case may not use it
             _call_if_present(getattr(torch_neuronx, "_C", None), "_clear_compilation_memory_cache")
-        self._stats_before = None  # counted from the end of setup (prepare)
+        self._stats_before = self._keys_before = None  # taken at the end of setup (prepare)
 
     def prepare(self, case: Case) -> AttentionFn:
         compiled = self._compile()
@@ -209,7 +217,10 @@ class Neuron(Backend):
         # setup's time, then count the cache from here, so that cache_hit is the case's own
         # graph's (a setup kernel served from the cache made a cold compile read as a hit).
         self._sync()
-        self._stats_before = _cache_stats(_import_torch_neuronx())
+        torch_neuronx = _import_torch_neuronx()
+        self._stats_before = neuron_cache.cache_stats(torch_neuronx)
+        entries = neuron_cache.cache_entries(torch_neuronx)
+        self._keys_before = None if entries is None else {e.get("cache_key") for e in entries}
 
         def neuron(q, k, v, score_mod, block_mask):
             compat.validate_device(q, k, v)  # upstream's exact error, before any compile
@@ -231,14 +242,12 @@ class Neuron(Backend):
         self._sync()
 
     def cache_hit(self) -> bool | None:
-        after = _cache_stats(_import_torch_neuronx())
-        if after is None or self._stats_before is None:
-            return None
-        hits = after.get("cache_hits", 0) - self._stats_before.get("cache_hits", 0)
-        misses = after.get("cache_misses", 0) - self._stats_before.get("cache_misses", 0)
-        if hits > 0:
-            return True  # some layer of the cache served (part of) the compile
-        return False if misses > 0 else None
+        # by the case's graphs, not the counters' hits: every execution counts one
+        # (conformance/backends/neuron_cache.py)
+        torch_neuronx = _import_torch_neuronx()
+        return neuron_cache.served_from_cache(
+            _graph_ids(torch_neuronx), neuron_cache.cache_entries(torch_neuronx),
+            self._keys_before, self._stats_before, neuron_cache.cache_stats(torch_neuronx))
 
     def compile_breakdown(self) -> dict[str, float] | None:
         metrics = getattr(_import_torch_neuronx(), "get_dynamo_metrics", None)
@@ -256,13 +265,10 @@ class Neuron(Backend):
         graph's ``neff_size_bytes`` (NeuronBindings.cpp, a private API); None unless every
         graph of the case is found."""
         torch_neuronx = _import_torch_neuronx()
-        metrics = getattr(torch_neuronx, "get_dynamo_metrics", None)
-        entries = getattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_entries",
-                          None)
-        if metrics is None or entries is None:
+        keys, entries = set(_graph_ids(torch_neuronx)), neuron_cache.cache_entries(torch_neuronx)
+        if entries is None:
             return None
-        keys = {getattr(graph, "graph_id", None) for graph in metrics()}  # reset per case
-        sizes = {entry.get("cache_key"): entry.get("neff_size_bytes") for entry in entries()}
+        sizes = {entry.get("cache_key"): entry.get("neff_size_bytes") for entry in entries}
         if not keys or not keys <= sizes.keys():
             return None
         return sum(int(sizes[key]) for key in keys)
@@ -333,13 +339,23 @@ def _synchronizer(device_type: str) -> Callable[[], None]:
                           "that registers torch.neuron")
 
 
-def _cache_stats(torch_neuronx) -> dict | None:
-    """The compilation-cache counters, or None where the (private) API is absent or fails."""
-    stats = getattr(getattr(torch_neuronx, "_C", None), "_get_compilation_cache_stats", None)
-    try:
-        return dict(stats()) if stats is not None else None
-    except Exception:  # noqa: BLE001 - a private API that moved leaves cache_hit unknown
-        return None
+def _graph_ids(torch_neuronx) -> list[str]:
+    """The case's compiled graphs' cache keys ([SRC] metrics.py: ``graph_id``; the metrics
+    are reset per case, and reading them synchronizes)."""
+    metrics = getattr(torch_neuronx, "get_dynamo_metrics", None)
+    return [] if metrics is None else [getattr(g, "graph_id", None) for g in metrics()]
+
+
+def _cache_hit_source(apis: dict[str, bool]) -> str:
+    if apis.get("cache_entries") and apis.get("get_dynamo_metrics"):
+        return ("the case's graphs (torch_neuronx.get_dynamo_metrics) in "
+                "torch_neuronx._C._get_compilation_cache_entries: a hit when one was cached "
+                "before the first call or read from disk (compilation_time_ms 0); private API")
+    if apis.get("cache_stats"):
+        return ("torch_neuronx._C._get_compilation_cache_stats: a hit when persistent_hits grew, "
+                "a miss when only total_compilations did (a private API; counting with "
+                f"{sdk.METRICS_ENV}=1)")
+    return "none: the cache statistics API is absent, cache_hit is unknown"
 
 
 def _call_if_present(owner, name: str) -> None:

@@ -25,8 +25,13 @@ each behaviour names its source (keys as in conformance/backends/neuron_sdk.py):
 - ``_C._get_compilation_cache_stats()`` counts in-memory and persistent hits and misses
   [SRC NeuronBindings.cpp], but only while metrics are enabled: off by default, on with
   ``TORCH_NEURONX_METRICS_ENABLED=1`` or ``_C._neuron_set_metrics_enabled(True)``
-  [SRC NeuronMetrics.h TORCH_NEURONX_COUNTER, NeuronMetrics.cpp]; the cache is counted from
-  ``_C._get_compilation_cache_entries()`` too (``neff_size_bytes``);
+  [SRC NeuronMetrics.h TORCH_NEURONX_COUNTER, NeuronMetrics.cpp]. Every execution of a
+  compiled graph counts an in-memory hit, a cold one's first too: it looks its NEFF up again
+  [SRC execute_compiled_graph -> NeffDirectKernelExecution, "Forces a cache-lookup"
+  (KernelExecution.h) -> GetOrCompileNeff; CompilationCache::CheckInMemoryCacheAndPending
+  counts a pending compile as a hit]. ``_C._get_compilation_cache_entries()`` lists each
+  cached NEFF's ``neff_size_bytes`` and ``compilation_time_ms``, 0 for one read from the
+  persistent cache [SRC CheckCacheAndCoordinateWork: CacheEntry(..., milliseconds(0))];
   ``_C._clear_compilation_memory_cache()`` empties the in-memory one and zeroes its two
   counters [SRC CompilationCache::ClearInMemoryCache];
 - ``device_count()``: the logical NeuronCores the process sees [SRC torch_neuronx/__init__.py];
@@ -39,13 +44,21 @@ each behaviour names its source (keys as in conformance/backends/neuron_sdk.py):
 - ``get_dynamo_metrics()`` lists per-graph fx-pass, lowering and neuronx-cc microseconds and
   synchronizes first; ``reset_dynamo_metrics()`` [SRC metrics.py]. The fx passes and the
   lowering are timed inside AOTAutograd's forward compiler, as [SRC backend.py] times them, so
-  Dynamo's and AOTAutograd's own time is in no stage;
+  Dynamo's and AOTAutograd's own time is in no stage. [SRC backend.py] gives AOTAutograd no
+  ``bw_compiler`` ("TODO (NF-24)"), so torch uses the forward compiler for the backward graph
+  too (torch/_dynamo/backends/common.py): a backward is a second graph, with its own NEFF,
+  metrics and cache lookups; each graph's neuronx-cc is queued when the graph is compiled
+  (CompileGraph.compile -> _C.compile_graph);
 - ``get_fallback_ops()`` / ``clear_op_tracking()`` [SRC __init__.py]; the ops named in
   ``STANDIN_NEURON_FALLBACK_OPS`` are reported as fallen back each time a graph runs;
-- a compile failure (``STANDIN_NEURON_FAIL_COMPILE=1``) raises when fallback execution is
-  disabled (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` or the ``fallback_execution``
-  compile option False), and otherwise falls back to eager with a warning, as SDKs before 2.33
-  did by default [SRC backend.py; ENV]: the trap the suite's guard closes;
+- a compile failure (``STANDIN_NEURON_FAIL_COMPILE=1``) raises, in the words of [SRC]
+  ErrorHandler.cpp's compilation error, when fallback execution is disabled
+  (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``, or the ``fallback_execution`` compile
+  option False, which overrides it [ENV]), and otherwise falls back to eager with a warning,
+  as SDKs before 2.33 did by default: the trap the suite's guard closes. A simplification:
+  the stand-in raises from the graph's compiler, before it runs; [SRC] queues neuronx-cc
+  and falls back in the graph's execution wrapper, so the real failure surfaces at the first
+  call or at synchronize. Either way it is inside the suite's compile phase;
 - ``STANDIN_NEURON_EXEC_TIMEOUT_AT=N``: the N-th execution raises the runtime's timeout
   (NRT_TIMEOUT, status 5 [NRT]) in the words of [SRC] ErrorHandler.cpp's execution error;
 - ``STANDIN_NEURON_REJECT_DEVICE=1`` makes flex_attention's device check treat the CPU (where
@@ -118,6 +131,7 @@ def _cache_config() -> _CacheConfig:
 
 # -- the compilation cache and its counters --------------------------------------------------
 _memory_cache: dict[str, bytes] = {}
+_compile_ms: dict[str, int] = {}  # an in-memory entry's compilation_time_ms (0: read from disk)
 _counters = {"in_memory_hits": 0, "in_memory_misses": 0, "persistent_hits": 0,
              "persistent_misses": 0, "total_compilations": 0}
 _lock = threading.Lock()
@@ -145,12 +159,14 @@ def _get_compilation_cache_stats() -> dict:
 def _clear_compilation_memory_cache() -> None:
     with _lock:
         _memory_cache.clear()
+        _compile_ms.clear()
         _counters["in_memory_hits"] = _counters["in_memory_misses"] = 0
 
 
 def _get_compilation_cache_entries() -> list[dict]:
     with _lock:
-        return [{"cache_key": key, "neff_size_bytes": len(blob)}
+        return [{"cache_key": key, "neff_size_bytes": len(blob),
+                 "compilation_time_ms": _compile_ms.get(key, 0)}
                 for key, blob in _memory_cache.items()]
 
 
@@ -246,48 +262,52 @@ _compilations = 0
 @register_backend(name="neuron")
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     options = dict(options or {})
-    failing = os.environ.get("STANDIN_NEURON_FAIL_COMPILE") == "1"
     fallback_disabled = (not options["fallback_execution"]) if "fallback_execution" in options \
         else _flag(FALLBACK_ENV)
-    graph_text = gm.print_readable(print_output=False)
-    key = hashlib.sha256((gm.code + repr([(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", "")))
-                                          for x in example_inputs])).encode()).hexdigest()[:20]
-    artefacts = _write_artefacts(key, graph_text)
-    _record(failing=failing, fallback_disabled=fallback_disabled, pid=os.getpid(), key=key,
-            artefacts=artefacts, env={k: v for k, v in os.environ.items()
-                                      if k.startswith(("NEURON_", "TORCH_NEURONX_"))})
-    if failing:
-        _cleanup_artefacts()
-        error = NeuronCompileError("neuronx-cc (stand-in) failed to compile the graph: "
-                                   "injected failure")
-        if fallback_disabled:
-            raise error
-        warnings.warn(f"{error}; falling back to eager execution")
-        return gm.forward  # the graph runs eagerly, as if nothing had failed
-    metrics = NeuronCompilationMetrics(key, f"flex_{len(_metrics)}")
 
-    def forward_compiler(graph: torch.fx.GraphModule, inputs):
-        # [SRC backend.py] the fx passes and the lowering run inside AOTAutograd's forward
-        # compiler; here, the graph's text stands for both
+    def graph_compiler(graph: torch.fx.GraphModule, inputs):
+        """[SRC make_fw_compiler] one AOT graph, forward or backward: the fx passes and the
+        lowering, timed here (the graph's text stands for both), then neuronx-cc, queued."""
+        failing = os.environ.get("STANDIN_NEURON_FAIL_COMPILE") == "1"
+        graph_text = graph.print_readable(print_output=False)
+        shapes = repr([(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", "")))
+                       for x in inputs])
+        key = hashlib.sha256((graph.code + shapes).encode()).hexdigest()[:20]
+        artefacts = _write_artefacts(key, graph_text)
+        _record(failing=failing, fallback_disabled=fallback_disabled, pid=os.getpid(), key=key,
+                artefacts=artefacts, env={k: v for k, v in os.environ.items()
+                                          if k.startswith(("NEURON_", "TORCH_NEURONX_"))})
+        if failing:
+            _cleanup_artefacts()
+            error = NeuronCompileError(
+                f"Compilation error occurred on Neuron for operation=flex_{len(_metrics)};\n"
+                'error message="COMPILATION FAILED: neuronx-cc (stand-in): injected failure"')
+            if fallback_disabled:
+                raise error
+            warnings.warn(f"{error}; falling back to eager execution")
+            return make_boxed_func(graph.forward)  # runs eagerly, as if nothing had failed
+        metrics = NeuronCompilationMetrics(key, f"flex_{len(_metrics)}")
         start = time.perf_counter()
         graph.print_readable(print_output=False)
         metrics.torch_neuronx_fx_passes_us = int((time.perf_counter() - start) * 1e6)
         start = time.perf_counter()
         graph.recompile()
         metrics.torch_neuronx_lower_us = int((time.perf_counter() - start) * 1e6)
-        return make_boxed_func(graph.forward)
+        _metrics.append(metrics)
+        _submit(lambda: _neuronx_cc(key, metrics))
+        _cleanup_artefacts()
+        return make_boxed_func(_executor(key, graph.forward))
 
-    runnable = aot_autograd(fw_compiler=forward_compiler,
-                            bw_compiler=lambda graph, _: make_boxed_func(graph.forward))(
-        gm, example_inputs)
-    _metrics.append(metrics)
-    state = {"compiled": False}
+    # [SRC] no bw_compiler: AOTAutograd compiles the backward with the forward's compiler
+    return aot_autograd(fw_compiler=graph_compiler)(gm, example_inputs)
 
+
+def _executor(key: str, run):
+    """A compiled graph's execution: its NEFF looked up again (queued behind its compile; an
+    in-memory hit [SRC, see the module doc]), then run (here, eagerly on the CPU)."""
     def execute(*args):
         global _executions
-        if not state["compiled"]:
-            state["compiled"] = True
-            _submit(lambda: _neuronx_cc(key, metrics))
+        _submit(lambda: _lookup_for_execution(key))
         _executions += 1
         timeout_at = int(os.environ.get("STANDIN_NEURON_EXEC_TIMEOUT_AT", "0") or 0)
         if timeout_at and _executions >= timeout_at:
@@ -297,10 +317,15 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
                 'Operation timed out"\npython stack trace=\n')
         _fallback_ops.extend(op for op in os.environ.get("STANDIN_NEURON_FALLBACK_OPS", "")
                              .split(",") if op)
-        return runnable(*args)
+        return run(*args)
 
-    _cleanup_artefacts()
     return execute
+
+
+def _lookup_for_execution(key: str) -> None:
+    with _lock:
+        if key in _memory_cache:
+            _count("in_memory_hits")
 
 
 def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
@@ -316,6 +341,7 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
         if not config.disabled and neff.exists():
             _count("persistent_hits")
             _memory_cache[key] = neff.read_bytes()
+            _compile_ms[key] = 0
             return
         if not config.disabled:  # [SRC CheckCacheAndCoordinateWork]: only a cache it has
             _count("persistent_misses")
@@ -329,6 +355,9 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
     with _lock:
         _count("total_compilations")
         _memory_cache[key] = blob
+        # a real neuronx-cc is a process of seconds; the stand-in's may take under a
+        # millisecond, counted as 1 so that 0 keeps its meaning: read from the disk cache
+        _compile_ms[key] = max(1, metrics.torch_neuronx_compile_us // 1000)
     if not config.disabled:
         neff.parent.mkdir(parents=True, exist_ok=True)
         config.local_directory.mkdir(parents=True, exist_ok=True)
@@ -373,7 +402,9 @@ def _register_device() -> None:
         torch.utils.rename_privateuse1_backend("neuron")
     if not hasattr(torch, "neuron"):
         # no tensor can live on the stand-in's "neuron": it reports no device, so torch's
-        # own machinery (Dynamo's device queries) leaves it alone; synchronize is what it models
+        # own machinery (Dynamo's device queries) leaves it alone; synchronize is what it
+        # models. Not the SDK's: [SRC] neuron.py's is_available() is device_count() > 0, and
+        # the suite asks torch_neuronx.device_count(), never these two
         torch._register_device_module("neuron", types.SimpleNamespace(
             synchronize=synchronize, is_available=lambda: False, device_count=lambda: 0,
             current_device=lambda: 0))
