@@ -183,7 +183,8 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
     assert env["NEURON_COMPILER_OPT_LEVEL"] == "not set (-O2 for torch.compile)"
     assert env["NEURON_LOGICAL_NC_CONFIG"].startswith("not set (Trn2 default: LNC=2")
     assert env["neuron_core_indices"].startswith("logical NeuronCores")
-    assert env["cache_hit_source"].startswith("the case's graphs (torch_neuronx.get_dynamo_metrics)")
+    assert env["cache_hit_source"].startswith(
+        "the case's graphs (torch_neuronx.get_dynamo_metrics)")
     assert env["compile_breakdown_source"] == "torch_neuronx.get_dynamo_metrics()"
     assert env["fallback_ops_check"] == "torch_neuronx.get_fallback_ops()"
     assert env["cold_memory_cache"].startswith("cleared before each cold case")

@@ -58,8 +58,9 @@ EXEC_TIMEOUT_RE = re.compile(r"\bOperation timed out\b|\bNRT_TIMEOUT\b")
 #: [SRC] ErrorHandler.cpp words every error of running a NEFF "NRT Execution error occurred on
 #: Neuron for operation=..."; a compile's failure reads otherwise ("Compilation error occurred
 #: on Neuron for operation=...", error message "COMPILATION FAILED: ..."; "Command failed
-#: (neuronx-cc compilation)"; "Neuron backend NEFF execution setup failed"). Execution is asynchronous, so
-#: the first call's surfaces at synchronize, inside the compile phase. 2.33's text: hardware.
+#: (neuronx-cc compilation)"; "Neuron backend NEFF execution setup failed"). Execution is
+#: asynchronous, so the first call's surfaces at synchronize, inside the compile phase. 2.33's
+#: text: hardware.
 EXEC_ERROR_RE = re.compile(r"\bNRT Execution error occurred\b")
 
 # -- the package -----------------------------------------------------------------------------
