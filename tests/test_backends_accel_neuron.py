@@ -175,6 +175,7 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
         timeout=120)
     assert module_version.stdout.strip() == "0.1.0", module_version.stderr[-2000:]
     assert env["neuronx_cc"] == "NeuronX Compiler version 2.28.7631.0+standin"
+    assert env["warm_neff_cache"].startswith("neff/release-")  # named after the two above
     assert env["neuron_runtime"] == "2.35.30.0-standin"
     assert env["neuron_driver"] == "2.26.5.0-standin"
     assert env["neuron_ls"].startswith("instance-type: trn2.3xlarge (stand-in)")
@@ -332,7 +333,7 @@ def test_failed_cases_keep_their_artifacts_in_the_report_dir(standin, tmp_path, 
     monkeypatch.setenv("STANDIN_NEURON_FAIL_COMPILE", "1")
     (failed,) = _run([CAUSAL], tmp_path)
     assert failed.label is Label.COMPILE_ERROR, failed.message
-    assert "Compilation error occurred on Neuron for operation=flex_" in failed.message
+    assert "Compilation error occurred on Neuron for operation=torch_compile" in failed.message
     assert 'COMPILATION FAILED: neuronx-cc (stand-in): injected failure' in failed.message
     kept = tmp_path / "report" / failed.artifacts
     assert failed.artifacts.startswith("artifacts/causal__b1-h2x2-s64x64-d16__fp32__fwd-")

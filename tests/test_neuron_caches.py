@@ -149,3 +149,16 @@ def test_a_backward_is_a_second_graph_compiled_by_neuronx_cc(standin, tmp_path):
     assert all(e["compilation_time_ms"] > 0 for e in entries)  # both compiled, none from disk
     assert stats["total_compilations"] == 2 and stats["in_memory_hits"] == 2  # one per run
     assert len(_neffs(tmp_path / "neff")) == 2
+
+
+def test_a_graph_an_earlier_case_left_in_memory_is_a_hit_that_compiled_nothing(standin, tmp_path,
+                                                                               monkeypatch):
+    """A warm child keeps its in-memory cache: a case whose graph an earlier case compiled is
+    served from memory. [SRC metrics.py] still reports that graph's neuronx-cc time, the
+    earlier compile's (its cache entry's); this case paid none of it (an outside review)."""
+    monkeypatch.setenv("STANDIN_NEURON_COMPILE_SECONDS", "0.3")
+    first, again = _run([CAUSAL, CAUSAL], tmp_path, compile_cache="warm")
+    assert _labels([first, again]) == [Label.PASS, Label.PASS], [first.message, again.message]
+    assert (first.cache_hit, again.cache_hit) == (False, True)
+    assert first.compile_breakdown["neuronx-cc"] >= 0.3
+    assert again.compile_breakdown["neuronx-cc"] == 0

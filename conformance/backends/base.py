@@ -144,8 +144,9 @@ class Backend:
 
     def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
         """Environment variables for a compiler that reads its cache settings once per
-        process: with ``cold``, no cache may serve any case of the child; otherwise the
-        shared cache ``cache_dir`` (never a host-wide default). {}: nothing of the kind."""
+        process: with ``cold``, no cache may serve any case of the child (called for each
+        child, with a new directory); otherwise the shared cache ``cache_dir`` (never a
+        host-wide default). {}: nothing of the kind."""
         return {}
 
     def device(self) -> str:

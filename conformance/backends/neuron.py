@@ -105,9 +105,10 @@ class Neuron(Backend):
         env.update({
             "device": self.device_type, "device_name": sdk.instance_type(),
             "compiler": "neuronx-cc (torch-neuronx native backend)",
-            "torch_neuronx": found.version or ("not installed" if not found.found else
-                                               f"unknown ({found.error})"),
-            "neuronx_cc": sdk.tool_output(["neuronx-cc", "--version"]),
+            **self._compiler_release(),
+            "warm_neff_cache": (f"neff/{neuron_cache.warm_neff_dir_name(self._compiler_release())}"
+                                " under the warm compile cache: one directory per torch-neuronx "
+                                "and neuronx-cc release (a NEFF's key does not name them)"),
             "neuron_runtime": sdk.runtime_version(), "neuron_driver": sdk.driver_version(),
             "neuron_ls": sdk.tool_output(["neuron-ls"], lines=6),
             "device_check": check,
@@ -161,9 +162,12 @@ class Neuron(Backend):
         return env
 
     def _compiler_release(self) -> dict[str, str]:
-        """The torch-neuronx and neuronx-cc releases, as environment() records them."""
-        return {"torch_neuronx": sdk.probe_package(self.device_type).version or "",
-                "neuronx_cc": sdk.tool_output(["neuronx-cc", "--version"])}
+        """The torch-neuronx and neuronx-cc releases, as environment() records them (and a
+        warm run's NEFF directory is named after), each asked once per process."""
+        found = sdk.probe_package(self.device_type)
+        return {"torch_neuronx": found.version or ("not installed" if not found.found else
+                                                   f"unknown ({found.error})"),
+                "neuronx_cc": sdk.compiler_version()}
 
     def artifact_env(self, directory: str) -> dict[str, str]:
         return {sdk.DEBUG_DIR_ENV: directory, sdk.PRESERVE_ENV: "1"}
@@ -256,7 +260,12 @@ class Neuron(Backend):
         graphs = list(metrics())  # it synchronizes, so the async neuronx-cc time is in
         if not graphs:
             return None
-        return {stage: sum(float(getattr(g, field, 0) or 0) for g in graphs) / 1e6
+        # [SRC metrics.py] a graph's neuronx-cc time is its cache entry's: for a graph an
+        # earlier case left in memory, that case's compile, which this one did not pay
+        before = self._keys_before or set()
+        return {stage: sum(float(getattr(g, field, 0) or 0) for g in graphs
+                           if not (stage == "neuronx-cc"
+                                   and getattr(g, "graph_id", None) in before)) / 1e6
                 for stage, field in STAGES.items()}
 
     def compiled_bytes(self) -> int | None:

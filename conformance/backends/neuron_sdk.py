@@ -282,6 +282,18 @@ def tool_output(argv: list[str], lines: int = 1) -> str:
     return " | ".join(text[:lines])
 
 
+def compiler_version() -> str:
+    """``neuronx-cc --version``'s first line, asked once per process and PATH: the environment
+    records it and a warm run's NEFF directory is named after it, so both must read the
+    same."""
+    return _compiler_version(os.environ.get("PATH", ""))
+
+
+@lru_cache(maxsize=4)
+def _compiler_version(path: str) -> str:
+    return tool_output(["neuronx-cc", "--version"])
+
+
 def driver_version() -> str:
     """The Neuron kernel driver (aws-neuronx-dkms): the loaded module's version, else the
     package's."""

@@ -246,7 +246,14 @@ _metrics: list[NeuronCompilationMetrics] = []
 
 
 def get_dynamo_metrics() -> list[NeuronCompilationMetrics]:
+    """[SRC metrics.py] a graph's neuronx-cc time is its cache entry's compilation_time_ms,
+    filled in here, after synchronizing, while it is 0: the compile's own time, 0 for a NEFF
+    read from disk, and for a graph an earlier compile left in memory, that compile's time."""
     synchronize()
+    with _lock:
+        for metrics in _metrics:
+            if metrics.torch_neuronx_compile_us == 0:
+                metrics.torch_neuronx_compile_us = _compile_ms.get(metrics.graph_id, 0) * 1000
     return list(_metrics)
 
 
@@ -279,9 +286,12 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
                                           if k.startswith(("NEURON_", "TORCH_NEURONX_"))})
         if failing:
             _cleanup_artefacts()
+            # [SRC ErrorHandler::HandleCompilationError] names the op: compile_graph's is
+            # CompileOnlyKernelExecution, "torch_compile" (KernelExecution.cpp)
             error = NeuronCompileError(
-                f"Compilation error occurred on Neuron for operation=flex_{len(_metrics)};\n"
-                'error message="COMPILATION FAILED: neuronx-cc (stand-in): injected failure"')
+                "Compilation error occurred on Neuron for operation=torch_compile;\nerror "
+                'message="COMPILATION FAILED: neuronx-cc (stand-in): injected failure"\n'
+                "python stack trace=\n")
             if fallback_disabled:
                 raise error
             warnings.warn(f"{error}; falling back to eager execution")
@@ -294,7 +304,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | Non
         graph.recompile()
         metrics.torch_neuronx_lower_us = int((time.perf_counter() - start) * 1e6)
         _metrics.append(metrics)
-        _submit(lambda: _neuronx_cc(key, metrics))
+        _submit(lambda: _neuronx_cc(key))
         _cleanup_artefacts()
         return make_boxed_func(_executor(key, graph.forward))
 
@@ -328,7 +338,7 @@ def _lookup_for_execution(key: str) -> None:
             _count("in_memory_hits")
 
 
-def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
+def _neuronx_cc(key: str) -> None:
     """The queued compile: served by the in-memory cache, then the persistent one, else it
     'compiles' (sleeps) and fills both."""
     config = _cache_config()
@@ -351,13 +361,13 @@ def _neuronx_cc(key: str, metrics: NeuronCompilationMetrics) -> None:
     if _compilations >= int(os.environ.get("STANDIN_NEURON_SLOW_FROM", "1") or 1):
         time.sleep(float(os.environ.get("STANDIN_NEURON_COMPILE_SECONDS", "0") or 0))
     blob = f"NEFF stand-in {key}".encode()
-    metrics.torch_neuronx_compile_us = int((time.perf_counter() - start) * 1e6)
+    elapsed_ms = int((time.perf_counter() - start) * 1000)
     with _lock:
         _count("total_compilations")
         _memory_cache[key] = blob
         # a real neuronx-cc is a process of seconds; the stand-in's may take under a
         # millisecond, counted as 1 so that 0 keeps its meaning: read from the disk cache
-        _compile_ms[key] = max(1, metrics.torch_neuronx_compile_us // 1000)
+        _compile_ms[key] = max(1, elapsed_ms)
     if not config.disabled:
         neff.parent.mkdir(parents=True, exist_ok=True)
         config.local_directory.mkdir(parents=True, exist_ok=True)
