@@ -418,6 +418,9 @@ def parse_size(option: str, text: str) -> int:
     percent = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", t)
     if percent and 0 < float(percent.group(1)) <= 100:
         return int(machine_memory_bytes() * float(percent.group(1)) / 100)
+    if percent:  # a share, out of range (an outside audit: "not a size" named the wrong fault)
+        raise ValueError(f"{option} {text!r} is a share of RAM outside (0, 100]; give one in "
+                         f"that range (e.g. {option} 75%) or a size (e.g. {option} 16G)")
     if re.fullmatch(r"\d+(?:\.\d+)?", t) and float(t) > 0:
         in_bytes = f", or {t}B for bytes" if t.isdigit() else ""
         raise ValueError(f"{option} {text!r} has no unit; write e.g. {option} {t}G or "

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance import options as opts
+from reports.summary import resume_command_of
 
 _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
                 "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase",
@@ -54,15 +55,16 @@ def resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: in
         if before != now:
             raise pytest.UsageError(
                 f"--resume {options.report_dir}: the run had {key} {_given(before)}, this one "
-                f"{_given(now)}; resume with the run's own options")
+                f"{_given(now)}; resume with the run's own options: "
+                f"{resume_command_of(options.report_dir, manifest)}")
     _refuse_another_suite(options.report_dir, manifest)
     _refuse_another_oracle(options.report_dir)
     _refuse_another_release(options.report_dir, backend, options.backend)
-    _refuse_another_layout(options.report_dir, workers)
+    _refuse_another_layout(options.report_dir, workers, manifest)
     return manifest
 
 
-def _refuse_another_layout(report_dir: Path, workers: int) -> None:
+def _refuse_another_layout(report_dir: Path, workers: int, manifest) -> None:
     """UsageError, one line, when this command's workers would get another number of threads
     than the run's did (another -n, or a machine with other cores): compile and run times
     measured with 2 threads and with 1 would stand side by side in one results file, and a
@@ -79,7 +81,7 @@ def _refuse_another_layout(report_dir: Path, workers: int) -> None:
                 f"thread(s) per worker (-n {count}), this command would with {now} (-n "
                 f"{workers}); resume with -n {count} on the run's machine (and "
                 f"OMP_NUM_THREADS={before} if the run had it), so one results file holds "
-                "comparable times")
+                f"comparable times: {resume_command_of(report_dir, manifest)}")
 
 
 def _given(value) -> str:

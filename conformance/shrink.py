@@ -229,6 +229,10 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
                 raise ValueError(f"case {text!r}: variant {variant.name!r}: {problem}")
             scale = int(parts[4][1:]) if len(parts) == 5 and parts[4][1:].isdigit() else 1
             return Case(variant, Shape.parse(parts[1]), parts[2], parts[3], scale)
+    if len(parts) not in (4, 5):  # the variant may be right (an outside audit: it was blamed)
+        raise ValueError(f"no case with id {text!r}: an id has 4 or 5 parts, VARIANT/SHAPE/"
+                         f"DTYPE/MODE[/xSCALE] (e.g. causal/b1-h8x8-s1024x1024-d128/bf16/fwd), "
+                         f"this one {len(parts)}; copy it from the report or flexconf list")
     raise ValueError(f"no case with id {text!r}: its variant part {parts[0]!r} is none of the "
                      "matrices', the composed variants' or the case modules'; pass a case spec "
                      "file (SPEC.json, e.g. from the run's results.json) or --cases-module")

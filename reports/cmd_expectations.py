@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:  # a part's failures and passes are not the run's: an entry would be wrong
         raise ValueError(f"{one_line(args.results)}: {problem}")
     path = Path(args.expectations)
+    existed = path.exists()
     text = read_text(path, "pass a TOML expectations file (docs/gate.md), or a new path to "
-                           "create one") if path.exists() else ""
+                           "create one") if existed else ""
     update = update_expectations(text, results, str(path))
     if args.dry_run:
         print(update.text, end="")
@@ -64,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"note     {path}:{entry.line}  backend {entry.backend!r} is not the run's "
               f"{backend!r}: the entry applies to none of its cases; fix the name if it is "
               "meant", file=log)
-    if not (update.added or update.dropped):
-        print(f"{path}: up to date", file=log)
+    if not (update.added or update.dropped):  # made, it was not "up to date" (an audit)
+        made = "would be created" if args.dry_run else "created"
+        print(f"{path}: up to date" if existed else
+              f"{path}: {made}, with no entry: the run has no failure to list", file=log)
     return 0
 
 

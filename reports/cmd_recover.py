@@ -111,14 +111,14 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
     What recover wrote itself (no ``finished_at``) may be written again, to take in a case a
     worker recorded after the controller was killed."""
     from records.store import results_head, reported_run, set_aside_head
+    from reports.summary import resume_command_of
 
     aside = set_aside_head(report_dir, manifest)
     if aside is not None:  # rendered again here, it read as the later run's (an outside audit)
         how = "complete" if aside.get("complete") is True else (
             "stopped before its end" if aside.get("finished_at") else "recovered")
         finish = "start a new run" if how == "complete" else (
-            f"finish it with pytest {_matrix_path()} --resume "
-            f"{shlex.quote(one_line(str(report_dir)))} and the run's options, or start a new run")
+            f"finish it with {resume_command_of(report_dir, manifest)}, or start a new run")
         raise ValueError(f"{report_dir}: its records are those of the run reported in "
                          f"{report_dir / 'previous'}/ (started {one_line(manifest.started_at)}, "
                          f"{how}; a later run stopped before its first case and set it aside); "
@@ -137,9 +137,8 @@ def _refuse_a_reported_run(report_dir: Path, manifest) -> None:
                          "nothing to recover (recover is for a run that was killed)"
                          + _pages_missing(report_dir))
     raise ValueError(f"{report_dir}: its results.json already reports its run, stopped before "
-                     f"its end; nothing to recover: finish it with pytest {_matrix_path()} "
-                     f"--resume {shlex.quote(one_line(str(report_dir)))} and the run's options"
-                     + _pages_missing(report_dir))
+                     f"its end; nothing to recover: finish it with "
+                     f"{resume_command_of(report_dir, manifest)}" + _pages_missing(report_dir))
 
 
 def _pages_missing(report_dir: Path) -> str:
@@ -155,8 +154,3 @@ def _pages_missing(report_dir: Path) -> str:
             f"flexconf report {shlex.quote(one_line(str(report_dir / 'results.json')))} -o "
             f"{quoted} writes {'it' if len(missing) == 1 else 'them'}")
 
-
-def _matrix_path() -> str:
-    from conformance.run_info import matrix_path
-
-    return matrix_path()

@@ -172,9 +172,10 @@ def run_title(results: RunResults) -> str:
     if selection.shard:
         narrowed.append(f"shard {selection.shard}")
     parts += narrowed + ([f"with {fuzzing}"] if fuzzing else [])
-    if narrowed:
-        count = len(results.records)
-        parts.append(f"{count} case" if count == 1 else f"{count} cases")
+    if narrowed:  # an interrupted run: of how many selected (an outside audit: "2 cases" of 12)
+        count, selected = len(results.records), results.selected_count
+        of = f" of {selected} selected" if selected and selected != count else ""
+        parts.append(f"{count} {'case' if count == 1 else 'cases'}{of}")
     return one_line(f"{REPORT_TITLE}: " + " · ".join(parts))
 
 

@@ -172,6 +172,23 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
     return shell_command(env, ["pytest", *layout, *args])
 
 
+def resume_command_of(report_dir, manifest) -> str:
+    """``resume_command`` of a run known by its manifest (records/run.json) and the
+    environment its first worker recorded, not by a results file: for the refusals of
+    ``--resume`` and ``flexconf recover``, which said only "the run's options" (a user had to
+    find them; an outside audit)."""
+    from conformance.run_info import matrix_path
+    from records.events import read_events
+
+    environments = [event["environment"] for event in read_events(report_dir)
+                    if isinstance(event, dict) and event.get("event") == "environment"
+                    and isinstance(event.get("environment"), dict)]
+    run = RunResults(environments[0] if environments else {}, manifest.options or {}, (),
+                     manifest.suite_version or "", manifest.started_at or "",
+                     selection=manifest.selection)
+    return resume_command(run, report_dir, matrix_path())
+
+
 def _run_args(results: RunResults, matrix: str | None = None
               ) -> tuple[dict[str, str], list[str]]:
     """The environment and the arguments after ``pytest`` that select and judge as the run

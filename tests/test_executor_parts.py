@@ -46,6 +46,11 @@ def test_sizes(text, expected):
              "--memory-budget 16G) or a share of RAM (e.g. --memory-budget 75%)"),
     ("0G", "--memory-budget '0G' is not a size; write bytes with a unit (e.g. --memory-budget "
            "16G) or a share of RAM (e.g. --memory-budget 75%)"),
+    # a share, but out of range: it was called "not a size" (an outside audit)
+    ("200%", "--memory-budget '200%' is a share of RAM outside (0, 100]; give one in that range "
+             "(e.g. --memory-budget 75%) or a size (e.g. --memory-budget 16G)"),
+    ("0%", "--memory-budget '0%' is a share of RAM outside (0, 100]; give one in that range "
+           "(e.g. --memory-budget 75%) or a size (e.g. --memory-budget 16G)"),
 ])
 def test_a_size_without_a_unit_or_below_a_byte_is_one_line(text, line):
     with pytest.raises(ValueError) as raised:

@@ -142,6 +142,16 @@ def test_flexconf_expectations_update_creates_then_edits_the_file(tmp_path, caps
                  "--expectations", str(path)]) == 0
     assert "passes now" in capsys.readouterr().out
     assert load_expectations(path).entries == ()
+    # made from a run with nothing to list, it is created, not "up to date" (an outside audit)
+    fresh = tmp_path / "fresh.toml"
+    assert main(["expectations", "update", str(tmp_path / "r2.json"),
+                 "--expectations", str(fresh)]) == 0
+    assert capsys.readouterr().out == \
+        f"{fresh}: created, with no entry: the run has no failure to list\n"
+    assert fresh.exists() and load_expectations(fresh).entries == ()
+    assert main(["expectations", "update", str(tmp_path / "r2.json"),
+                 "--expectations", str(fresh)]) == 0
+    assert capsys.readouterr().out == f"{fresh}: up to date\n"
 
 
 def test_update_makes_missing_directories_as_gate_and_merge_do(tmp_path, capsys):

@@ -373,6 +373,9 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
     by_file = replace(by_file, options={**by_file.options, "case_ids": ["a/b"]})
     assert run_title(by_file) == ("FlexAttention conformance: neuron · case file mine.json · "
                                   "--case-id 'a/b' · 1 case")
+    # interrupted: of how many selected ("2 cases" of 12 read as the whole; an outside audit)
+    stopped = replace(narrowed, complete=False, selected_count=12)
+    assert run_title(stopped).endswith(" · shard 1/2 · 1 case of 12 selected")
     assert conforms(whole) and conforms(narrowed)  # on what it selected, and says what that is
     # a run of fuzzed variants alone was titled with a profile none of its cases had
     fuzzed = replace(whole, options={**whole.options, "fuzz_examples": 50, "seed": 1},

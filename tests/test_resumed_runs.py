@@ -122,6 +122,10 @@ def test_resume_refuses_another_runs_options_and_a_directory_without_a_run(tmp_p
                             "--seed", "5", "--resume", str(tmp_path / "report")))
     assert other.returncode == 4
     assert "the run had seed 0, this one 5; resume with the run's own options" in other.stderr
+    # and says them: the command flexconf recover would print (an outside audit)
+    command = other.stderr.split("resume with the run's own options: ", 1)[1].splitlines()[0]
+    assert " --seed 0 " in command and " -k 'full or causal' " in command
+    assert command.startswith("pytest ") and command.endswith(f"--resume {tmp_path / 'report'}")
     # its known failures: a resume without them would fail the cases they make xfail
     known = tmp_path / "known.toml"
     known.write_text('[[failure]]\nbackend = "*"\ncase = "x/*"\nlabel = "CRASH"\nreason = "r"\n')

@@ -276,6 +276,10 @@ def test_shrink_takes_the_ids_it_and_the_runs_print_and_one_case_per_spec(tmp_pa
     with pytest.raises(ValueError, match=r"^no case with id 'nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd':"
                                          r" its variant part 'nosuch-v1' is none of the matrices'"):
         case_from_argument("nosuch-v1/b1-h1x1-s8x8-d8/bf16/fwd")
+    # a known variant in an id of the wrong length: the id's form, not the variant, is wrong
+    with pytest.raises(ValueError, match=r"^no case with id 'causal/b1-h8x8-s128x128-d128/bf16':"
+                                         r" an id has 4 or 5 parts, VARIANT/SHAPE/DTYPE/MODE"):
+        case_from_argument("causal/b1-h8x8-s128x128-d128/bf16")
     # by id, a parameter out of the catalog's range ran (w0: PASS), while its spec file was
     # refused (an outside audit); a shape beyond torch's sizes overflowed inside the case
     with pytest.raises(ValueError, match=r"^case 'sliding_window-w0/b1-h8x8-s128x128-d128/bf16/"
