@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance import options as opts
+from records.events import recorded_environments
 from reports.summary import resume_command_of
 
 _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
@@ -73,7 +74,7 @@ def _refuse_another_layout(report_dir: Path, workers: int, manifest) -> None:
     from records.text import one_line
 
     now = threads_per_worker(WorkerSlot(0, workers))
-    for environment in _recorded_environments(report_dir):
+    for environment in recorded_environments(report_dir):
         before, count = environment.get("threads_per_worker"), environment.get("workers")
         if isinstance(before, int) and before != now:
             raise pytest.UsageError(
@@ -89,15 +90,6 @@ def _given(value) -> str:
     return "none (not given)" if value is None else repr(value)
 
 
-def _recorded_environments(report_dir: Path) -> list[dict]:
-    """The environments the run's processes recorded in its store (one per worker)."""
-    from records.events import read_events
-
-    return [event["environment"] for event in read_events(report_dir)
-            if isinstance(event, dict) and event.get("event") == "environment"
-            and isinstance(event.get("environment"), dict)]
-
-
 def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
     """UsageError, one line, when this command would measure another release than the run's
     finished cases did (records/release.py: torch, the compiler stack, a plugin's code): one
@@ -110,7 +102,7 @@ def _refuse_another_release(report_dir: Path, backend, spec: str) -> None:
         now = release_of(environment_of(backend, spec))
     except BackendError as exc:
         raise pytest.UsageError(str(exc)) from None
-    for environment in _recorded_environments(report_dir):
+    for environment in recorded_environments(report_dir):
         difference = release_difference(release_of(environment), now)
         if difference:
             where = one_line(str(report_dir))
@@ -144,7 +136,7 @@ def _refuse_another_oracle(report_dir: Path) -> None:
     from records.text import one_line
     from reference.golden import REFERENCE_VERSION
 
-    for environment in _recorded_environments(report_dir):
+    for environment in recorded_environments(report_dir):
         judged_by = environment.get(REFERENCE_VERSION_KEY)
         if judged_by is not None and judged_by != REFERENCE_VERSION:
             where = one_line(str(report_dir))

@@ -164,6 +164,13 @@ class Merged:
     damaged_records: tuple[str, ...] = ()
 
 
+def recorded_environments(report_dir: str | Path) -> list[dict]:
+    """The environments the run's processes recorded in its store (one per worker)."""
+    return [event["environment"] for event in read_events(report_dir)
+            if isinstance(event, dict) and event.get("event") == "environment"
+            and isinstance(event.get("environment"), dict)]
+
+
 def read_events(report_dir: str | Path) -> Iterable[dict]:
     """Every event of every worker file; a torn last line (a worker killed mid-write) is skipped."""
     for _, event in _events_by_file(report_dir):

@@ -178,11 +178,9 @@ def resume_command_of(report_dir, manifest) -> str:
     ``--resume`` and ``flexconf recover``, which said only "the run's options" (a user had to
     find them; an outside audit)."""
     from conformance.run_info import matrix_path
-    from records.events import read_events
+    from records.events import recorded_environments
 
-    environments = [event["environment"] for event in read_events(report_dir)
-                    if isinstance(event, dict) and event.get("event") == "environment"
-                    and isinstance(event.get("environment"), dict)]
+    environments = recorded_environments(report_dir)
     run = RunResults(environments[0] if environments else {}, manifest.options or {}, (),
                      manifest.suite_version or "", manifest.started_at or "",
                      selection=manifest.selection)
