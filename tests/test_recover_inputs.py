@@ -111,7 +111,7 @@ def test_recover_refuses_a_run_that_wrote_its_own_results_and_leaves_them(tmp_pa
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(
         f"flexconf recover: error: {report}: its results.json already reports its run, "
-        f"stopped before its end; nothing to recover: finish it with pytest ")
+        f"stopped before its end; nothing to recover: finish it with ")
     # the command, with the run's options (it said "and the run's options": an outside audit)
     assert line.endswith(f"--resume {report}") and " --backend cpu-eager " in line
     assert load_results(report / "results.json") == stopped
