@@ -232,7 +232,8 @@ def case_from_argument(text: str, case_modules: list[str] | None = None) -> Case
     if len(parts) not in (4, 5):  # the variant may be right (an outside audit: it was blamed)
         raise ValueError(f"no case with id {text!r}: an id has 4 or 5 parts, VARIANT/SHAPE/"
                          f"DTYPE/MODE[/xSCALE] (e.g. causal/b1-h8x8-s1024x1024-d128/bf16/fwd), "
-                         f"this one {len(parts)}; copy it from the report or flexconf list")
+                         f"this one {len(parts)}; copy it from the report or flexconf list, "
+                         "or pass a case spec file (SPEC.json)")
     raise ValueError(f"no case with id {text!r}: its variant part {parts[0]!r} is none of the "
                      "matrices', the composed variants' or the case modules'; pass a case spec "
                      "file (SPEC.json, e.g. from the run's results.json) or --cases-module")

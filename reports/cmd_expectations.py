@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
               "meant", file=log)
     if not (update.added or update.dropped):  # made, it was not "up to date" (an audit)
         made = "would be created" if args.dry_run else "created"
+        why = "no failure an entry can name" if update.fuzzed else "no failure to list"
         print(f"{path}: up to date" if existed else
-              f"{path}: {made}, with no entry: the run has no failure to list", file=log)
+              f"{path}: {made}, with no entry: the run has {why}", file=log)
     return 0
 
 

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from records.results import RunResults
+from records.results import RunResults, is_fuzzed
 from records.text import one_line
 
 #: The verdict's metrics, in the order a reader wants them; other keys follow, sorted.
@@ -174,7 +174,9 @@ def run_title(results: RunResults) -> str:
     parts += narrowed + ([f"with {fuzzing}"] if fuzzing else [])
     if narrowed:  # an interrupted run: of how many selected (an outside audit: "2 cases" of 12)
         count, selected = len(results.records), results.selected_count
-        of = f" of {selected} selected" if selected and selected != count else ""
+        matrix_cases = sum(1 for r in results.records if not is_fuzzed(r.case_id))
+        of = f" of {selected} selected" if (not results.complete and selected
+                                            and selected != matrix_cases) else ""
         parts.append(f"{count} {'case' if count == 1 else 'cases'}{of}")
     return one_line(f"{REPORT_TITLE}: " + " · ".join(parts))
 

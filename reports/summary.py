@@ -177,9 +177,14 @@ def resume_command_of(report_dir, manifest) -> str:
     environment its first worker recorded, not by a results file: for the refusals of
     ``--resume`` and ``flexconf recover``, which said only "the run's options" (a user had to
     find them; an outside audit)."""
+    import shlex
+
     from conformance.run_info import matrix_path
     from records.events import recorded_environments
 
+    if not (manifest.options or {}).get("backend"):  # a manifest that says too little
+        return (f"pytest {matrix_path()} --resume {shlex.quote(str(report_dir))} and the "
+                "run's options")
     environments = recorded_environments(report_dir)
     run = RunResults(environments[0] if environments else {}, manifest.options or {}, (),
                      manifest.suite_version or "", manifest.started_at or "",

@@ -175,7 +175,14 @@ def test_environment_records_versions_tools_settings_and_sources(standin, monkey
         timeout=120)
     assert module_version.stdout.strip() == "0.1.0", module_version.stderr[-2000:]
     assert env["neuronx_cc"] == "NeuronX Compiler version 2.28.7631.0+standin"
-    assert env["warm_neff_cache"].startswith("neff/release-")  # named after the two above
+    # named after the two above, and the directory the children of a warm run are given
+    from conformance.backends.neuron_cache import warm_neff_dir_name
+    from tests.standin_neuron import NeuronOnCpu
+
+    warm = f"neff/{warm_neff_dir_name(env)}"
+    assert env["warm_neff_cache"].startswith(f"{warm} under the warm compile cache")
+    given = NeuronOnCpu().process_cache_env("/cache", cold=False)[sdk.NEFF_CACHE_DIR_ENV]
+    assert given == f"/cache/{warm}"
     assert env["neuron_runtime"] == "2.35.30.0-standin"
     assert env["neuron_driver"] == "2.26.5.0-standin"
     assert env["neuron_ls"].startswith("instance-type: trn2.3xlarge (stand-in)")

@@ -144,6 +144,11 @@ def test_flexconf_expectations_update_creates_then_edits_the_file(tmp_path, caps
     assert load_expectations(path).entries == ()
     # made from a run with nothing to list, it is created, not "up to date" (an outside audit)
     fresh = tmp_path / "fresh.toml"
+    assert main(["expectations", "update", str(tmp_path / "r2.json"), "--dry-run",
+                 "--expectations", str(fresh)]) == 0
+    assert capsys.readouterr().err.endswith(
+        f"{fresh}: would be created, with no entry: the run has no failure to list\n")
+    assert not fresh.exists()
     assert main(["expectations", "update", str(tmp_path / "r2.json"),
                  "--expectations", str(fresh)]) == 0
     assert capsys.readouterr().out == \

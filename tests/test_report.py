@@ -376,6 +376,11 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
     # interrupted: of how many selected ("2 cases" of 12 read as the whole; an outside audit)
     stopped = replace(narrowed, complete=False, selected_count=12)
     assert run_title(stopped).endswith(" · shard 1/2 · 1 case of 12 selected")
+    # a finished run that also fuzzed: its fuzz/ records are no missing case of the matrix
+    finished = replace(narrowed, selected_count=1, options={**narrowed.options,
+                                                            "fuzz_examples": 1, "seed": 1},
+                       records=(*narrowed.records, record("fuzz/" + case_id())))
+    assert run_title(finished).endswith(" · with fuzzing (1 examples, seed 1) · 2 cases")
     assert conforms(whole) and conforms(narrowed)  # on what it selected, and says what that is
     # a run of fuzzed variants alone was titled with a profile none of its cases had
     fuzzed = replace(whole, options={**whole.options, "fuzz_examples": 50, "seed": 1},

@@ -106,9 +106,9 @@ class Neuron(Backend):
             "device": self.device_type, "device_name": sdk.instance_type(),
             "compiler": "neuronx-cc (torch-neuronx native backend)",
             **self._compiler_release(),
-            "warm_neff_cache": (f"neff/{neuron_cache.warm_neff_dir_name(self._compiler_release())}"
-                                " under the warm compile cache: one directory per torch-neuronx "
-                                "and neuronx-cc release (a NEFF's key does not name them)"),
+            "warm_neff_cache": (f"{self._warm_neff_dir()} under the warm compile cache: one "
+                                "directory per torch-neuronx and neuronx-cc release (a NEFF's "
+                                "key does not name them)"),
             "neuron_runtime": sdk.runtime_version(), "neuron_driver": sdk.driver_version(),
             "neuron_ls": sdk.tool_output(["neuron-ls"], lines=6),
             "device_check": check,
@@ -155,11 +155,15 @@ class Neuron(Backend):
     def process_cache_env(self, cache_dir: str, cold: bool) -> dict[str, str]:
         # the NEFF cache is configured once per process: a cold child may use none at all; a
         # warm run keeps one directory per compiler release, as NEFFs' keys do not say it
-        neffs = [] if cold else [neuron_cache.warm_neff_dir_name(self._compiler_release())]
-        env = {sdk.NEFF_CACHE_DIR_ENV: os.path.join(cache_dir, "neff", *neffs),
+        env = {sdk.NEFF_CACHE_DIR_ENV: os.path.join(cache_dir, "neff" if cold
+                                                    else self._warm_neff_dir()),
                sdk.NEFF_LOCAL_CACHE_DIR_ENV: os.path.join(cache_dir, "neff-local")}
         env.update({name: "1" if cold else "0" for name in sdk.NEFF_DISABLE_CACHE_ENVS})
         return env
+
+    def _warm_neff_dir(self) -> str:
+        """``neff/release-<digest>``: a warm run's NEFFs, relative to its cache directory."""
+        return os.path.join("neff", neuron_cache.warm_neff_dir_name(self._compiler_release()))
 
     def _compiler_release(self) -> dict[str, str]:
         """The torch-neuronx and neuronx-cc releases, as environment() records them (and a

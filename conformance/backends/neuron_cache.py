@@ -70,8 +70,8 @@ def warm_neff_dir_name(environment: dict[str, Any]) -> str:
     """The directory, under a warm run's ``neff/``, of one compiler release's NEFFs:
     ``release-`` and a digest of the torch-neuronx and neuronx-cc releases. [SRC] a NEFF's
     cache key is the StableHLO text, the graph's inputs and outputs, the target, the
-    logical-core setting, the optimisation level and NEURON_CC_FLAGS (stablehlo_utils.py, KernelExecution.cpp,
-    CacheUtils.cpp), not the compiler's version: one directory for every release would serve
-    a new neuronx-cc the old one's NEFFs."""
+    logical-core setting, the optimisation level and NEURON_CC_FLAGS (stablehlo_utils.py,
+    KernelExecution.cpp, CacheUtils.cpp), not the compiler's version: one directory for every
+    release would serve a new neuronx-cc the old one's NEFFs."""
     release = repr([str(environment.get(key)) for key in ("torch_neuronx", "neuronx_cc")])
     return "release-" + hashlib.sha256(release.encode()).hexdigest()[:12]

@@ -285,13 +285,18 @@ def tool_output(argv: list[str], lines: int = 1) -> str:
 def compiler_version() -> str:
     """``neuronx-cc --version``'s first line, asked once per process and PATH: the environment
     records it and a warm run's NEFF directory is named after it, so both must read the
-    same."""
-    return _compiler_version(os.environ.get("PATH", ""))
+    same. A failure to tell (``unknown (...)``: a timeout, say) is asked again next time, not
+    kept: one worker's passing failure would name another directory than its peers'."""
+    path = os.environ.get("PATH", "")
+    if path not in _COMPILER_VERSIONS:
+        found = tool_output(["neuronx-cc", "--version"])
+        if found.startswith("unknown ("):
+            return found
+        _COMPILER_VERSIONS[path] = found
+    return _COMPILER_VERSIONS[path]
 
 
-@lru_cache(maxsize=4)
-def _compiler_version(path: str) -> str:
-    return tool_output(["neuronx-cc", "--version"])
+_COMPILER_VERSIONS: dict[str, str] = {}  # PATH -> what neuronx-cc --version said there
 
 
 def driver_version() -> str:
