@@ -185,3 +185,19 @@ def test_a_run_killed_after_its_last_case_is_recovered_and_marked_complete_by_a_
     assert "nothing was left to run" in resumed.stdout, resumed.stdout[-2000:]
     results = load_results(report / "results.json")
     assert results.complete and [r.label.value for r in results.records] == ["PASS", "PASS"]
+
+
+def test_the_resume_command_of_a_manifest_that_names_no_backend_is_no_made_up_command(tmp_path):
+    """Built from options that lack the backend, the command read `--backend '?' --profile
+    '?'`, which runs nothing (a review): such a manifest gets the plain wording."""
+    from types import SimpleNamespace
+
+    from reports.summary import resume_command_of
+
+    bare = SimpleNamespace(options={}, suite_version="", started_at="", selection=None)
+    assert resume_command_of(tmp_path, bare) == (
+        f"pytest conformance/ --resume {tmp_path} and the run's options")
+    named = SimpleNamespace(options={"backend": "cpu-eager", "profile": "smoke", "seed": 3},
+                            suite_version="", started_at="", selection=None)
+    assert resume_command_of(tmp_path, named) == (
+        f"pytest conformance/ --backend cpu-eager --profile smoke --seed 3 --resume {tmp_path}")
