@@ -23,6 +23,9 @@ FAULTY_VARIANT = "causal"
 #: When set, a hanging backend writes the pid of a subprocess it started (a stand-in for a
 #: compiler process) to this file, so a test can check that the watchdog killed it too.
 GRANDCHILD_PID_FILE = "FLEXCONF_TEST_GRANDCHILD_PID_FILE"
+#: A file in the kernel's ``oom_kill N`` form that KilledByOomKiller counts its death in, as the
+#: kernel counts an OOM kill (a test adds it to conformance.supervisor.OOM_KILL_COUNTERS).
+OOM_COUNTER_FILE = "FLEXCONF_TEST_OOM_COUNTER_FILE"
 
 
 class _Faulty(CpuEager):
@@ -179,6 +182,21 @@ class Killed(_Faulty):
 
     def misbehave(self, real, *args):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KilledByOomKiller(Killed):
+    """Dies of SIGKILL after adding one to the OOM-kill count in OOM_COUNTER_FILE: what the
+    kernel's OOM killer does to a child (a real one would take the host's memory with it)."""
+
+    name = "test-oom-killed"
+
+    def misbehave(self, real, *args):
+        path = os.environ[OOM_COUNTER_FILE]
+        with open(path) as f:
+            count = int(f.read().split()[1])
+        with open(path, "w") as f:
+            f.write(f"oom_kill {count + 1}\n")
+        super().misbehave(real, *args)
 
 
 class OutOfMemory(_Faulty):

@@ -192,6 +192,32 @@ def test_a_crash_is_a_crash_even_when_a_forked_process_holds_the_pipe():
     assert after.label is Label.PASS, after.message
 
 
+@pytest.mark.parametrize("counted", [True, False])
+def test_a_child_the_oom_killer_took_is_out_of_memory_where_any_counter_grew(
+        counted, tmp_path, monkeypatch):
+    """The kernel's count may be in a file other than the cgroup v2 one (a cgroup v1 host's
+    global OOM killer counts only in /proc/vmstat): each counter is read, and a SIGKILL while
+    any grew is OUT_OF_MEMORY; a SIGKILL while none did stays a CRASH."""
+    from conformance import supervisor
+
+    counter, unread = tmp_path / "vmstat", tmp_path / "absent"
+    counter.write_text("oom_kill 7\n")
+    monkeypatch.setattr(supervisor, "OOM_KILL_COUNTERS", (str(unread), str(counter)))
+    # the test backend counts its own death in a copy nobody reads when it is not counted
+    monkeypatch.setenv(fault_backends.OOM_COUNTER_FILE,
+                       str(counter if counted else tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").write_text("oom_kill 0\n")
+    fault, after = run_cases("tests.fault_backends:KilledByOomKiller", [FAULTY, HEALTHY])
+    if counted:
+        assert fault.label is Label.OUT_OF_MEMORY, fault.message
+        assert fault.message.startswith("the child was killed by the kernel's OOM killer "
+                                        "during run")
+    else:
+        assert fault.label is Label.CRASH, fault.message
+        assert fault.message.startswith("the child process was killed by SIGKILL during run")
+    assert after.label is Label.PASS, after.message
+
+
 @pytest.mark.parametrize("backend, failing, differing", [
     ("WrongFirstCall", [1], [2, 3, 4]),
     ("WrongFirstCallOneBuffer", [1], [2, 3, 4]),  # later calls overwrite the returned tensor
