@@ -1,10 +1,18 @@
 """What a fuzzing run records and prints: each drawn example becomes a record (``fuzz/<case
 id>``) of results.json as it runs, and with ``-v`` one terminal line. Once an example fails,
 hypothesis shrinks it: those executions try ever smaller cases and are not recorded (they
-would bury the one failure under dozens); the minimal failing case is, at the end."""
+would bury the one failure under dozens); the minimal failing case is, at the end.
+
+A resumed run (``--resume``) fuzzes again with the run's examples and seed: the search draws
+the same cases (conformance/fuzz.py), and an example the run finished before it stopped is
+replayed from its record instead of run again, so the resume runs only what was cut off or
+never drawn. When the search ends, however it ends but a stop or kill, the store is told
+(``fuzzing_finished``): until then the run is not complete."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
+from typing import Iterator
 
 from cases.model import Case, fuzz_id
 from records.errors import is_not_judged
@@ -17,6 +25,9 @@ class FuzzLog:
         self.recorded: set[str] = set()
         self.shrunk: set[str] = set()  # ids tried while shrinking: no records, so no kept files
         self.shrinking = False
+        self.replayed = 0
+        self._finished_before, self._cut_off_before = _examples_before(runner.options) \
+            if runner.options.resume else ({}, {})
         self._verbose = config.getoption("verbose", 0) > 0
         self._reporter = config.pluginmanager.get_plugin("terminalreporter")
         self._capture = config.pluginmanager.get_plugin("capturemanager")
@@ -33,15 +44,41 @@ class FuzzLog:
             self.shrunk.add(record.case_id)
             self._say(f"  shrinking: {record.case_id} {record.label.value}")
             return record
-        record = self.runner.record_case(case, fuzz_id(case))
+        record = self._finished_before.get(fuzz_id(case))
+        if record is not None:  # the run finished it before it stopped
+            self.replayed += 1
+        else:
+            record = self.runner.record_case(case, fuzz_id(case))
         self.recorded.add(record.case_id)
         # a case a full disk kept from being judged is no failure to shrink (conformance/fuzz.py)
         self.shrinking = not (record.label.acceptable or is_not_judged(record))
-        self._say(f"{record.case_id} {record.label.value}")
+        self._say(f"{record.case_id} {record.label.value}"
+                  + (" (recorded before the run stopped)" if record.case_id in
+                     self._finished_before else ""))
         return record
 
+    @contextlib.contextmanager
+    def search_ends(self) -> Iterator[None]:
+        """Around the fuzzing test's work: the store hears that it ended, passed, failed or
+        skipped alike, unless a stop (KeyboardInterrupt, pytest's exit) cut it off."""
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit, GeneratorExit, _pytest_exit()):
+            raise
+        except BaseException:  # noqa: B036 - a failure or skip ends the search, and is raised
+            self.runner.writer.fuzzing_finished(len(self.recorded))
+            raise
+        self.runner.writer.fuzzing_finished(len(self.recorded))
+
     def finish(self, result) -> None:
-        """Record the minimal failing case (when shrinking found a smaller one)."""
+        """Record the minimal failing case (when shrinking found a smaller one). In a resume,
+        first run by itself each example the run had started and not finished that this
+        search did not draw again (another hypothesis release draws others for the seed):
+        its record would otherwise stay the CRASH of the kill."""
+        for case_id, case in self._cut_off_before.items():
+            if case_id not in self.recorded:
+                self.recorded.add(self.runner.record_case(case, case_id).case_id)
+                self._say(f"{case_id} run again by itself (cut off when the run stopped)")
         failure = result.failure
         if failure is not None and failure.case_id not in self.recorded:
             self.runner.writer.finished(failure)
@@ -52,6 +89,9 @@ class FuzzLog:
             outputs_path(self.runner.options.report_dir, record_id).unlink(missing_ok=True)
         if failure is not None:
             self._say(f"fuzz: minimal failing case {failure.case_id} {failure.label.value}")
+        if self.replayed:
+            self._say(f"fuzz: {self.replayed} example(s) replayed from the records of the run "
+                      "it resumed")
 
     def _say(self, line: str) -> None:
         if not (self._verbose and self._reporter):  # an xdist worker has no terminal reporter
@@ -61,3 +101,32 @@ class FuzzLog:
             return
         with self._capture.global_and_fixture_disabled():
             self._reporter.write_line(line)
+
+
+def _examples_before(options) -> tuple[dict[str, Record], dict[str, Case]]:
+    """The fuzzed examples of the resumed run: those with a finished record (records/events.py
+    finished_in: not cut off, not kept from being judged by a full disk), and the cases of
+    the others (cut off, or not judged), where their spec can be read back."""
+    from records.events import finished_in, merge_records
+    from records.results import is_fuzzed
+
+    merged = merge_records(options.report_dir, [])
+    finished = finished_in(merged)
+    done, again = {}, {}
+    for record in merged.records:
+        if not is_fuzzed(record.case_id):
+            continue
+        if record.case_id in finished:
+            done[record.case_id] = record
+            continue
+        try:
+            again[record.case_id] = Case.from_json(record.case)
+        except (KeyError, TypeError, ValueError):  # a spec no longer read: drawn again or not
+            pass
+    return done, again
+
+
+def _pytest_exit() -> type[BaseException]:
+    import pytest
+
+    return pytest.exit.Exception

@@ -176,7 +176,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
-        elif state.nothing_selected() and not state.empty_part_of_a_selection():
+        elif state.nothing_selected() and not state.empty_part_of_a_selection() \
+                and not state.unfinished_fuzzing_left_out():  # its results are written again
             state.restore_unselected_run()
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "
@@ -214,8 +215,15 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
     -m left them): the run is not finished, and exits as an interrupted one (2), never 0, 1
     or 5, which say a part finished (docs/scale-out.md). A command that ran no case of a
     complete run exits 0."""
-    ran_nothing = not state.ran_any_case()
-    if missing:
+    ran_nothing = not state.ran_any_case() and not state.fuzzes_here()
+    if state.fuzzing_cut:  # as a case left without a record: the run is not finished
+        state.summary_lines.append(
+            "--resume: the run's fuzzing did not finish (its worker stopped mid-search); resume "
+            "again to finish it" if state.fuzzes_here() else
+            "--resume: the run's fuzzing did not finish, and this command did not fuzz (its test "
+            "path or -k left conformance/test_fuzz.py out); finish it with the command above")
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif missing:
         state.summary_lines.append(
             f"--resume: {len(missing)} case(s) of the run still have no finished record "
             f"(e.g. {missing[0]}); resume without narrowing -k / -m to run them")
@@ -359,6 +367,10 @@ class ConformanceSession(RunLifecycle):
 
             self._resumed_ids = finished_ids(self.options.report_dir)
         return self._resumed_ids
+
+    def fuzzes_here(self) -> bool:
+        """Whether this command collected the fuzzing test (with --fuzz-examples > 0)."""
+        return self._fuzzing
 
     def ran_any_case(self) -> bool:
         """Whether this command collected any case of the matrix to run (the controller)."""

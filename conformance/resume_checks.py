@@ -16,7 +16,7 @@ from reports.summary import resume_command_of
 
 _RESUME_SAME = ("backend", "profile", "matrix", "cases_modules", "case_file", "seed",
                 "compile_timeout", "run_timeout", "timed_runs", "compile_cache", "phase",
-                "shard", "expectations")
+                "shard", "expectations", "fuzz_examples")
 
 
 def resumable_run(options: opts.RunOptions, recorded: dict, backend, workers: int):

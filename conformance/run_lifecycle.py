@@ -33,6 +33,8 @@ class RunLifecycle:
     #: A run stopped once every case had finished exits as it would have: 1 where a case's
     #: test fails, else 0 (None: not such a run).
     exit_after_stop: int | None = None
+    #: The run fuzzes and its fuzzing test has not ended (set by finish_run).
+    fuzzing_cut = False
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
@@ -238,7 +240,21 @@ class RunLifecycle:
             selection = self._whole_run_selection(self._fresh_whole_run_ids())
         write_manifest(self.options.report_dir, RunManifest(
             self._started_at, suite_version(), self._recorded_options(), order, selected,
-            selection))
+            selection, self._run_fuzzes()))
+
+    def unfinished_fuzzing_left_out(self) -> bool:
+        """Whether this command resumes a run whose fuzzing did not finish without the
+        fuzzing test (another test path, or -k leaving it out)."""
+        from records.events import fuzzing_done
+
+        return bool(self.options.resume and not self._fuzzing and self._manifest is not None
+                    and self._manifest.fuzzing and not fuzzing_done(self.options.report_dir))
+
+    def _run_fuzzes(self) -> bool:
+        """Whether the run fuzzes: this command collected the fuzzing test, or the run it
+        resumes did (a resume from another test path would leave its fuzzing unfinished)."""
+        return self._fuzzing or bool(self.options.resume and self._manifest is not None
+                                     and self._manifest.fuzzing)
 
     def _fresh_whole_run_ids(self) -> list[str] | None:
         """A new run's case ids before sharding: this command's selection; under xdist, whose
@@ -323,11 +339,16 @@ class RunLifecycle:
         cut_off_before = set(merged.unfinished) - self._expected
         in_order = [cid for cid in order if cid in expected] + sorted(expected - set(order))
         missing = [cid for cid in in_order if cid not in recorded or cid in cut_off_before]
+        # a run that fuzzes is whole once its fuzzing test ran its search to the end (a kill,
+        # a stop or a crashed worker mid-search leaves examples undrawn)
+        from records.events import fuzzing_done
+
+        fuzzing_cut = self.fuzzing_cut = self._run_fuzzes() and not fuzzing_done(report_dir)
         # stopped once every case had finished (the last reports still on their way from the
         # workers): nothing was cut off, nothing is missing, the run is whole
-        finished_first = interrupted and not missing and not self._fuzzing \
+        finished_first = interrupted and not missing and not fuzzing_cut \
             and not set(merged.unfinished) & expected
-        complete = (not interrupted or finished_first) and not missing
+        complete = (not interrupted or finished_first) and not missing and not fuzzing_cut
         if self._resumes_known_cases():
             self.summary_lines.extend(
                 _outside_resumed_run(self.selected, self.shard_ids(), expected))
@@ -341,10 +362,14 @@ class RunLifecycle:
         for record in results.records:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
         tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-        of = "" if complete or not expected else f" of {len(expected)} selected"
-        cases = "case" if len(results.records) == 1 and not of else "cases"
-        self.summary_lines.append(f"{len(results.records)}{of} {cases} on {self.backend.name}: "
-                                  f"{tally or 'none run'}{'' if complete else ' (incomplete run)'}")
+        from reports.formatting import recorded_of_selected
+
+        held = (f"{len(results.records)} case{'' if len(results.records) == 1 else 's'}"
+                if complete else recorded_of_selected(results.records, len(expected)))
+        why = " (incomplete run: its fuzzing did not finish)" if fuzzing_cut and not missing \
+            else " (incomplete run)"
+        self.summary_lines.append(f"{held} on {self.backend.name}: {tally or 'none run'}"
+                                  f"{'' if complete else why}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
         if merged.damaged:  # said, as recover says it (a review: dropped without a word)
             from records.events import damage_line

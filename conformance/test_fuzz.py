@@ -7,7 +7,8 @@ each one's id and label as it goes (without ``-n``: xdist workers have no termin
 is shrunk to a minimal case (the shrinking's executions are not recorded, the minimal case is)
 and saved as a case spec under ``<report-dir>/fuzz-failures/``; the failure message gives the
 command that reruns it. Without ``--fuzz-examples`` (or with 0) the test is skipped.
-``--seed`` makes a run repeatable.
+``--seed`` makes a run repeatable; ``--resume`` fuzzes again, replaying the examples the run
+had finished (conformance/fuzz_log.py).
 """
 import pytest
 
@@ -16,21 +17,27 @@ def test_fuzz(request, conformance_options):
     options = conformance_options
     if options.fuzz_examples <= 0:
         pytest.skip("fuzzing is off; pass --fuzz-examples N (N > 0) to run N drawn variants")
+    from conformance.fuzz_log import FuzzLog
+
+    runner = request.getfixturevalue("conformance_runner")
+    log = FuzzLog(request.config, runner)
+    with log.search_ends():  # a run that fuzzes is complete once this returns or fails
+        _fuzz(options, runner, log)
+
+
+def _fuzz(options, runner, log) -> None:
     from cases.custom import fuzz_variant_sources
     from conformance.fuzz import runnable, save_failure, search
     from conformance.run_info import case_file_command
-    from conformance.fuzz_log import FuzzLog
 
     sources = fuzz_variant_sources(list(options.cases_modules))
     only_custom = options.matrix == "custom"
     if only_custom and not sources:
         pytest.fail("--matrix custom fuzzes only case modules' variants, and no case module "
                     "defines fuzz_variants(shape); define one (docs/cases.md)", pytrace=False)
-    runner = request.getfixturevalue("conformance_runner")
     backend = runner.backend_name if options.backend == "auto" else options.backend
     unsupported = _asked_within(runner.executor.backend, options.run_timeout)
     can_run = runnable(unsupported)
-    log = FuzzLog(request.config, runner)
     log.start(options.fuzz_examples, runner.backend_name, can_run)
     if not can_run.modes:
         pytest.skip(f"{runner.backend_name} runs no mode or dtype the fuzzer draws: "

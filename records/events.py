@@ -9,6 +9,9 @@ records/store.py owns the rest of the directory (the lock, the manifest, results
                                                            whole run's, before sharding
     {"event": "started", "case_id": ..., "case": {...}, "worker": ..., "started_at": ...}
     {"event": "finished", "record": {...Record.to_json()...}}
+    {"event": "fuzzing_finished", "examples": N}         once, where the fuzzing test ran
+                                                           its search to the end (its records
+                                                           all written before it)
 
 A case with a finished record takes it (the last one); a case started but never finished
 (its worker was killed, or the run interrupted) becomes CRASH. A line that is no such event
@@ -36,7 +39,8 @@ RECORDS_DIR = "records"
 #: last line aside), or JSON that is no object.
 DAMAGED_EVENT = "damaged"
 #: The events a worker writes (the module's table); any other object is a damaged line.
-_EVENT_KINDS = ("environment", "selection", "started", "finished", DAMAGED_EVENT)
+_EVENT_KINDS = ("environment", "selection", "started", "finished", "fuzzing_finished",
+                DAMAGED_EVENT)
 
 
 def records_dir(report_dir: str | Path) -> Path:
@@ -98,6 +102,11 @@ class RecordWriter:
                 except OSError:
                     pass
             raise
+
+    def fuzzing_finished(self, examples: int) -> None:
+        """The fuzzing test ran its search to the end (``examples`` executions, replayed
+        ones counted): without this line a run that fuzzed is not complete (fuzzing_done)."""
+        self._write({"event": "fuzzing_finished", "examples": int(examples)})
 
     def close(self) -> None:
         self._file.close()
@@ -195,6 +204,12 @@ def _events_by_file(report_dir: str | Path) -> Iterable[tuple[int, dict]]:
                 continue
             # JSON that is no event (a hand edit, a disk fault): said, so a reader can count it
             yield source, event if isinstance(event, dict) else {"event": DAMAGED_EVENT}
+
+
+def fuzzing_done(report_dir: str | Path) -> bool:
+    """Whether the run's fuzzing test ran its search to the end (a ``fuzzing_finished``
+    event): a run killed or stopped mid-fuzzing has drawn only part of its examples."""
+    return any(event.get("event") == "fuzzing_finished" for event in read_events(report_dir))
 
 
 def recorded_selection(report_dir: str | Path) -> list[str] | None:

@@ -160,11 +160,15 @@ class RunManifest:
     #: results.json's selection block of the run as started (records/selection.py), once the
     #: ids are known: what a resumed or recovered run records, not the resuming command's -k
     selection: dict[str, Any] | None = None
+    #: the run's fuzzing test was collected (--fuzz-examples N > 0): it is complete only once
+    #: that test ran its search to the end (records/events.py fuzzing_done)
+    fuzzing: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "suite_version": self.suite_version,
                 "options": self.options, "case_order": self.case_order,
-                "selected": self.selected, "selection": self.selection}
+                "selected": self.selected, "selection": self.selection,
+                "fuzzing": self.fuzzing}
 
 
 def holds_a_run(report_dir: str | Path) -> bool:
@@ -196,7 +200,7 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
         raise UserFileError(f"{one_line(str(path))}: not a run manifest ({problem})", cannot)
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
-                       data.get("selected"), data.get("selection"))
+                       data.get("selected"), data.get("selection"), data.get("fuzzing", False))
 
 
 def _manifest_problem(data: dict) -> str | None:
@@ -211,7 +215,8 @@ def _manifest_problem(data: dict) -> str | None:
                and isinstance(v.get("profile"), (str, type(None)))),
               ("case_order", ids),
               ("selected", lambda v: v is None or ids(v)),
-              ("selection", lambda v: v is None or isinstance(v, dict)))
+              ("selection", lambda v: v is None or isinstance(v, dict)),
+              ("fuzzing", lambda v: isinstance(v, bool)))
     for key, fine in checks:
         if key in data and not fine(data[key]):
             return f"its {key} is a {type(data[key]).__name__} no run writes there"

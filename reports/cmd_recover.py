@@ -43,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _recover(report_dir: Path) -> int:
-    from records.results import load_results
+    from records.results import is_fuzzed, load_results
     from records.store import read_manifest, write_run
-    from records.events import damage_line, finished_in, merge_records, recorded_selection
+    from records.events import (damage_line, finished_in, fuzzing_done, merge_records,
+                                recorded_selection)
     from reports.render import write_report
     from conformance.run_info import matrix_path
     from reports.summary import resume_command
@@ -71,9 +72,14 @@ def _recover(report_dir: Path) -> int:
                         manifest.suite_version, manifest.started_at, "", complete=False,
                         selected_count=len(selected) or None, selection=selection)
     write_report(load_results(report_dir / "results.json"), report_dir)
-    finished = sum(1 for r in results.records if r.case_id not in merged.unfinished)
-    print(f"recovered {finished} finished"
-          + (f" of {len(selected)} selected cases" if selected else "")
+    finished = [r for r in results.records if r.case_id not in merged.unfinished]
+    fuzzed = sum(1 for r in finished if is_fuzzed(r.case_id))
+    cases = f"{len(finished) - fuzzed} finished" + (
+        f" of {len(selected)} selected cases" if selected else "")
+    if fuzzed:  # counted apart (an audit: "35 finished of 12 selected cases")
+        cases = (f"{cases} and " if selected or len(finished) > fuzzed else "") + \
+            f"{fuzzed} finished fuzzed example{'' if fuzzed == 1 else 's'}"
+    print(f"recovered {cases}"
           + (f" of the run started {one_line(manifest.started_at)}"
              if manifest.started_at else "")
           + (f", {len(merged.unfinished)} cut off (CRASH)" if merged.unfinished else "")
@@ -81,8 +87,9 @@ def _recover(report_dir: Path) -> int:
     if merged.damaged:
         print(damage_line(merged, report_dir))
     command = resume_command(results, report_dir, matrix_path())
-    fuzzed = bool((manifest.options or {}).get("fuzz_examples"))  # its fuzzing may be cut off
-    if selected and not merged.unfinished and not fuzzed \
+    fuzzing_cut = (manifest.fuzzing or bool((manifest.options or {}).get("fuzz_examples"))) \
+        and not fuzzing_done(report_dir)  # a resume fuzzes again (replaying what finished)
+    if selected and not merged.unfinished and not fuzzing_cut \
             and set(selected) <= finished_in(merged):  # what --resume would not run
         print("every selected case finished before the run was stopped: mark it complete "
               f"(this runs no case; with the suite and release that started it): {command}")

@@ -6,7 +6,7 @@ from collections import Counter
 
 from reports.compare import Comparison
 from records.text import first_line
-from reports.formatting import fmt_seconds, run_title
+from reports.formatting import fmt_seconds, recorded_of_selected, run_title
 from reports.markdown import md_code, md_table, md_text
 from records.metrics import took_masked_answer
 from records.results import Label, Record, RunResults, is_fuzzed
@@ -58,13 +58,14 @@ def verdict_line(results: RunResults, with_known: bool = True) -> str:
 def records_held(results: RunResults) -> str:
     """``5 of 8 selected cases have a record, 1 of them cut off (CRASH)``: how much of an
     unfinished run's selection is recorded, the cases its interruption cut off counted apart
-    (their CRASH record says only that the worker stopped; records/events.py); "" when the
-    selected count is unknown."""
+    (their CRASH record says only that the worker stopped; records/events.py), fuzzed examples
+    counted beside; "" when the selected count is unknown and the run did not fuzz."""
     selected = results.selected_count
-    if not selected:
+    if not selected and not any(is_fuzzed(r.case_id) for r in results.records):
         return ""
     cut_off = sum(1 for r in results.records if r.label is Label.CRASH and not r.finished_at)
-    return (f"{len(results.records)} of {selected} selected cases have a record"
+    held = recorded_of_selected(results.records, selected)
+    return (f"{held} have a record"
             + (f", {cut_off} of them cut off (CRASH)" if cut_off else ""))
 
 
@@ -154,11 +155,16 @@ def resume_command(results: RunResults, report_dir, matrix: str | None = None) -
     from records.selection import selection_of
 
     env, args = _run_args(results, matrix)
+    fuzzed = results.options.get("fuzz_examples")  # fuzzes again, replaying what finished
+    fuzzed = fuzzed if isinstance(fuzzed, int) and fuzzed > 0 else 0
+    if fuzzed and selection_of(results).case_ids == ():  # it fuzzed and selected no case:
+        args[0] = f"{args[0].rstrip('/')}/test_fuzz.py"  # the matrix would be "not part of it"
     if results.options.get("shard"):
         args += ["--shard", str(results.options["shard"])]
     selection = selection_of(results)  # the same -k / -m: nothing selected here is left out
     args += ["-k", selection.keyword] if selection.keyword else []
     args += ["-m", selection.markexpr] if selection.markexpr else []
+    args += ["--fuzz-examples", str(fuzzed)] if fuzzed else []
     args += ["--resume", str(report_dir)]
     # as many workers, and threads each, as the run had: a resume measures as the run did
     # (conformance/run_lifecycle.py refuses another number of threads per worker)

@@ -79,6 +79,22 @@ class HangsWhileFileExists(CompileHang):
         return real(*args)
 
 
+class HangsOnItsFifthCaseWhileFileExists(CompileHang):
+    """Hangs in the compile call of the fifth case its child prepares, whatever the variant,
+    while ``$FLEXCONF_TEST_HANG_FILE`` exists (a fuzzing run, which draws no ``causal``, cut
+    off at a known example); every other case it computes."""
+
+    name = "test-hangs-on-its-fifth-case"
+    prepared = 0  # in this child
+
+    def prepare(self, case: Case):
+        real = CpuEager.prepare(self, case)
+        type(self).prepared += 1
+        if type(self).prepared != 5 or not os.path.exists(os.environ.get(HANG_FILE, "")):
+            return real
+        return lambda *args: self.misbehave(real, *args)
+
+
 #: When this names a file that exists, ``DiskFullWhileFileExists`` finds the disk full.
 DISK_FULL_FILE = "FLEXCONF_TEST_DISK_FULL_FILE"
 

@@ -381,6 +381,16 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
                                                             "fuzz_examples": 1, "seed": 1},
                        records=(*narrowed.records, record("fuzz/" + case_id())))
     assert run_title(finished).endswith(" · with fuzzing (1 examples, seed 1) · 2 cases")
+    # stopped while fuzzing: its fuzzed examples are counted apart from the cases selected
+    # (the run's summary said "36 of 12 selected cases"), in the title and the verdict line
+    cut = replace(finished, complete=False, selected_count=12, records=(
+        *finished.records, record("fuzz/" + case_id(seq=256)), record(case_id(seq=512))))
+    assert run_title(cut).endswith(" · 2 cases of 12 selected and 2 fuzzed examples")
+    from reports.summary import records_held
+
+    assert records_held(cut) == "2 of 12 selected cases and 2 fuzzed examples have a record"
+    alone = replace(cut, selected_count=None, records=cut.records[1:3])
+    assert records_held(alone) == "2 fuzzed examples have a record"
     assert conforms(whole) and conforms(narrowed)  # on what it selected, and says what that is
     # a run of fuzzed variants alone was titled with a profile none of its cases had
     fuzzed = replace(whole, options={**whole.options, "fuzz_examples": 50, "seed": 1},

@@ -1,0 +1,143 @@
+"""A run killed while fuzzing is finished by the command recover prints: the resume fuzzes
+again with the run's examples and seed, replays the examples the run had finished from their
+records, runs the one cut off and those never drawn, and ends with the records of an
+uninterrupted run, complete. Until its fuzzing test has ended the run is not complete, and a
+resume that does not fuzz is refused or left unfinished, never called complete."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import pytest
+
+from records.results import Label, load_results
+from tests import fault_backends
+from tests.test_plugin_runs import REPO, _wait_gone, clean_env, run
+from tests.test_shrink import run_printed
+
+BACKEND = "tests.fault_backends:HangsOnItsFifthCaseWhileFileExists"
+FUZZ = ["conformance/test_fuzz.py", "--fuzz-examples", "9", "--seed", "3"]
+
+
+def _fuzz_args(report, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *FUZZ, "-p", "no:cacheprovider", "--backend",
+            BACKEND, "--report-dir", str(report), "--reference-cache", "none", *extra]
+
+
+def _kill_at_the_fifth_example(tmp_path, report):
+    """Start the fuzzing run, wait until its fifth example hangs (the event: the backend's
+    helper pid written), then kill -9 the run."""
+    import subprocess
+    import time
+
+    hang, pid_file = tmp_path / "hang", tmp_path / "grandchild.pid"
+    hang.touch()
+    env = clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file),
+                       fault_backends.HANG_FILE: str(hang)})
+    proc = subprocess.Popen(_fuzz_args(report), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), "the fifth example never started"
+    hang.unlink()  # from now on every case computes: the resume finishes
+    proc.kill()
+    proc.communicate(timeout=60)
+    grandchild = int(pid_file.read_text())
+    if not _wait_gone(grandchild, 0):
+        os.kill(grandchild, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_fuzzing_is_finished_by_the_printed_resume_as_if_never_killed(
+        tmp_path):
+    whole = run(_fuzz_args(tmp_path / "whole"))  # the same run, never killed
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    uninterrupted = load_results(tmp_path / "whole" / "results.json")
+    assert uninterrupted.complete and len(uninterrupted.records) >= 5
+
+    report = tmp_path / "report"
+    _kill_at_the_fifth_example(tmp_path, report)
+    assert not (report / "results.json").exists()
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    assert recovered.returncode == 0, recovered.stderr
+    assert "recovered 4 finished fuzzed examples of the run started " in recovered.stdout
+    assert ", 1 cut off (CRASH): " in recovered.stdout  # the fifth
+    partial = load_results(report / "results.json")
+    assert not partial.complete and len(partial.records) == 5
+    assert "5 fuzzed examples have a record, 1 of them cut off (CRASH)" \
+        in (report / "index.html").read_text()
+    finish = next(line.removeprefix("finish it: ") for line in recovered.stdout.splitlines()
+                  if line.startswith("finish it: "))
+    assert "pytest conformance/test_fuzz.py " in finish  # the matrix was no part of the run
+    assert " --fuzz-examples 9 " in finish and finish.endswith(f"--resume {report}")
+
+    # without the run's --fuzz-examples a resume is refused: it would leave the fuzzing undone
+    bare = run([sys.executable, "-m", "pytest", "conformance/test_fuzz.py", "-p",
+                "no:cacheprovider", "--backend", BACKEND, "--seed", "3", "--resume", str(report)])
+    assert bare.returncode == 4, bare.stdout[-3000:] + bare.stderr[-3000:]
+    assert "the run had fuzz_examples 9, this one 0; resume with the run's own options: " \
+        in bare.stderr, bare.stderr
+
+    # nor is a resume whose test path leaves the fuzzing test out called complete
+    elsewhere = run_printed(finish.replace("conformance/test_fuzz.py", "conformance/test_matrix.py"),
+                            REPO, clean_env())
+    assert elsewhere.returncode == 2, elsewhere.stdout[-3000:] + elsewhere.stderr[-3000:]
+    assert ("--resume: the run's fuzzing did not finish, and this command did not fuzz (its "
+            "test path or -k left conformance/test_fuzz.py out); finish it with the command "
+            "above") \
+        in elsewhere.stdout, elsewhere.stdout[-3000:]
+    assert not load_results(report / "results.json").complete
+
+    resumed = run_printed(finish + " -v", REPO, clean_env())
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "fuzz: 4 example(s) replayed from the records of the run it resumed" \
+        in resumed.stdout, resumed.stdout[-3000:]
+    done = load_results(report / "results.json")
+    assert done.complete
+    assert [(r.case_id, r.label) for r in done.records] == [
+        (r.case_id, r.label) for r in uninterrupted.records]
+    assert all(r.label is Label.PASS for r in done.records)
+    events = [json.loads(line) for path in (report / "records").glob("*.jsonl")
+              for line in path.read_text().splitlines()]
+    assert sum(e.get("event") == "fuzzing_finished" for e in events) == 1
+    # the four finished examples ran once: the resume replayed them, it did not run them again
+    started = [e["case_id"] for e in events if e.get("event") == "started"]
+    assert len(started) == len(set(started)) + 1  # only the cut-off fifth started twice
+
+
+@pytest.mark.slow
+def test_an_example_cut_off_that_the_resume_does_not_draw_again_is_run_by_itself(tmp_path):
+    """Another hypothesis release may draw other examples for the seed: the one the kill cut
+    off is then run by itself, so no CRASH of the kill is left in a complete run."""
+    from dataclasses import replace
+
+    from cases.model import Case, Shape, fuzz_id
+
+    report = tmp_path / "report"
+    _kill_at_the_fifth_example(tmp_path, report)
+    # the cut-off example becomes one no search draws (lengths 1 to 200: a key length of 203)
+    store = report / "records" / "main.jsonl"  # the one process's (no xdist)
+    events = [json.loads(line) for line in store.read_text().splitlines()]
+    finished = {e["record"]["case_id"] for e in events if e.get("event") == "finished"}
+    (cut,) = [e for e in events if e.get("event") == "started" and e["case_id"] not in finished]
+    case = Case.from_json(cut["case"])
+    s = case.shape
+    odd = replace(case, shape=Shape(s.B, s.Hq, s.Hkv, s.Sq, 203, s.D, s.Bkv))
+    cut.update(case_id=fuzz_id(odd), case=odd.to_json())
+    store.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    recovered = run([sys.executable, "-m", "conformance.cli", "recover", str(report)])
+    finish = next(line.removeprefix("finish it: ") for line in recovered.stdout.splitlines()
+                  if line.startswith("finish it: "))
+    resumed = run_printed(finish + " -v", REPO, clean_env())
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"{fuzz_id(odd)} run again by itself (cut off when the run stopped)" \
+        in resumed.stdout, resumed.stdout[-3000:]
+    done = load_results(report / "results.json")
+    assert done.complete
+    labels = {r.case_id: r.label for r in done.records}
+    assert labels[fuzz_id(odd)] is Label.PASS and fuzz_id(case) in labels
+    assert set(labels.values()) == {Label.PASS}
