@@ -60,10 +60,11 @@ class FuzzLog:
     @contextlib.contextmanager
     def search_ends(self) -> Iterator[None]:
         """Around the fuzzing test's work: the store hears that it ended, passed, failed or
-        skipped alike, unless a stop (KeyboardInterrupt, pytest's exit) cut it off."""
+        skipped alike, unless a stop (KeyboardInterrupt, pytest's exit) or a store that
+        refused an example's record (an OSError: a full disk) cut it off."""
         try:
             yield
-        except (KeyboardInterrupt, SystemExit, GeneratorExit, _pytest_exit()):
+        except (KeyboardInterrupt, SystemExit, GeneratorExit, OSError, _pytest_exit()):
             raise
         except BaseException:  # noqa: B036 - a failure or skip ends the search, and is raised
             self.runner.writer.fuzzing_finished(len(self.recorded))

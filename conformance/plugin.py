@@ -32,6 +32,7 @@ from conformance import cache_dirs, options as opts, termination
 from conformance.process_gc import freeze_at_exit, imported_for_good
 from conformance.run_cases import select_run_cases, shard_case_ids
 from conformance.run_lifecycle import RunLifecycle, results_not_written, worker_count
+from records.events import fuzzing_done
 
 MATRIX_DIR = Path(__file__).resolve().parent
 _STATE = pytest.StashKey["ConformanceSession"]()
@@ -109,7 +110,9 @@ def conformance_runner(request):
 def pytest_collection_modifyitems(config, items) -> None:
     """Note the whole run's selection, then keep this shard's cases; with ``--resume``, only
     the interrupted run's cases that have no record yet (the controller names any others the
-    -k / -m of this command selected, see finish_run)."""
+    -k / -m of this command selected, see finish_run). The fuzzing test is the first shard's
+    (every shard would draw the same examples, one seed, and the merge found each duplicated),
+    and no resume's once the run's fuzzing ended."""
     state = config.stash[_STATE]
     ids = [_case_id(item.nodeid) for item in items]
     state.select([i for i in ids if i is not None])
@@ -118,8 +121,13 @@ def pytest_collection_modifyitems(config, items) -> None:
     shard, done, run = state.shard_ids(), state.resumed_ids(), state.resumed_selection()
     if shard is None and not done and run is None:
         return
+    # a resume of a run whose fuzzing ended has none left: the search would run again, and
+    # shrink a failure again (a review: recover's "this runs no case" resume did)
+    fuzzes = (state.options.shard is None or state.options.shard[0] == 0) \
+        and not (state.options.resume and fuzzing_done(state.options.report_dir))
     dropped = [item for item, i in zip(items, ids)
-               if i is not None and ((shard is not None and i not in shard) or i in done
+               if (i is None and not fuzzes and _is_fuzz_test(item.nodeid))
+               or i is not None and ((shard is not None and i not in shard) or i in done
                                      or (run is not None and i not in run))]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -377,7 +385,7 @@ class ConformanceSession(RunLifecycle):
         return bool(self._expected)
 
     def nothing_selected(self) -> bool:
-        return not (self._expected or self._previously_selected() or self._fuzzing)
+        return not (self._expected or self._previously_selected() or self._run_fuzzes())
 
     def empty_part_of_a_selection(self) -> bool:
         """Whether -k / -m selected cases of the whole run and this --shard part holds none of

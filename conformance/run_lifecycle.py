@@ -345,8 +345,10 @@ class RunLifecycle:
 
         fuzzing_cut = self.fuzzing_cut = self._run_fuzzes() and not fuzzing_done(report_dir)
         # stopped once every case had finished (the last reports still on their way from the
-        # workers): nothing was cut off, nothing is missing, the run is whole
-        finished_first = interrupted and not missing and not fuzzing_cut \
+        # workers): nothing was cut off, nothing is missing, the run is whole; not a run that
+        # fuzzes, whose exit status would then ignore its fuzzing test's (a review: exit 0
+        # for a fuzzing run that had failed)
+        finished_first = interrupted and not missing and not self._run_fuzzes() \
             and not set(merged.unfinished) & expected
         complete = (not interrupted or finished_first) and not missing and not fuzzing_cut
         if self._resumes_known_cases():
@@ -364,8 +366,7 @@ class RunLifecycle:
         tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         from reports.formatting import recorded_of_selected
 
-        held = (f"{len(results.records)} case{'' if len(results.records) == 1 else 's'}"
-                if complete else recorded_of_selected(results.records, len(expected)))
+        held = recorded_of_selected(results.records, None if complete else len(expected))
         why = " (incomplete run: its fuzzing did not finish)" if fuzzing_cut and not missing \
             else " (incomplete run)"
         self.summary_lines.append(f"{held} on {self.backend.name}: {tally or 'none run'}"

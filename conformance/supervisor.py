@@ -88,6 +88,7 @@ class ChildSupervisor:
                 if failure is not None:
                     return failure
             log_offset = self._log_size()
+            self._oom_kills = oom_kill_counts()  # this case's window, not the child's life
             self._artifacts_before = _snapshot(self.artifact_dir)
             self._request_log = (self._log_path, log_offset)
             self.proc.stdin.write(request.encode() + "\n")
@@ -378,17 +379,20 @@ def _with_tail(message: str, tail: str) -> str:
 
 #: Where the kernel counts its OOM killer's kills, each as an ``oom_kill N`` line: this
 #: cgroup's (v2, then v1's memory controller, as a container sees its own), and the whole
-#: system's (``/proc/vmstat``, kernel 4.13 and later), which is the only one to count a kill
-#: of the host's global OOM killer where the container's cgroup files do not (seen on a
-#: cgroup v1 host: a child of 23.6 GB killed, ``memory.oom_control`` still 0).
+#: system's (``/proc/vmstat``, kernel 4.13 and later), the only one that counted a kill of
+#: the host's global OOM killer on a cgroup v1 host seen here (a child of 23.6 GB killed,
+#: the container's ``memory.oom_control`` still 0).
 OOM_KILL_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control",
                      "/proc/vmstat")
 
 
 def oom_kill_counts() -> tuple[int, ...]:
-    """Each counter of ``OOM_KILL_COUNTERS``, -1 where it cannot be read. A child dead of
-    SIGKILL while one of them grew was the OOM killer's: the system's count may also grow for
-    another process's kill at that moment, a chance accepted for the label it gets right."""
+    """Each counter of ``OOM_KILL_COUNTERS``, -1 where it cannot be read. Read before each
+    case (and the child's start): a child dead of SIGKILL while one of them grew during that
+    case was the OOM killer's. The system's count also grows for a kill of any other process
+    of the host in that window (a sibling worker's child, say); only a SIGKILL of this child
+    from elsewhere in that same case would then be misread, a chance accepted for the label
+    it gets right."""
     return tuple(_oom_kill_count(path) for path in OOM_KILL_COUNTERS)
 
 

@@ -161,8 +161,9 @@ class RunManifest:
     #: ids are known: what a resumed or recovered run records, not the resuming command's -k
     selection: dict[str, Any] | None = None
     #: the run's fuzzing test was collected (--fuzz-examples N > 0): it is complete only once
-    #: that test ran its search to the end (records/events.py fuzzing_done)
-    fuzzing: bool = False
+    #: that test ran its search to the end (records/events.py fuzzing_done); None: a manifest
+    #: written before the suite said (its options' fuzz_examples is all there is)
+    fuzzing: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "suite_version": self.suite_version,
@@ -200,7 +201,7 @@ def read_manifest(report_dir: str | Path) -> RunManifest | None:
         raise UserFileError(f"{one_line(str(path))}: not a run manifest ({problem})", cannot)
     return RunManifest(data.get("started_at", ""), data.get("suite_version", ""),
                        data.get("options") or {}, list(data.get("case_order") or []),
-                       data.get("selected"), data.get("selection"), data.get("fuzzing", False))
+                       data.get("selected"), data.get("selection"), data.get("fuzzing"))
 
 
 def _manifest_problem(data: dict) -> str | None:
@@ -216,7 +217,7 @@ def _manifest_problem(data: dict) -> str | None:
               ("case_order", ids),
               ("selected", lambda v: v is None or ids(v)),
               ("selection", lambda v: v is None or isinstance(v, dict)),
-              ("fuzzing", lambda v: isinstance(v, bool)))
+              ("fuzzing", lambda v: v is None or isinstance(v, bool)))
     for key, fine in checks:
         if key in data and not fine(data[key]):
             return f"its {key} is a {type(data[key]).__name__} no run writes there"

@@ -87,11 +87,13 @@ def _recover(report_dir: Path) -> int:
     if merged.damaged:
         print(damage_line(merged, report_dir))
     command = resume_command(results, report_dir, matrix_path())
-    fuzzing_cut = (manifest.fuzzing or bool((manifest.options or {}).get("fuzz_examples"))) \
-        and not fuzzing_done(report_dir)  # a resume fuzzes again (replaying what finished)
-    if selected and not merged.unfinished and not fuzzing_cut \
+    fuzzes = manifest.fuzzing if manifest.fuzzing is not None else \
+        bool((manifest.options or {}).get("fuzz_examples"))  # an older manifest: its options
+    fuzzing_cut = fuzzes and not fuzzing_done(report_dir)  # its resume fuzzes again
+    if (selected or fuzzes) and not merged.unfinished and not fuzzing_cut \
             and set(selected) <= finished_in(merged):  # what --resume would not run
-        print("every selected case finished before the run was stopped: mark it complete "
+        print(f"every selected case{' and the fuzzing' if fuzzes else ''} finished before the "
+              "run was stopped: mark it complete "
               f"(this runs no case; with the suite and release that started it): {command}")
     else:
         print(f"finish it: {command}")

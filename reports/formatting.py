@@ -173,32 +173,25 @@ def run_title(results: RunResults) -> str:
         narrowed.append(f"shard {selection.shard}")
     parts += narrowed + ([f"with {fuzzing}"] if fuzzing else [])
     if narrowed:  # an interrupted run: of how many selected (an outside audit: "2 cases" of 12)
-        count, selected = len(results.records), results.selected_count
+        selected = results.selected_count
         matrix_cases = sum(1 for r in results.records if not is_fuzzed(r.case_id))
-        if not results.complete and selected and selected != matrix_cases:
-            fuzzed = count - matrix_cases  # counted apart: not cases of the selection
-            parts.append(f"{matrix_cases} {'case' if matrix_cases == 1 else 'cases'} of "
-                         f"{selected} selected" + (f" and {_examples(fuzzed)}" if fuzzed else ""))
-        else:
-            parts.append(f"{count} {'case' if count == 1 else 'cases'}")
+        parts.append(recorded_of_selected(results.records, selected if (
+            not results.complete and selected and selected != matrix_cases) else None))
     return one_line(f"{REPORT_TITLE}: " + " · ".join(parts))
 
 
 def recorded_of_selected(records, selected: int | None) -> str:
-    """``3 of 12 selected cases``, ``and 35 fuzzed examples`` beside where the run fuzzed:
-    how much of an unfinished run is recorded, for its summary line, its report's title and
-    recover's line (each said "35 of 12 selected cases", fuzzed examples counted as cases)."""
+    """``3 of 12 selected cases`` (``3 cases`` where ``selected`` is None), ``and 35 fuzzed
+    examples`` beside where the run fuzzed: what a run recorded, for the run's summary line,
+    its report's title and the INCOMPLETE line (each said "35 of 12 selected cases", fuzzed
+    examples counted as cases of the selection)."""
     fuzzed = sum(1 for r in records if is_fuzzed(r.case_id))
     cases = len(records) - fuzzed
     parts = [f"{cases} of {selected} selected cases" if selected
              else f"{cases} case{'' if cases == 1 else 's'}" if cases or not fuzzed else ""]
     if fuzzed:
-        parts.append(_examples(fuzzed))
+        parts.append(f"{fuzzed} fuzzed example{'' if fuzzed == 1 else 's'}")
     return " and ".join(p for p in parts if p)
-
-
-def _examples(fuzzed: int) -> str:
-    return f"{fuzzed} fuzzed example{'' if fuzzed == 1 else 's'}"
 
 
 def precise_seconds(value: float) -> str:

@@ -218,6 +218,30 @@ def test_a_child_the_oom_killer_took_is_out_of_memory_where_any_counter_grew(
     assert after.label is Label.PASS, after.message
 
 
+def test_an_oom_kill_before_the_case_began_does_not_make_its_sigkill_out_of_memory(
+        tmp_path, monkeypatch):
+    """The counts are read before each case, not when the child started: another process's
+    OOM kill during an earlier case of the same child (a sibling worker's, on the host's
+    count) does not relabel a later plain SIGKILL (an outside review found it did)."""
+    from conformance import supervisor
+
+    counter = tmp_path / "vmstat"
+    counter.write_text("oom_kill 7\n")
+    monkeypatch.setattr(supervisor, "OOM_KILL_COUNTERS", (str(counter),))
+    spec = "tests.fault_backends:Killed"
+    executor = Executor(load_backend(spec), spec, WorkerSlot(0, 1),
+                        Settings(compile_timeout=60.0, run_timeout=60.0),
+                        ReferenceCache(None, 0), worker="test")
+    try:
+        assert executor.execute(HEALTHY).label is Label.PASS  # the child starts, counts read
+        counter.write_text("oom_kill 8\n")  # a kill elsewhere, between the cases
+        fault = executor.execute(FAULTY)
+    finally:
+        executor.close()
+    assert fault.label is Label.CRASH, fault.message
+    assert fault.message.startswith("the child process was killed by SIGKILL during run")
+
+
 @pytest.mark.parametrize("backend, failing, differing", [
     ("WrongFirstCall", [1], [2, 3, 4]),
     ("WrongFirstCallOneBuffer", [1], [2, 3, 4]),  # later calls overwrite the returned tensor

@@ -376,8 +376,9 @@ def test_a_fuzzing_run_goes_on_recording_after_a_case_not_judged():
 
     config = SimpleNamespace(getoption=lambda *a: 0,
                              pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
-    runner = SimpleNamespace(record_case=record_case, executor=SimpleNamespace(
-        execute=lambda case: pytest.fail("an example ran unrecorded")))
+    runner = SimpleNamespace(record_case=record_case, options=SimpleNamespace(resume=None),
+                             executor=SimpleNamespace(
+                                 execute=lambda case: pytest.fail("an example ran unrecorded")))
     log = FuzzLog(config, runner)
     result = fuzz.search(log.execute, examples=6, seed=5)
     assert result.failure is None and len(calls) == 6 and len(log.recorded) == len(set(calls))

@@ -210,7 +210,9 @@ def test_fuzz_examples_option_runs_the_search_and_names_the_saved_spec(tmp_path)
     # the shrinking's executions are not records
     from records.results import load_results
 
-    records = load_results(tmp_path / "report" / "results.json").records
+    results = load_results(tmp_path / "report" / "results.json")
+    assert results.complete  # a search that failed has ended: its run is whole
+    records = results.records
     failed = [r for r in records if r.label is not Label.PASS]
     from conformance.kept_outputs import outputs_path
 

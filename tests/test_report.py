@@ -375,17 +375,18 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
                                   "--case-id 'a/b' · 1 case")
     # interrupted: of how many selected ("2 cases" of 12 read as the whole; an outside audit)
     stopped = replace(narrowed, complete=False, selected_count=12)
-    assert run_title(stopped).endswith(" · shard 1/2 · 1 case of 12 selected")
+    assert run_title(stopped).endswith(" · shard 1/2 · 1 of 12 selected cases")
     # a finished run that also fuzzed: its fuzz/ records are no missing case of the matrix
     finished = replace(narrowed, selected_count=1, options={**narrowed.options,
                                                             "fuzz_examples": 1, "seed": 1},
                        records=(*narrowed.records, record("fuzz/" + case_id())))
-    assert run_title(finished).endswith(" · with fuzzing (1 examples, seed 1) · 2 cases")
+    assert run_title(finished).endswith(" · with fuzzing (1 examples, seed 1) · 1 case and 1 "
+                                        "fuzzed example")
     # stopped while fuzzing: its fuzzed examples are counted apart from the cases selected
     # (the run's summary said "36 of 12 selected cases"), in the title and the verdict line
     cut = replace(finished, complete=False, selected_count=12, records=(
         *finished.records, record("fuzz/" + case_id(seq=256)), record(case_id(seq=512))))
-    assert run_title(cut).endswith(" · 2 cases of 12 selected and 2 fuzzed examples")
+    assert run_title(cut).endswith(" · 2 of 12 selected cases and 2 fuzzed examples")
     from reports.summary import records_held
 
     assert records_held(cut) == "2 of 12 selected cases and 2 fuzzed examples have a record"

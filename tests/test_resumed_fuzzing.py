@@ -14,7 +14,7 @@ import pytest
 
 from records.results import Label, load_results
 from tests import fault_backends
-from tests.test_plugin_runs import REPO, _wait_gone, clean_env, run
+from tests.test_plugin_runs import REPO, _stop_signals_delivered, _wait_gone, clean_env, run
 from tests.test_shrink import run_printed
 
 BACKEND = "tests.fault_backends:HangsOnItsFifthCaseWhileFileExists"
@@ -26,9 +26,10 @@ def _fuzz_args(report, *extra: str) -> list[str]:
             BACKEND, "--report-dir", str(report), "--reference-cache", "none", *extra]
 
 
-def _kill_at_the_fifth_example(tmp_path, report):
+def _kill_at_the_fifth_example(tmp_path, report, stop=signal.SIGKILL) -> tuple[int, str]:
     """Start the fuzzing run, wait until its fifth example hangs (the event: the backend's
-    helper pid written), then kill -9 the run."""
+    helper pid written), then stop the run with ``stop`` (kill -9 by default); its exit
+    status and output."""
     import subprocess
     import time
 
@@ -37,17 +38,43 @@ def _kill_at_the_fifth_example(tmp_path, report):
     env = clean_env(**{fault_backends.GRANDCHILD_PID_FILE: str(pid_file),
                        fault_backends.HANG_FILE: str(hang)})
     proc = subprocess.Popen(_fuzz_args(report), cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_stop_signals_delivered)
     deadline = time.monotonic() + 300
     while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert pid_file.exists(), "the fifth example never started"
     hang.unlink()  # from now on every case computes: the resume finishes
-    proc.kill()
-    proc.communicate(timeout=60)
-    grandchild = int(pid_file.read_text())
-    if not _wait_gone(grandchild, 0):
-        os.kill(grandchild, signal.SIGKILL)
+    try:
+        proc.send_signal(stop)
+        output, _ = proc.communicate(timeout=300)  # waits for the exit; a safety net only
+    finally:
+        proc.kill()
+        grandchild = int(pid_file.read_text())
+        if not _wait_gone(grandchild, 0):
+            os.kill(grandchild, signal.SIGKILL)
+    return proc.returncode, output
+
+
+def _events(report) -> list[dict]:
+    return [json.loads(line) for path in sorted((report / "records").glob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_while_fuzzing_is_not_complete_and_says_its_fuzzing_did_not_finish(
+        tmp_path):
+    """SIGTERM mid-search: the stop reaches the fuzzing test as KeyboardInterrupt, which
+    must not tell the store the search ended (its run would read complete)."""
+    report = tmp_path / "report"
+    code, output = _kill_at_the_fifth_example(tmp_path, report, signal.SIGTERM)
+    assert code == 2, output[-3000:]  # pytest's "interrupted"
+    assert "5 fuzzed examples on test-hangs-on-its-fifth-case: 4 PASS, 1 CRASH (incomplete run: " \
+        "its fuzzing did not finish)" in output, output[-3000:]
+    assert not load_results(report / "results.json").complete
+    assert not [e for e in _events(report) if e.get("event") == "fuzzing_finished"]
+    assert any(line.startswith("finish it: ") and " --fuzz-examples 9 " in line
+               for line in output.splitlines()), output[-3000:]
 
 
 @pytest.mark.slow
@@ -100,12 +127,19 @@ def test_a_run_killed_while_fuzzing_is_finished_by_the_printed_resume_as_if_neve
     assert [(r.case_id, r.label) for r in done.records] == [
         (r.case_id, r.label) for r in uninterrupted.records]
     assert all(r.label is Label.PASS for r in done.records)
-    events = [json.loads(line) for path in (report / "records").glob("*.jsonl")
-              for line in path.read_text().splitlines()]
+    events = _events(report)
     assert sum(e.get("event") == "fuzzing_finished" for e in events) == 1
     # the four finished examples ran once: the resume replayed them, it did not run them again
     started = [e["case_id"] for e in events if e.get("event") == "started"]
     assert len(started) == len(set(started)) + 1  # only the cut-off fifth started twice
+
+    # once its fuzzing ended, a resume does not fuzz again (it ran the search, and shrank a
+    # failure, again: a review)
+    again = run_printed(finish, REPO, clean_env())
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "--resume: every case of the run had a record already; nothing was left to run" \
+        in again.stdout, again.stdout[-3000:]
+    assert _events(report) == events and load_results(report / "results.json").complete
 
 
 @pytest.mark.slow

@@ -122,3 +122,25 @@ def test_a_part_that_holds_none_of_the_selected_cases_exits_5_and_merges(tmp_pat
     assert main(["merge", *map(str, parts), "-o", str(merged_path)]) == 0, capsys.readouterr().err
     merged = load_results(merged_path)
     assert merged.complete and [r.case_id for r in merged.records] == [chosen]
+
+
+@pytest.mark.slow
+def test_only_the_first_part_fuzzes_so_the_parts_merge_without_duplicates(tmp_path, capsys):
+    """Every part drew the same examples (one seed), and the merge found each duplicated
+    (exit 1); now part 1 fuzzes them all and the others deselect the fuzzing test."""
+    case_file = tmp_path / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in CASES[:2]]))
+    fuzz = ("--fuzz-examples", "3", "--seed", "1")
+    runs = {shard: start_matrix(case_file, tmp_path / shard.replace("/", "of"), shard, *fuzz)
+            for shard in ("1/2", "2/2")}
+    parts = [finish(runs[shard], tmp_path / shard.replace("/", "of")) for shard in runs]
+    fuzzed = [[r.case_id for r in load_results(p).records if r.case_id.startswith("fuzz/")]
+              for p in parts]
+    assert len(fuzzed[0]) >= 1 and fuzzed[1] == [], fuzzed
+    assert all(load_results(p).complete for p in parts)
+    merged_path = tmp_path / "merged.json"
+    assert main(["merge", *map(str, parts), "-o", str(merged_path)]) == 0, capsys.readouterr().out
+    merged = load_results(merged_path)
+    assert merged.complete and not merged.options.get("merged_duplicates")
+    assert sorted(r.case_id for r in merged.records) == sorted([c.id for c in CASES[:2]]
+                                                               + fuzzed[0])
