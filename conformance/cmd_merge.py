@@ -53,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
         counts[record.label.value] = counts.get(record.label.value, 0) + 1
     tally = ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     shards = ", ".join(results.options.get("merged_shards") or [])
-    print(f"merged {len(runs)} file{'s' if len(runs) != 1 else ''} "
-          f"({'shards ' + shards if shards else 'unsharded'}): {len(results.records)} "
-          f"case{'s' if len(results.records) != 1 else ''}"
+    from reports.formatting import recorded_of_selected
+
+    print(f"merged {len(runs)} file{'s' if len(runs) != 1 else ''} "  # fuzzed ones apart
+          f"({'shards ' + shards if shards else 'unsharded'}): "
+          f"{recorded_of_selected(results.records, None)}"
           f"{': ' + tally if tally else ''} -> {args.output}")
     for note in merged.notes:
         print(f"note: {note}", file=sys.stderr)

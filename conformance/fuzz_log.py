@@ -6,13 +6,15 @@ would bury the one failure under dozens); the minimal failing case is, at the en
 A resumed run (``--resume``) fuzzes again with the run's examples and seed: the search draws
 the same cases (conformance/fuzz.py), and an example the run finished before it stopped is
 replayed from its record instead of run again, so the resume runs only what was cut off or
-never drawn. When the search ends, however it ends but a stop or kill, the store is told
-(``fuzzing_finished``): until then the run is not complete."""
+never drawn. When the fuzzing test ends, by returning or by its own failure or skip, the store
+is told (``fuzzing_finished``): until then the run is not complete. Anything else that stops
+it (a stop signal, a kill, a store that refuses a record, pytest-timeout's failure raised
+into the search) cut the search off, and a resume finishes it."""
 from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from cases.model import Case, fuzz_id
 from records.errors import is_not_judged
@@ -26,6 +28,7 @@ class FuzzLog:
         self.shrunk: set[str] = set()  # ids tried while shrinking: no records, so no kept files
         self.shrinking = False
         self.replayed = 0
+        self._ended = False  # the test failed or skipped of its own accord (fail, skip)
         self._finished_before, self._cut_off_before = _examples_before(runner.options) \
             if runner.options.resume else ({}, {})
         self._verbose = config.getoption("verbose", 0) > 0
@@ -59,17 +62,34 @@ class FuzzLog:
 
     @contextlib.contextmanager
     def search_ends(self) -> Iterator[None]:
-        """Around the fuzzing test's work: the store hears that it ended, passed, failed or
-        skipped alike, unless a stop (KeyboardInterrupt, pytest's exit) or a store that
-        refused an example's record (an OSError: a full disk) cut it off."""
+        """Around the fuzzing test's work: the store hears that it ended where it returned,
+        or failed or skipped through ``fail`` and ``skip``; not where anything else raised
+        through it (an outside audit: pytest-timeout's failure, raised into the search, made
+        a run of 10 examples of 15 complete). Examples tried while shrinking keep no output
+        file, however the test ends (a stop left them counted as kept outputs)."""
         try:
             yield
-        except (KeyboardInterrupt, SystemExit, GeneratorExit, OSError, _pytest_exit()):
+        except BaseException:
+            if self._ended:
+                self.runner.writer.fuzzing_finished(len(self.recorded))
             raise
-        except BaseException:  # noqa: B036 - a failure or skip ends the search, and is raised
+        else:
             self.runner.writer.fuzzing_finished(len(self.recorded))
-            raise
-        self.runner.writer.fuzzing_finished(len(self.recorded))
+        finally:
+            self._drop_unrecorded_outputs()
+
+    def fail(self, message: str) -> NoReturn:
+        """Fail the fuzzing test, which ends the search (pytest.fail, one line, no trace)."""
+        import pytest
+
+        self._ended = True
+        pytest.fail(message, pytrace=False)
+
+    def skip(self, message: str) -> NoReturn:
+        import pytest
+
+        self._ended = True
+        pytest.skip(message)
 
     def finish(self, result) -> None:
         """Record the minimal failing case (when shrinking found a smaller one). In a resume,
@@ -84,15 +104,17 @@ class FuzzLog:
         if failure is not None and failure.case_id not in self.recorded:
             self.runner.writer.finished(failure)
             self.recorded.add(failure.case_id)
-        from conformance.kept_outputs import outputs_path
-
-        for record_id in self.shrunk - self.recorded:  # outputs kept for a case with no record
-            outputs_path(self.runner.options.report_dir, record_id).unlink(missing_ok=True)
         if failure is not None:
             self._say(f"fuzz: minimal failing case {failure.case_id} {failure.label.value}")
         if self.replayed:
             self._say(f"fuzz: {self.replayed} example(s) replayed from the records of the run "
                       "it resumed")
+
+    def _drop_unrecorded_outputs(self) -> None:
+        from conformance.kept_outputs import outputs_path
+
+        for record_id in self.shrunk - self.recorded:  # outputs kept for a case with no record
+            outputs_path(self.runner.options.report_dir, record_id).unlink(missing_ok=True)
 
     def _say(self, line: str) -> None:
         if not (self._verbose and self._reporter):  # an xdist worker has no terminal reporter
@@ -125,9 +147,3 @@ def _examples_before(options) -> tuple[dict[str, Record], dict[str, Case]]:
         except (KeyError, TypeError, ValueError):  # a spec no longer read: drawn again or not
             pass
     return done, again
-
-
-def _pytest_exit() -> type[BaseException]:
-    import pytest
-
-    return pytest.exit.Exception

@@ -210,6 +210,11 @@ def _end_of_run(session, state, missing: list[str], interrupted: bool) -> None:
     """The exit status of a run whose results are written, where it is not pytest's own."""
     if state.options.resume and not interrupted:
         _end_of_resume(session, state, missing)
+    elif state.fuzzing_cut and not interrupted:  # its fuzzing worker was lost mid-search
+        state.summary_lines.append(  # 1 would say "finished, some failed" (docs/scale-out.md)
+            "the run's fuzzing did not finish (its search was cut off: a worker lost, or a "
+            "timeout); finish it with the command above")
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.nothing_selected() and not interrupted:  # an empty part: merge it
         state.summary_lines.append(
             f"--shard {state.options.shard[0] + 1}/{state.options.shard[1]}: none of the "
@@ -221,12 +226,14 @@ def _end_of_run(session, state, missing: list[str], interrupted: bool) -> None:
 def _end_of_resume(session, state, missing: list[str]) -> None:
     """The summary names the run's cases still without a finished record (a narrower -k or
     -m left them): the run is not finished, and exits as an interrupted one (2), never 0, 1
-    or 5, which say a part finished (docs/scale-out.md). A command that ran no case of a
-    complete run exits 0."""
+    or 5, which say a part finished (docs/scale-out.md). A finished run exits as the whole
+    run would have: 1 where a record of it, finished before the stop too, fails its test
+    (an outside audit: a resume exited 0 over a MISMATCH recorded before the kill)."""
     ran_nothing = not state.ran_any_case() and not state.fuzzes_here()
+    failed_before = state.failed_before_resume()
     if state.fuzzing_cut:  # as a case left without a record: the run is not finished
         state.summary_lines.append(
-            "--resume: the run's fuzzing did not finish (its worker stopped mid-search); resume "
+            "--resume: the run's fuzzing did not finish (its search was cut off again); resume "
             "again to finish it" if state.fuzzes_here() else
             "--resume: the run's fuzzing did not finish, and this command did not fuzz (its test "
             "path or -k left conformance/test_fuzz.py out); finish it with the command above")
@@ -236,6 +243,11 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
             f"--resume: {len(missing)} case(s) of the run still have no finished record "
             f"(e.g. {missing[0]}); resume without narrowing -k / -m to run them")
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif failed_before:
+        state.summary_lines.append(
+            f"--resume: {len(failed_before)} record(s) of the run failed before it was stopped "
+            f"(e.g. {failed_before[0]}): the run exits 1, as it would have whole")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     elif ran_nothing:
         state.summary_lines.append("--resume: every case of the run had a record already; "
                                    "nothing was left to run")

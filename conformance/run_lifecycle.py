@@ -35,6 +35,7 @@ class RunLifecycle:
     exit_after_stop: int | None = None
     #: The run fuzzes and its fuzzing test has not ended (set by finish_run).
     fuzzing_cut = False
+    _written: tuple = ()  # the records finish_run wrote
 
     def start_run(self) -> None:
         from conformance.executor import now_iso
@@ -242,6 +243,16 @@ class RunLifecycle:
             self._started_at, suite_version(), self._recorded_options(), order, selected,
             selection, self._run_fuzzes()))
 
+    def failed_before_resume(self) -> list[str]:
+        """Ids of the written records that fail their test and that no test of this command
+        ran (finished before a resume; fuzzed ones where this command did not fuzz)."""
+        from conformance.runner import fails_its_test
+        from records.results import is_fuzzed
+
+        return [r.case_id for r in self._written if fails_its_test(r)
+                and r.case_id not in self._expected
+                and not (self._fuzzing and is_fuzzed(r.case_id))]
+
     def unfinished_fuzzing_left_out(self) -> bool:
         """Whether this command resumes a run whose fuzzing did not finish without the
         fuzzing test (another test path, or -k leaving it out)."""
@@ -360,6 +371,7 @@ class RunLifecycle:
         results = write_run(report_dir, merged, environment, self._recorded_options(),
                             suite_version(), self._started_at, now_iso(), complete,
                             selected_count=len(expected) or None, selection=selection)
+        self._written = results.records
         counts: dict[str, int] = {}
         for record in results.records:
             counts[record.label.value] = counts.get(record.label.value, 0) + 1
@@ -372,6 +384,13 @@ class RunLifecycle:
         self.summary_lines.append(f"{held} on {self.backend.name}: {tally or 'none run'}"
                                   f"{'' if complete else why}")
         self.summary_lines.append(f"results: {report_dir / 'results.json'}")
+        if self.options.fuzz_examples > 0 and not self._run_fuzzes():  # said, not assumed
+            shard = self.options.shard
+            self.summary_lines.append(
+                f"--fuzz-examples {self.options.fuzz_examples}: nothing was fuzzed here: " + (
+                    "fuzzing is the first --shard part's (docs/scale-out.md)"
+                    if shard is not None and shard[0] != 0 else
+                    "its test path or -k left conformance/test_fuzz.py out"))
         if merged.damaged:  # said, as recover says it (a review: dropped without a word)
             from records.events import damage_line
 

@@ -33,15 +33,15 @@ def _fuzz(options, runner, log) -> None:
     sources = fuzz_variant_sources(list(options.cases_modules))
     only_custom = options.matrix == "custom"
     if only_custom and not sources:
-        pytest.fail("--matrix custom fuzzes only case modules' variants, and no case module "
-                    "defines fuzz_variants(shape); define one (docs/cases.md)", pytrace=False)
+        log.fail("--matrix custom fuzzes only case modules' variants, and no case module "
+                 "defines fuzz_variants(shape); define one (docs/cases.md)")
     backend = runner.backend_name if options.backend == "auto" else options.backend
-    unsupported = _asked_within(runner.executor.backend, options.run_timeout)
+    unsupported = _asked_within(runner.executor.backend, options.run_timeout, log)
     can_run = runnable(unsupported)
     log.start(options.fuzz_examples, runner.backend_name, can_run)
     if not can_run.modes:
-        pytest.skip(f"{runner.backend_name} runs no mode or dtype the fuzzer draws: "
-                    + "; ".join(can_run.refusals()))
+        log.skip(f"{runner.backend_name} runs no mode or dtype the fuzzer draws: "
+                 + "; ".join(can_run.refusals()))
     result = search(log.execute, options.fuzz_examples, options.seed, modes=can_run.modes,
                     unsupported=unsupported,
                     dtypes=can_run.dtypes, sources=sources, with_composed=not only_custom)
@@ -59,7 +59,7 @@ def _fuzz(options, runner, log) -> None:
                  f"{str(options.report_dir).rstrip('/')}-fuzz-rerun")]
     if result.flaky:
         lines.append(f"note: the failure did not repeat when replayed ({result.flaky})")
-    pytest.fail("\n".join(lines), pytrace=False)
+    log.fail("\n".join(lines))
 
 
 def _found_as(result, minimal) -> list[str]:
@@ -82,7 +82,7 @@ def _found_as(result, minimal) -> list[str]:
     return lines
 
 
-def _asked_within(backend, timeout: float):
+def _asked_within(backend, timeout: float, log):
     """The backend's unsupported_reason as the fuzzer asks it, within the run budget (it runs
     in this worker, outside the watched child): a hook that hangs or raises fails the fuzzing
     test in one line instead of stopping the run."""
@@ -94,6 +94,6 @@ def _asked_within(backend, timeout: float):
         except HookTimeout as hung:  # failed below, outside this block: one message, no chain
             reason, failure = None, str(hung)
         if failure:
-            pytest.fail(f"fuzzing on {backend.name}: {failure.splitlines()[0]}", pytrace=False)
+            log.fail(f"fuzzing on {backend.name}: {failure.splitlines()[0]}")
         return reason
     return unsupported

@@ -154,8 +154,11 @@ def run_title(results: RunResults) -> str:
     selection = selection_of(results)
     parts = [str(options.get("backend", "?"))]
     fuzzed = options.get("fuzz_examples")
+    # not where -k, the test path or a later --shard part left the fuzzing test out (an
+    # outside audit: "with fuzzing" on a run that fuzzed nothing)
+    fuzzed_any = any(is_fuzzed(r.case_id) for r in results.records) or selection.case_ids == ()
     fuzzing = (f"fuzzing ({fuzzed} examples, seed {options.get('seed', '?')})"
-               if isinstance(fuzzed, int) and fuzzed > 0 else "")
+               if isinstance(fuzzed, int) and fuzzed > 0 and fuzzed_any else "")
     if fuzzing and selection.case_ids is not None and not selection.case_ids:
         return one_line(f"{REPORT_TITLE}: " + " · ".join(parts + [fuzzing]))  # no matrix case
     if selection.case_file:

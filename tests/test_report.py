@@ -398,9 +398,13 @@ def test_the_title_names_what_narrowed_the_run_and_an_empty_part_does_not_confor
                      selection={**narrowed.selection, "keyword": "", "shard": None,
                                 "case_ids": []})
     assert run_title(fuzzed) == "FlexAttention conformance: neuron · fuzzing (50 examples, seed 1)"
-    both = replace(fuzzed, selection={**fuzzed.selection, "matrix": "core", "case_ids": ["a"]})
+    both = replace(fuzzed, selection={**fuzzed.selection, "matrix": "core", "case_ids": ["a"]},
+                   records=(*fuzzed.records, record("fuzz/" + case_id())))
     assert run_title(both) == ("FlexAttention conformance: neuron · smoke · with fuzzing (50 "
                                "examples, seed 1)")
+    # -k or a later --shard part left the fuzzing test out: no fuzzing claimed (an audit)
+    left_out = replace(both, records=fuzzed.records)
+    assert run_title(left_out) == "FlexAttention conformance: neuron · smoke"
     empty = replace(narrowed, records=())
     assert not conforms(empty)
     assert verdict_line(empty) == "no case ran"

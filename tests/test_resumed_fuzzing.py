@@ -5,6 +5,7 @@ uninterrupted run, complete. Until its fuzzing test has ended the run is not com
 resume that does not fuzz is refused or left unfinished, never called complete."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -175,3 +176,38 @@ def test_an_example_cut_off_that_the_resume_does_not_draw_again_is_run_by_itself
     labels = {r.case_id: r.label for r in done.records}
     assert labels[fuzz_id(odd)] is Label.PASS and fuzz_id(case) in labels
     assert set(labels.values()) == {Label.PASS}
+
+
+@pytest.mark.parametrize("how, ended", [
+    ("returns", True), ("fails", True), ("skips", True),
+    ("timeout", False),  # pytest-timeout's failure raised into the search (an outside audit)
+    ("stop", False),  # a stop signal: KeyboardInterrupt
+    ("disk", False),  # a store that refused an example's record
+])
+def test_the_store_hears_the_search_ended_only_when_the_fuzzing_test_itself_ended(how, ended):
+    from types import SimpleNamespace
+
+    from conformance.fuzz_log import FuzzLog
+
+    said = []
+    runner = SimpleNamespace(options=SimpleNamespace(resume=None, report_dir="."),
+                             writer=SimpleNamespace(fuzzing_finished=said.append))
+    config = SimpleNamespace(getoption=lambda *a: 0,
+                             pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
+    log = FuzzLog(config, runner)
+    raised = {"fails": pytest.fail.Exception, "skips": pytest.skip.Exception,
+              "timeout": pytest.fail.Exception, "stop": KeyboardInterrupt, "disk": OSError}
+    with pytest.raises(raised.get(how, ZeroDivisionError)) if how != "returns" \
+            else contextlib.nullcontext():
+        with log.search_ends():
+            if how == "fails":
+                log.fail("a failure the search found")
+            elif how == "skips":
+                log.skip("the backend runs no mode the fuzzer draws")
+            elif how == "timeout":
+                pytest.fail("Timeout (>6.0s) from pytest-timeout.")
+            elif how == "stop":
+                raise KeyboardInterrupt
+            elif how == "disk":
+                raise OSError(28, "No space left on device")
+    assert said == ([0] if ended else [])

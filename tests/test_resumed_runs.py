@@ -227,3 +227,27 @@ def test_a_resume_whose_record_file_is_a_directory_is_one_line(tmp_path):
         f"ERROR: --resume {report}: {store} is not a file, where a worker's records belong; "
         "move it away, then resume"]
     assert "Traceback" not in resumed.stdout + resumed.stderr
+
+
+@pytest.mark.slow
+def test_a_resume_exits_1_where_a_case_failed_before_the_run_was_stopped(tmp_path):
+    """The resume runs only what was left, and its own tests pass: it exited 0 over a
+    MISMATCH recorded before the kill (an outside audit), where the whole run exits 1."""
+    faulty = "tests.fault_backends:WrongNumbers"  # wrong on causal, right elsewhere
+    cases = [c for c in CASES if c.variant.name == "causal"][:1] + \
+        [c for c in CASES if c.variant.name != "causal"][:1]
+    whole = run(pytest_args(tmp_path, faulty, cases))
+    assert whole.returncode == 1, whole.stdout[-3000:]
+    report = tmp_path / "report"
+    store = report / "records" / "main.jsonl"
+    events = store.read_text().splitlines(keepends=True)
+    assert [json.loads(e).get("event") for e in events][-2:] == ["started", "finished"]
+    store.write_text("".join(events[:-1]))  # killed in the second case: its record never came
+    for written in ("results.json", "index.html", "summary.md", "records/reported"):
+        (report / written).unlink()
+    resumed = run(pytest_args(tmp_path, faulty, cases, "--resume", str(report)))
+    assert resumed.returncode == 1, resumed.stdout[-3000:]
+    assert (f"--resume: 1 record(s) of the run failed before it was stopped (e.g. "
+            f"{cases[0].id}): the run exits 1, as it would have whole") in resumed.stdout
+    done = load_results(report / "results.json")
+    assert done.complete and [r.label for r in done.records] == [Label.MISMATCH, Label.PASS]
