@@ -111,12 +111,20 @@ def search(execute: Callable[[Case], Record], examples: int, seed: int,
         result.failure = failed.record
     except Exception as exc:  # noqa: BLE001 - hypothesis' Flaky: the failure did not repeat
         failures = [r for r in result.tried if first_failure and r.label is first_failure[0]]
-        if not failures:
+        if not failures or _holds_a_stop(exc):  # a timeout or stop while shrinking: no flake
             raise
         result.failure = failures[-1]
         result.flaky = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
     result.examples_run = len(result.tried)
     return result
+
+
+def _holds_a_stop(exc: BaseException) -> bool:
+    """Whether a BaseException that is no Exception (pytest-timeout's failure, a stop) is in
+    ``exc``'s exception group: hypothesis reports one raised while it shrinks as a flaky
+    failure (a review: a timeout there read as "the failure did not repeat")."""
+    inner = getattr(exc, "exceptions", ())
+    return any(not isinstance(e, Exception) or _holds_a_stop(e) for e in inner)
 
 
 def save_failure(record: Record, report_dir: str | Path, backend: str, seed: int) -> Path:

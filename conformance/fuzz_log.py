@@ -6,10 +6,11 @@ would bury the one failure under dozens); the minimal failing case is, at the en
 A resumed run (``--resume``) fuzzes again with the run's examples and seed: the search draws
 the same cases (conformance/fuzz.py), and an example the run finished before it stopped is
 replayed from its record instead of run again, so the resume runs only what was cut off or
-never drawn. When the fuzzing test ends, by returning or by its own failure or skip, the store
-is told (``fuzzing_finished``): until then the run is not complete. Anything else that stops
-it (a stop signal, a kill, a store that refuses a record, pytest-timeout's failure raised
-into the search) cut the search off, and a resume finishes it."""
+never drawn. When the fuzzing test ends, by returning, by an error of its own (hypothesis'
+Unsatisfiable, a case module's fuzz_variants that raises) or by its own failure or skip, the
+store is told (``fuzzing_finished``): until then the run is not complete. A stop signal, a
+kill, a store that refuses a record or pytest-timeout's failure raised into the search cuts
+the search off instead, and a resume finishes it."""
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,8 @@ class FuzzLog:
         self.shrunk: set[str] = set()  # ids tried while shrinking: no records, so no kept files
         self.shrinking = False
         self.replayed = 0
-        self._ended = False  # the test failed or skipped of its own accord (fail, skip)
+        self.failed_reruns: list[Record] = []  # cut-off examples run by themselves that failed
+        self._own: BaseException | None = None  # the failure or skip ``fail``/``skip`` raised last
         self._finished_before, self._cut_off_before = _examples_before(runner.options) \
             if runner.options.resume else ({}, {})
         self._verbose = config.getoption("verbose", 0) > 0
@@ -63,14 +65,18 @@ class FuzzLog:
     @contextlib.contextmanager
     def search_ends(self) -> Iterator[None]:
         """Around the fuzzing test's work: the store hears that it ended where it returned,
-        or failed or skipped through ``fail`` and ``skip``; not where anything else raised
-        through it (an outside audit: pytest-timeout's failure, raised into the search, made
-        a run of 10 examples of 15 complete). Examples tried while shrinking keep no output
-        file, however the test ends (a stop left them counted as kept outputs)."""
+        raised an error (an ``Exception``: it would raise again in a resume) other than an
+        OSError (the store refusing a record), or left through ``fail`` or ``skip``; not where
+        another BaseException left it (an outside audit: pytest-timeout's failure, raised into
+        the search, made a run of 10 examples of 15 complete; a review: a stop after the hook
+        had failed once inside the search did too). Examples tried while shrinking keep no
+        output file, however the test ends (a stop left them counted as kept outputs)."""
         try:
             yield
-        except BaseException:
-            if self._ended:
+        except BaseException as exc:
+            own = self._own is not None and (exc is self._own or self._own in getattr(
+                exc, "exceptions", ()))
+            if own or (isinstance(exc, Exception) and not isinstance(exc, OSError)):
                 self.runner.writer.fuzzing_finished(len(self.recorded))
             raise
         else:
@@ -82,14 +88,14 @@ class FuzzLog:
         """Fail the fuzzing test, which ends the search (pytest.fail, one line, no trace)."""
         import pytest
 
-        self._ended = True
-        pytest.fail(message, pytrace=False)
+        self._own = pytest.fail.Exception(message, pytrace=False)
+        raise self._own
 
     def skip(self, message: str) -> NoReturn:
         import pytest
 
-        self._ended = True
-        pytest.skip(message)
+        self._own = pytest.skip.Exception(message, allow_module_level=False)
+        raise self._own
 
     def finish(self, result) -> None:
         """Record the minimal failing case (when shrinking found a smaller one). In a resume,
@@ -98,8 +104,12 @@ class FuzzLog:
         its record would otherwise stay the CRASH of the kill."""
         for case_id, case in self._cut_off_before.items():
             if case_id not in self.recorded:
-                self.recorded.add(self.runner.record_case(case, case_id).case_id)
-                self._say(f"{case_id} run again by itself (cut off when the run stopped)")
+                record = self.runner.record_case(case, case_id)
+                self.recorded.add(record.case_id)
+                if not (record.label.acceptable or is_not_judged(record)):  # fails the test
+                    self.failed_reruns.append(record)
+                self._say(f"{case_id} {record.label.value}, run again by itself (cut off when "
+                          "the run stopped)")
         failure = result.failure
         if failure is not None and failure.case_id not in self.recorded:
             self.runner.writer.finished(failure)

@@ -112,7 +112,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     the interrupted run's cases that have no record yet (the controller names any others the
     -k / -m of this command selected, see finish_run). The fuzzing test is the first shard's
     (every shard would draw the same examples, one seed, and the merge found each duplicated),
-    and no resume's once the run's fuzzing ended."""
+    and no resume's once the run's fuzzing ended, nor of a run that did not fuzz."""
     state = config.stash[_STATE]
     ids = [_case_id(item.nodeid) for item in items]
     state.select([i for i in ids if i is not None])
@@ -124,9 +124,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     # a resume of a run whose fuzzing ended has none left: the search would run again, and
     # shrink a failure again (a review: recover's "this runs no case" resume did)
     fuzzes = (state.options.shard is None or state.options.shard[0] == 0) \
-        and not (state.options.resume and fuzzing_done(state.options.report_dir))
+        and not (state.options.resume and (state.resumed_run_fuzzed() is False
+                                           or fuzzing_done(state.options.report_dir)))
     dropped = [item for item, i in zip(items, ids)
-               if (i is None and not fuzzes and _is_fuzz_test(item.nodeid))
+               if (i is None and not fuzzes and state.options.fuzz_examples > 0
+                   and _is_fuzz_test(item.nodeid))
                or i is not None and ((shard is not None and i not in shard) or i in done
                                      or (run is not None and i not in run))]
     if dropped:
@@ -212,8 +214,8 @@ def _end_of_run(session, state, missing: list[str], interrupted: bool) -> None:
         _end_of_resume(session, state, missing)
     elif state.fuzzing_cut and not interrupted:  # its fuzzing worker was lost mid-search
         state.summary_lines.append(  # 1 would say "finished, some failed" (docs/scale-out.md)
-            "the run's fuzzing did not finish (its search was cut off: a worker lost, or a "
-            "timeout); finish it with the command above")
+            "the run's fuzzing did not finish (its fuzzing test did not end: a worker lost, a "
+            "timeout, or a test that did not start); finish it with the command above")
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.nothing_selected() and not interrupted:  # an empty part: merge it
         state.summary_lines.append(
@@ -246,7 +248,7 @@ def _end_of_resume(session, state, missing: list[str]) -> None:
     elif failed_before:
         state.summary_lines.append(
             f"--resume: {len(failed_before)} record(s) of the run failed before it was stopped "
-            f"(e.g. {failed_before[0]}): the run exits 1, as it would have whole")
+            f"(e.g. {failed_before[0]}): the run exits 1, as the whole run would have")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     elif ran_nothing:
         state.summary_lines.append("--resume: every case of the run had a record already; "

@@ -243,13 +243,20 @@ class RunLifecycle:
             self._started_at, suite_version(), self._recorded_options(), order, selected,
             selection, self._run_fuzzes()))
 
+    def resumed_run_fuzzed(self) -> bool | None:
+        """With ``--resume``: whether the run it finishes fuzzed (None: not known, an older
+        manifest, or not a resume)."""
+        self.resumed_selection()  # reads the manifest in a worker
+        return self._manifest.fuzzing if self.options.resume and self._manifest else None
+
     def failed_before_resume(self) -> list[str]:
         """Ids of the written records that fail their test and that no test of this command
         ran (finished before a resume; fuzzed ones where this command did not fuzz)."""
         from conformance.runner import fails_its_test
+        from records.errors import is_not_judged
         from records.results import is_fuzzed
 
-        return [r.case_id for r in self._written if fails_its_test(r)
+        return [r.case_id for r in self._written if fails_its_test(r) and not is_not_judged(r)
                 and r.case_id not in self._expected
                 and not (self._fuzzing and is_fuzzed(r.case_id))]
 
@@ -390,20 +397,21 @@ class RunLifecycle:
                 f"--fuzz-examples {self.options.fuzz_examples}: nothing was fuzzed here: " + (
                     "fuzzing is the first --shard part's (docs/scale-out.md)"
                     if shard is not None and shard[0] != 0 else
-                    "its test path or -k left conformance/test_fuzz.py out"))
+                    "its test path, -k or -m left conformance/test_fuzz.py out"))
         if merged.damaged:  # said, as recover says it (a review: dropped without a word)
             from records.events import damage_line
 
             self.summary_lines.append(damage_line(merged, report_dir))
         self.summary_lines.extend(_untriaged_line(results.records))
         if finished_first:
-            self.exit_after_stop = exit_status_of(results.records, self._expected)
+            self.exit_after_stop = exit_status_of(results.records, self._expected) or int(
+                bool(self.options.resume and self.failed_before_resume()))  # as a resume's end
             self.summary_lines.append("stopped after every case had finished: the run is "
                                       "complete")
         from records.errors import is_not_judged
 
         not_judged = sum(1 for r in results.records if is_not_judged(r))
-        if (not complete or not_judged) and results.records:  # what was recorded stays
+        if (not complete or not_judged) and (results.records or fuzzing_cut):  # what stays
             from conformance.run_info import matrix_path
             from reports.summary import resume_command
 

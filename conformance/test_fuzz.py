@@ -46,6 +46,11 @@ def _fuzz(options, runner, log) -> None:
                     unsupported=unsupported,
                     dtypes=can_run.dtypes, sources=sources, with_composed=not only_custom)
     log.finish(result)
+    if result.failure is None and log.failed_reruns:  # not drawn again: not shrunk either
+        rerun = log.failed_reruns[0]
+        first = rerun.message.splitlines()[0] if rerun.message else ""
+        log.fail(f"[{rerun.label.value}] fuzzed case {rerun.case_id}, cut off when the run "
+                 f"stopped and run again by itself: {first}".rstrip(": "))
     if result.failure is None:
         return
     record = result.failure

@@ -98,8 +98,9 @@ def _recover(report_dir: Path) -> int:
     else:
         if fuzzing_cut:  # said apart: the counts above read as whole (an outside audit)
             print(f"its fuzzing did not finish: {fuzzed} fuzzed example"
-                  f"{'' if fuzzed == 1 else 's'} recorded of up to "
-                  f"{(manifest.options or {}).get('fuzz_examples', '?')}; the resume draws the rest")
+                  f"{'' if fuzzed == 1 else 's'} recorded (of --fuzz-examples "
+                  f"{(manifest.options or {}).get('fuzz_examples', '?')}); the resume draws the "
+                  "rest")
         print(f"finish it: {command}")
     return 0
 

@@ -169,7 +169,7 @@ def test_an_example_cut_off_that_the_resume_does_not_draw_again_is_run_by_itself
                   if line.startswith("finish it: "))
     resumed = run_printed(finish + " -v", REPO, clean_env())
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"{fuzz_id(odd)} run again by itself (cut off when the run stopped)" \
+    assert f"{fuzz_id(odd)} PASS, run again by itself (cut off when the run stopped)" \
         in resumed.stdout, resumed.stdout[-3000:]
     done = load_results(report / "results.json")
     assert done.complete
@@ -180,6 +180,8 @@ def test_an_example_cut_off_that_the_resume_does_not_draw_again_is_run_by_itself
 
 @pytest.mark.parametrize("how, ended", [
     ("returns", True), ("fails", True), ("skips", True),
+    ("errs", True),  # an error of its own (hypothesis' Unsatisfiable): a resume raises it again
+    ("stop after a failure", False),  # the hook failed once inside the search, then a stop
     ("timeout", False),  # pytest-timeout's failure raised into the search (an outside audit)
     ("stop", False),  # a stop signal: KeyboardInterrupt
     ("disk", False),  # a store that refused an example's record
@@ -196,7 +198,8 @@ def test_the_store_hears_the_search_ended_only_when_the_fuzzing_test_itself_ende
                              pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
     log = FuzzLog(config, runner)
     raised = {"fails": pytest.fail.Exception, "skips": pytest.skip.Exception,
-              "timeout": pytest.fail.Exception, "stop": KeyboardInterrupt, "disk": OSError}
+              "timeout": pytest.fail.Exception, "stop": KeyboardInterrupt, "disk": OSError,
+              "errs": ValueError, "stop after a failure": KeyboardInterrupt}
     with pytest.raises(raised.get(how, ZeroDivisionError)) if how != "returns" \
             else contextlib.nullcontext():
         with log.search_ends():
@@ -210,4 +213,12 @@ def test_the_store_hears_the_search_ended_only_when_the_fuzzing_test_itself_ende
                 raise KeyboardInterrupt
             elif how == "disk":
                 raise OSError(28, "No space left on device")
+            elif how == "errs":
+                raise ValueError("Unable to satisfy assumptions of run_one")
+            elif how == "stop after a failure":
+                try:
+                    log.fail("fuzzing on a backend: its unsupported_reason raised")
+                except pytest.fail.Exception:  # caught by hypothesis, which went on
+                    pass
+                raise KeyboardInterrupt
     assert said == ([0] if ended else [])

@@ -248,6 +248,28 @@ def test_a_resume_exits_1_where_a_case_failed_before_the_run_was_stopped(tmp_pat
     resumed = run(pytest_args(tmp_path, faulty, cases, "--resume", str(report)))
     assert resumed.returncode == 1, resumed.stdout[-3000:]
     assert (f"--resume: 1 record(s) of the run failed before it was stopped (e.g. "
-            f"{cases[0].id}): the run exits 1, as it would have whole") in resumed.stdout
+            f"{cases[0].id}): the run exits 1, as the whole run would have") in resumed.stdout
     done = load_results(report / "results.json")
     assert done.complete and [r.label for r in done.records] == [Label.MISMATCH, Label.PASS]
+
+
+@pytest.mark.slow
+def test_a_resume_does_not_fuzz_a_run_that_did_not(tmp_path):
+    """Given --fuzz-examples, the run's test path left the fuzzing test out; its resume, from
+    conformance/ as recover prints it, fuzzed and wrote examples the run never had (a review)."""
+    args = [a if a != "conformance/" else "conformance/test_matrix.py"
+            for a in pytest_args(tmp_path, BACKEND, CASES[:2], "--fuzz-examples", "2")]
+    whole = run(args)
+    assert whole.returncode == 0, whole.stdout[-3000:]
+    assert ("--fuzz-examples 2: nothing was fuzzed here: its test path, -k or -m left "
+            "conformance/test_fuzz.py out") in whole.stdout, whole.stdout[-3000:]
+    report = tmp_path / "report"
+    store = report / "records" / "main.jsonl"
+    store.write_text("".join(store.read_text().splitlines(keepends=True)[:-1]))  # killed
+    for written in ("results.json", "index.html", "summary.md", "records/reported"):
+        (report / written).unlink()
+    resumed = run(pytest_args(tmp_path, BACKEND, CASES[:2], "--fuzz-examples", "2",
+                              "--resume", str(report)))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    done = load_results(report / "results.json")
+    assert done.complete and [r.case_id for r in done.records] == [c.id for c in CASES[:2]]
