@@ -117,8 +117,9 @@ def test_a_run_killed_while_fuzzing_is_finished_by_the_printed_resume_as_if_neve
         in bare.stderr, bare.stderr
 
     # nor is a resume whose test path leaves the fuzzing test out called complete
-    elsewhere = run_printed(finish.replace("conformance/test_fuzz.py", "conformance/test_matrix.py"),
-                            REPO, clean_env())
+    elsewhere = run_printed(
+        finish.replace("conformance/test_fuzz.py", "conformance/test_matrix.py"), REPO,
+        clean_env())
     assert elsewhere.returncode == 2, elsewhere.stdout[-3000:] + elsewhere.stderr[-3000:]
     assert ("--resume: the run's fuzzing did not finish, and this command did not fuzz (its "
             "test path or -k left conformance/test_fuzz.py out); finish it with the command "
