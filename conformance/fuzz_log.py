@@ -50,7 +50,8 @@ class FuzzLog:
             self._say(f"  shrinking: {record.case_id} {record.label.value}")
             return record
         record = self._finished_before.get(fuzz_id(case))
-        if record is not None:  # the run finished it before it stopped
+        replayed = record is not None  # the run finished it before it stopped
+        if replayed:
             self.replayed += 1
         else:
             record = self.runner.record_case(case, fuzz_id(case))
@@ -58,8 +59,7 @@ class FuzzLog:
         # a case a full disk kept from being judged is no failure to shrink (conformance/fuzz.py)
         self.shrinking = not (record.label.acceptable or is_not_judged(record))
         self._say(f"{record.case_id} {record.label.value}"
-                  + (" (recorded before the run stopped)" if record.case_id in
-                     self._finished_before else ""))
+                  + (" (recorded before the run stopped)" if replayed else ""))
         return record
 
     @contextlib.contextmanager

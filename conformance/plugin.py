@@ -186,8 +186,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                 "interrupted before any case was selected: nothing ran and no results were "
                 "written; run it again")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
-        elif state.nothing_selected() and not state.empty_part_of_a_selection() \
-                and not state.unfinished_fuzzing_left_out():  # its results are written again
+        elif state.nothing_selected() and not state.empty_part_of_a_selection():
             state.restore_unselected_run()
             state.summary_lines.append(
                 "0 cases selected: nothing ran, so nothing can conform; widen -k / -m / "

@@ -260,19 +260,10 @@ class RunLifecycle:
                 and r.case_id not in self._expected
                 and not (self._fuzzing and is_fuzzed(r.case_id))]
 
-    def unfinished_fuzzing_left_out(self) -> bool:
-        """Whether this command resumes a run whose fuzzing did not finish without the
-        fuzzing test (another test path, or -k leaving it out)."""
-        from records.events import fuzzing_done
-
-        return bool(self.options.resume and not self._fuzzing and self._manifest is not None
-                    and self._manifest.fuzzing and not fuzzing_done(self.options.report_dir))
-
     def _run_fuzzes(self) -> bool:
         """Whether the run fuzzes: this command collected the fuzzing test, or the run it
         resumes did (a resume from another test path would leave its fuzzing unfinished)."""
-        return self._fuzzing or bool(self.options.resume and self._manifest is not None
-                                     and self._manifest.fuzzing)
+        return self._fuzzing or bool(self.resumed_run_fuzzed())
 
     def _fresh_whole_run_ids(self) -> list[str] | None:
         """A new run's case ids before sharding: this command's selection; under xdist, whose
